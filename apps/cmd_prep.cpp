@@ -1,0 +1,55 @@
+// apps/cmd_prep.cpp: `trident prep`.
+#include "apps/commands.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "data/prep.hpp"
+#include "parallel/agree.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+namespace trident::app {
+
+namespace po = boost::program_options;
+
+int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
+  PrepOptions opt;
+  po::options_description desc(
+      "usage: trident prep [--tokenizer char|byte] --output FILE.h5 INPUT...\n\n"
+      "Tokenises text files (or reads llm.c GPT-2 token shards) into an HDF5 token file: the first\n"
+      "90% of the tokens for training, the rest for validation (llm.c shards: files named *_val_*\n"
+      "are validation). Runs on rank 0 only.\n\noptions");
+  desc.add_options()("help,h", "this text")(
+      "tokenizer", po::value<std::string>(&opt.tokenizer)->default_value("char"),
+      "char: the sorted distinct characters of the text (nanoGPT's shakespeare_char); byte: the 256 byte "
+      "values. Ignored for llm.c shards, which are GPT-2 tokens")(
+      "output,o", po::value<std::string>(&opt.output), "the token file to write (HDF5)")(
+      "val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.1),
+      "fraction of the tokens (at the end) kept for validation")(
+      "input", po::value<std::vector<std::string>>(&opt.inputs), "text files or llm.c .bin shards, in order");
+  po::positional_options_description pos;
+  pos.add("input", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(std::string(e.what()) + " (try `trident prep --help`)");
+  }
+  if (vm.count("help")) {
+    if (rt.world_rank() == 0) std::cout << desc << "\n";
+    return 0;
+  }
+  PrepResult r;
+  run_agreed(rt.world(), "prep failed", [&] {
+    if (rt.world_rank() == 0) r = prep_token_file(opt);
+  });
+  log::info("wrote %s: %s tokenizer, vocab %lld, %lld train + %lld val tokens", opt.output.c_str(), r.tokenizer.c_str(),
+            static_cast<long long>(r.vocab_size), static_cast<long long>(r.n_train), static_cast<long long>(r.n_val));
+  return 0;
+}
+
+}  // namespace trident::app

@@ -1,0 +1,83 @@
+// apps/cmd_sample.cpp: `trident sample`.
+#include "apps/commands.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "data/tokenizer.hpp"
+#include "model/generate.hpp"
+#include "train/checkpoint_model.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+namespace trident::app {
+
+namespace po = boost::program_options;
+
+int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
+  std::string checkpoint, prompt, prompt_ids;
+  SampleOptions opt;
+  std::int64_t seed = 1337;
+  po::options_description desc(
+      "usage: trident sample --checkpoint PATH [--prompt TEXT] [--tokens N]\n\n"
+      "Generates text from a trained model. PATH is a checkpoint file, a checkpoint directory or a\n"
+      "run directory (its latest checkpoint is used). Prints the prompt followed by the new text.\n\noptions");
+  desc.add_options()("help,h", "this text")("checkpoint", po::value<std::string>(&checkpoint),
+                                            "checkpoint file, or a run / checkpoints directory")(
+      "prompt", po::value<std::string>(&prompt)->default_value("\n", "newline"), "text to continue")(
+      "prompt-ids", po::value<std::string>(&prompt_ids),
+      "comma-separated token ids to continue instead of --prompt (for gpt2-tokenised models)")(
+      "tokens", po::value<int>(&opt.max_new_tokens)->default_value(200), "number of tokens to generate")(
+      "temperature", po::value<double>(&opt.temperature)->default_value(0.8),
+      "softmax temperature; 0 = always the most likely token")(
+      "top-k", po::value<int>(&opt.top_k)->default_value(200), "sample among the k most likely tokens; 0 = all")(
+      "seed", po::value<std::int64_t>(&seed)->default_value(1337), "seed of the draws (same seed, same text)");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(std::string(e.what()) + " (try `trident sample --help`)");
+  }
+  if (vm.count("help")) {
+    if (rt.world_rank() == 0) std::cout << desc << "\n";
+    return 0;
+  }
+  if (checkpoint.empty()) throw ConfigError("no --checkpoint given (try `trident sample --help`)");
+  if (opt.max_new_tokens < 0 || opt.top_k < 0 || opt.temperature < 0 || seed < 0)
+    throw ConfigError("--tokens, --top-k, --temperature and --seed must be >= 0");
+  opt.seed = static_cast<std::uint64_t>(seed);
+
+  CheckpointModel cm = load_checkpoint_model(checkpoint, rt.world());
+  const ModelConfig& m = cm.cfg.model;
+  Tokenizer tok(cm.tokenizer, cm.vocab, m.vocab_size);
+  std::vector<std::int32_t> ids;
+  if (!prompt_ids.empty()) {
+    std::stringstream ss(prompt_ids);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      const long v = std::strtol(item.c_str(), nullptr, 10);
+      if (v < 0 || v >= m.vocab_size) throw ConfigError("--prompt-ids: id " + item + " is outside the vocabulary");
+      ids.push_back(static_cast<std::int32_t>(v));
+    }
+  } else {
+    try {
+      ids = tok.encode(prompt);
+    } catch (const Error& e) {
+      throw ConfigError(std::string("--prompt: ") + e.what());
+    }
+  }
+  if (ids.empty()) throw ConfigError("the prompt is empty");
+  if (rt.world_rank() != 0) return 0;  // generation is serial; other ranks only helped open the file
+  const ParamLayout layout = ParamLayout::gpt(m);
+  Gpt<float> gpt(m, layout, 1, m.block_size);
+  auto w = bind_weights(cm.store->params().data(), layout, m);
+  const auto out = generate(gpt, w, m, ids, opt);
+  std::fputs(tok.decode(out).c_str(), stdout);
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+}  // namespace trident::app

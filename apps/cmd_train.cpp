@@ -1,0 +1,76 @@
+// apps/cmd_train.cpp: `trident train`.
+#include "apps/commands.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "train/trainer.hpp"
+
+#include <cstdio>
+
+namespace trident::app {
+
+namespace {
+const char* kTrainUsage = R"(usage: trident train --config DECK [--section.key=value ...] [--resume [PATH]]
+
+Trains the model of an input deck (INI file with sections [model] [parallel] [train] [data]
+[checkpoint]) on all ranks of the job. Writes [train] out_dir (default runs/<deck name>):
+deck.ini (the resolved deck), metrics.csv (one row per step) and checkpoints/ (step_*.h5 and a
+`latest` pointer). One log line per step on rank 0.
+
+options:
+  --config DECK          the input deck (required)
+  --section.key=VALUE    override a deck key, e.g. --train.max_steps=100 (also --section.key VALUE)
+  --resume [PATH]        continue from checkpoint PATH, or without PATH from the run's latest
+                         checkpoint (starting at step 0 when there is none yet, so a job script
+                         can always pass --resume)
+  --print-config         print the resolved deck for this number of ranks and exit
+  -h, --help             this text
+
+deck keys and defaults:)";
+}  // namespace
+
+int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
+  std::string deck;
+  std::vector<std::string> overrides;
+  TrainRunOptions opt;
+  bool print_config = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value_of = [&](const std::string& name) -> std::string {
+      if (a.size() > name.size() && a[name.size()] == '=') return a.substr(name.size() + 1);
+      if (i + 1 >= args.size()) throw ConfigError(name + " needs a value");
+      return args[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      if (rt.world_rank() == 0) std::printf("%s\n%s\n", kTrainUsage, deck_help().c_str());
+      return 0;
+    } else if (a == "--config" || a.rfind("--config=", 0) == 0) {
+      deck = value_of("--config");
+    } else if (a == "--resume") {
+      opt.resume = true;
+      if (i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) opt.resume_path = args[++i];
+    } else if (a.rfind("--resume=", 0) == 0) {
+      opt.resume = true;
+      opt.resume_path = a.substr(9);
+    } else if (a == "--print-config") {
+      print_config = true;
+    } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
+      // --section.key=value or --section.key value
+      if (a.find('=') != std::string::npos) overrides.push_back(a);
+      else if (i + 1 < args.size()) overrides.push_back(a + "=" + args[++i]);
+      else throw ConfigError("override " + a + " needs a value");
+    } else {
+      throw ConfigError("unknown argument '" + a + "' (try `trident train --help`)");
+    }
+  }
+  if (deck.empty()) throw ConfigError("no input deck: give --config DECK (try `trident train --help`)");
+  Config cfg = parse_deck(deck, overrides);
+  validate(cfg, rt.world_size());
+  if (print_config) {
+    if (rt.world_rank() == 0) std::printf("%s", cfg.to_ini().c_str());
+    return 0;
+  }
+  return run_train(cfg, rt.world(), opt);
+}
+
+}  // namespace trident::app

@@ -1,0 +1,17 @@
+// apps/commands.hpp: the subcommands of the `trident` executable.
+// Each takes the arguments after its name and returns the process exit status; errors are thrown
+// as trident::Error and reported by main().
+#pragma once
+
+#include "parallel/runtime.hpp"
+
+#include <string>
+#include <vector>
+
+namespace trident::app {
+
+int cmd_prep(Runtime& rt, const std::vector<std::string>& args);
+int cmd_train(Runtime& rt, const std::vector<std::string>& args);
+int cmd_sample(Runtime& rt, const std::vector<std::string>& args);
+
+}  // namespace trident::app

@@ -1,0 +1,58 @@
+// apps/trident.cpp: the `trident` executable, in the style of git/gmx: `trident <command> [options]`.
+#include "apps/commands.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "trident_version.hpp"
+
+#include <cstdio>
+#include <cstring>
+
+namespace {
+
+const char* kUsage = R"(Trident: GPT training across MPI ranks (dp x tp x pp) with parallel-HDF5 checkpoints.
+
+usage: trident <command> [options]        (run under mpiexec/srun for several ranks)
+
+commands:
+  prep     turn text files or llm.c token shards into an HDF5 token file
+  train    train a model from an input deck; resume from a checkpoint
+  sample   generate text from a checkpoint
+
+options:
+  -h, --help     this text; `trident <command> --help` documents each command
+  --version      print the version
+
+Exit status: 0 success (also an early stop on request), 1 runtime error, 2 bad deck or usage.
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  trident::Runtime rt(argc, argv);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    if (rt.world_rank() == 0) std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    trident::log::info("trident %s (git %s)", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT);
+    return 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "prep") return trident::app::cmd_prep(rt, args);
+    if (cmd == "train") return trident::app::cmd_train(rt, args);
+    if (cmd == "sample") return trident::app::cmd_sample(rt, args);
+    throw trident::ConfigError("unknown command '" + cmd + "' (try `trident --help`)");
+  } catch (const trident::Error& e) {
+    // A collective error is raised identically on every rank: report it once and end cleanly.
+    // A rank-local one would leave the other ranks waiting: report it and abort the job.
+    if (!e.collective() || rt.world_rank() == 0) trident::log::error("trident %s: error: %s", cmd.c_str(), e.what());
+    if (e.collective()) return e.exit_code();
+    trident::Runtime::abort(e.exit_code());
+  } catch (const std::exception& e) {
+    trident::log::error("trident %s: internal error: %s", cmd.c_str(), e.what());
+    trident::Runtime::abort(1);
+  }
+}

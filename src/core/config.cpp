@@ -1,0 +1,296 @@
+// core/config.cpp: deck parsing with Boost.Program_options, validation and INI echo.
+#include "core/config.hpp"
+
+#include "core/error.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace trident {
+namespace po = boost::program_options;
+
+namespace {
+
+std::string format_value(double v) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that round-trips
+  return std::string(buf, res.ptr);
+}
+std::string format_value(std::int64_t v) { return std::to_string(v); }
+std::string format_value(int v) { return std::to_string(v); }
+std::string format_value(bool v) { return v ? "true" : "false"; }
+std::string format_value(const std::string& v) { return v; }
+
+template <class T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "a boolean (true/false)";
+  if constexpr (std::is_integral_v<T>) return "an integer";
+  if constexpr (std::is_floating_point_v<T>) return "a number";
+  return "a string";
+}
+
+struct Key {
+  std::string section, key, help, type;
+  std::function<std::string()> print;
+};
+
+/// Every deck key, bound to a field of one Config. The single place keys are declared.
+class Schema {
+ public:
+  explicit Schema(Config& c) : desc_("deck keys") {
+    ModelConfig& m = c.model;
+    add("model", "n_layer", &m.n_layer, "number of transformer blocks");
+    add("model", "n_head", &m.n_head, "attention heads per block (NH)");
+    add("model", "n_embd", &m.n_embd, "embedding width C; divisible by n_head");
+    add("model", "block_size", &m.block_size, "context length T (tokens per sequence)");
+    add("model", "vocab_size", &m.vocab_size, "vocabulary size V; 0 = take it from the token file");
+    add("model", "bias", &m.bias, "biases in Linear and LayerNorm layers");
+    add("model", "dropout", &m.dropout, "dropout probability (embedding, attention, residual)");
+    add("parallel", "dp", &dp_text_, "data-parallel size, or auto = ranks / (tp * pp)");
+    add("parallel", "tp", &c.parallel.tp, "tensor-parallel size");
+    add("parallel", "pp", &c.parallel.pp, "pipeline-parallel size");
+    TrainConfig& t = c.train;
+    add("train", "global_batch_size", &t.global_batch_size, "sequences per optimizer step, over all dp ranks");
+    add("train", "micro_batch_size", &t.micro_batch_size,
+        "sequences per forward/backward on one rank; 0 = global_batch_size / dp (no accumulation)");
+    add("train", "max_steps", &t.max_steps, "optimizer steps of the whole run (also the LR schedule length)");
+    add("train", "stop_at_step", &t.stop_at_step, "0 = off; else stop after this step with a checkpoint");
+    add("train", "time_limit_min", &t.time_limit_min,
+        "0 = off; else stop with a checkpoint before this many minutes of wall time");
+    add("train", "lr", &t.lr, "peak learning rate");
+    add("train", "min_lr", &t.min_lr, "learning rate at the end of the cosine decay");
+    add("train", "warmup_steps", &t.warmup_steps, "steps of linear warm-up");
+    add("train", "weight_decay", &t.weight_decay, "AdamW decoupled weight decay (2-D weights only)");
+    add("train", "beta1", &t.beta1, "AdamW beta1");
+    add("train", "beta2", &t.beta2, "AdamW beta2");
+    add("train", "eps", &t.eps, "AdamW epsilon");
+    add("train", "grad_clip", &t.grad_clip, "clip the global gradient norm to this value; 0 = off");
+    add("train", "eval_interval", &t.eval_interval, "validate every this many steps; 0 = only at the end");
+    add("train", "eval_iters", &t.eval_iters, "validation batches; 0 = the whole validation split");
+    add("train", "seed", &t.seed, "seed of initialisation, data order and dropout (>= 0)");
+    add("train", "log_interval", &t.log_interval, "print a log line every this many steps");
+    add("train", "out_dir", &t.out_dir, "run directory; empty = runs/<deck name>");
+    add("train", "dtype", &t.dtype, "compute type: float or double");
+    add("train", "peak_tflops", &t.peak_tflops,
+        "peak TFLOP/s per rank for MFU; 0 = measure with a GEMM probe at start-up");
+    add("data", "path", &c.data.path, "HDF5 token file written by `trident prep`");
+    add("data", "cache_max_mb", &c.data.cache_max_mb,
+        "splits up to this many MiB are held in memory; larger ones are read on demand");
+    add("checkpoint", "interval", &c.checkpoint.interval,
+        "write a checkpoint every this many steps; 0 = only at the end");
+    add("checkpoint", "keep", &c.checkpoint.keep, "number of committed checkpoints to keep");
+  }
+
+  const po::options_description& desc() const { return desc_; }
+  const std::vector<Key>& keys() const { return keys_; }
+  std::string& dp_text() { return dp_text_; }
+  const Key* find(const std::string& dotted) const {
+    for (const Key& k : keys_)
+      if (k.section + "." + k.key == dotted) return &k;
+    return nullptr;
+  }
+
+ private:
+  template <class T>
+  void add(const char* section, const char* key, T* field, const char* help) {
+    const std::string name = std::string(section) + "." + key;
+    desc_.add_options()(name.c_str(), po::value<T>(field)->default_value(*field, format_value(*field)), help);
+    keys_.push_back({section, key, help, type_name<T>(), [field] { return format_value(*field); }});
+  }
+
+  po::options_description desc_;
+  std::vector<Key> keys_;
+  std::string dp_text_ = "auto";
+};
+
+std::string strip_dashes(std::string s) {
+  while (!s.empty() && s.front() == '-') s.erase(s.begin());
+  return s;
+}
+
+std::string describe_key(const std::string& dotted) {
+  auto dot = dotted.find('.');
+  if (dot == std::string::npos) return "'" + dotted + "' (outside any section)";
+  return "'" + dotted.substr(dot + 1) + "' in section [" + dotted.substr(0, dot) + "]";
+}
+
+Config parse_impl(std::istream& in, const std::string& source, const std::string& deck_name,
+                  const std::vector<std::string>& overrides) {
+  Config cfg;
+  cfg.deck_name = deck_name;
+  Schema schema(cfg);
+  po::variables_map vm;
+  try {
+    // Command-line overrides first: Program_options keeps the first value stored for a key.
+    auto parsed = po::command_line_parser(overrides).options(schema.desc()).style(
+        po::command_line_style::default_style & ~po::command_line_style::allow_guessing).run();
+    for (const auto& opt : parsed.options)
+      if (opt.unregistered)
+        throw ConfigError("unknown override '" + opt.string_key + "'");
+    po::store(parsed, vm);
+    po::store(po::parse_config_file(in, schema.desc(), /*allow_unregistered=*/false), vm);
+    po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    throw ConfigError(source + ": unknown key " + describe_key(strip_dashes(e.get_option_name())) +
+                      " (`trident train --help` lists every key)");
+  } catch (const po::invalid_option_value& e) {
+    const std::string name = strip_dashes(e.get_option_name());
+    const Key* k = schema.find(name);
+    throw ConfigError(source + ": bad value for " + describe_key(name) + ": " + e.what() +
+                      (k ? std::string("; expected ") + k->type : std::string()));
+  } catch (const po::invalid_config_file_syntax& e) {
+    throw ConfigError(source + ": syntax error: " + e.what());
+  } catch (const po::multiple_occurrences& e) {
+    throw ConfigError(source + ": key " + describe_key(strip_dashes(e.get_option_name())) + " is given twice");
+  } catch (const po::error& e) {
+    throw ConfigError(source + ": " + e.what());
+  }
+  const std::string& dp = schema.dp_text();
+  if (dp == "auto" || dp == "0") {
+    cfg.parallel.dp = 0;
+  } else {
+    int v = 0;
+    auto res = std::from_chars(dp.data(), dp.data() + dp.size(), v);
+    if (res.ec != std::errc() || res.ptr != dp.data() + dp.size() || v < 1)
+      throw ConfigError(source + ": bad value for 'dp' in section [parallel]: '" + dp +
+                        "'; expected a positive integer or auto");
+    cfg.parallel.dp = v;
+  }
+  return cfg;
+}
+
+}  // namespace
+
+Config parse_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot open deck file '" + path + "'");
+  return parse_impl(in, "deck '" + path + "'", std::filesystem::path(path).stem().string(), overrides);
+}
+
+Config parse_deck_text(const std::string& text, const std::string& deck_name,
+                       const std::vector<std::string>& overrides) {
+  std::istringstream in(text);
+  return parse_impl(in, "deck '" + deck_name + "'", deck_name, overrides);
+}
+
+std::string Config::to_ini() const {
+  Config copy = *this;
+  Schema schema(copy);
+  schema.dp_text() = parallel.dp > 0 ? std::to_string(parallel.dp) : "auto";
+  std::ostringstream out;
+  out << "# Trident input deck (resolved)\n";
+  std::string section;
+  for (const Key& k : schema.keys()) {
+    if (k.section != section) {
+      out << (section.empty() ? "" : "\n") << "[" << k.section << "]\n";
+      section = k.section;
+    }
+    out << k.key << " = " << (k.section == "parallel" && k.key == "dp" ? schema.dp_text() : k.print()) << "\n";
+  }
+  return out.str();
+}
+
+std::string deck_help() {
+  Config cfg;
+  Schema schema(cfg);
+  std::ostringstream out;
+  std::string section;
+  for (const Key& k : schema.keys()) {
+    if (k.section != section) {
+      out << "\n  [" << k.section << "]\n";
+      section = k.section;
+    }
+    std::string name = k.key + " = " + (k.key == "dp" ? std::string("auto") : k.print());
+    out << "    " << name;
+    out << std::string(name.size() < 34 ? 34 - name.size() : 1, ' ') << k.help << "\n";
+  }
+  return out.str();
+}
+
+namespace {
+std::string kv(const char* section, const char* key, const std::string& value) {
+  return std::string("[") + section + "] " + key + " = " + value;
+}
+template <class T>
+void require_at_least(T v, T lo, const char* section, const char* key) {
+  require_config(v >= lo, kv(section, key, format_value(v)) + " must be >= " + format_value(lo));
+}
+}  // namespace
+
+void validate(Config& c, int world_size) {
+  ModelConfig& m = c.model;
+  require_at_least(m.n_layer, 1, "model", "n_layer");
+  require_at_least(m.n_head, 1, "model", "n_head");
+  require_at_least(m.n_embd, 1, "model", "n_embd");
+  require_at_least(m.block_size, 1, "model", "block_size");
+  require_at_least(m.vocab_size, 0, "model", "vocab_size");
+  require_config(m.n_embd % m.n_head == 0, kv("model", "n_embd", format_value(m.n_embd)) +
+                                              " is not divisible by [model] n_head = " + format_value(m.n_head));
+  require_config(m.dropout >= 0.0 && m.dropout < 1.0,
+                 kv("model", "dropout", format_value(m.dropout)) + " must be in [0, 1)");
+
+  ParallelConfig& p = c.parallel;
+  require_at_least(p.tp, 1, "parallel", "tp");
+  require_at_least(p.pp, 1, "parallel", "pp");
+  if (p.dp == 0) {
+    require_config(world_size % (p.tp * p.pp) == 0,
+                   "[parallel] dp = auto: the number of ranks (" + std::to_string(world_size) +
+                       ") is not divisible by tp * pp = " + std::to_string(p.tp) + " * " + std::to_string(p.pp));
+    p.dp = world_size / (p.tp * p.pp);
+  }
+  require_config(static_cast<long long>(p.dp) * p.tp * p.pp == world_size,
+                 "[parallel] dp * tp * pp = " + std::to_string(p.dp) + " * " + std::to_string(p.tp) + " * " +
+                     std::to_string(p.pp) + " = " + std::to_string(static_cast<long long>(p.dp) * p.tp * p.pp) +
+                     " does not match the number of ranks (" + std::to_string(world_size) + ")");
+  require_config(m.n_head % p.tp == 0, kv("parallel", "tp", format_value(p.tp)) +
+                                           " does not divide [model] n_head = " + format_value(m.n_head));
+  require_config(m.n_layer >= p.pp, kv("parallel", "pp", format_value(p.pp)) +
+                                        " is larger than [model] n_layer = " + format_value(m.n_layer));
+
+  TrainConfig& t = c.train;
+  require_at_least<std::int64_t>(t.global_batch_size, 1, "train", "global_batch_size");
+  require_at_least<std::int64_t>(t.micro_batch_size, 0, "train", "micro_batch_size");
+  if (t.micro_batch_size == 0) {
+    require_config(t.global_batch_size % p.dp == 0,
+                   kv("train", "global_batch_size", format_value(t.global_batch_size)) +
+                       " is not divisible by dp = " + std::to_string(p.dp));
+    t.micro_batch_size = t.global_batch_size / p.dp;
+  }
+  require_config(t.global_batch_size % (t.micro_batch_size * p.dp) == 0,
+                 kv("train", "global_batch_size", format_value(t.global_batch_size)) +
+                     " is not a multiple of [train] micro_batch_size * dp = " + format_value(t.micro_batch_size) +
+                     " * " + std::to_string(p.dp) + ": the number of accumulated micro-batches must be whole");
+  require_at_least<std::int64_t>(t.max_steps, 1, "train", "max_steps");
+  require_at_least<std::int64_t>(t.stop_at_step, 0, "train", "stop_at_step");
+  require_at_least(t.time_limit_min, 0.0, "train", "time_limit_min");
+  require_config(t.lr > 0.0, kv("train", "lr", format_value(t.lr)) + " must be > 0");
+  require_config(t.min_lr >= 0.0 && t.min_lr <= t.lr,
+                 kv("train", "min_lr", format_value(t.min_lr)) + " must be in [0, [train] lr]");
+  require_at_least<std::int64_t>(t.warmup_steps, 0, "train", "warmup_steps");
+  require_at_least(t.weight_decay, 0.0, "train", "weight_decay");
+  require_config(t.beta1 >= 0.0 && t.beta1 < 1.0, kv("train", "beta1", format_value(t.beta1)) + " must be in [0, 1)");
+  require_config(t.beta2 >= 0.0 && t.beta2 < 1.0, kv("train", "beta2", format_value(t.beta2)) + " must be in [0, 1)");
+  require_config(t.eps > 0.0, kv("train", "eps", format_value(t.eps)) + " must be > 0");
+  require_at_least(t.grad_clip, 0.0, "train", "grad_clip");
+  require_at_least<std::int64_t>(t.eval_interval, 0, "train", "eval_interval");
+  require_at_least<std::int64_t>(t.eval_iters, 0, "train", "eval_iters");
+  require_at_least<std::int64_t>(t.seed, 0, "train", "seed");
+  require_at_least<std::int64_t>(t.log_interval, 1, "train", "log_interval");
+  require_config(t.dtype == "float" || t.dtype == "double",
+                 kv("train", "dtype", t.dtype) + ": expected float or double");
+  require_at_least(t.peak_tflops, 0.0, "train", "peak_tflops");
+
+  require_config(!c.data.path.empty(), "[data] path is not set: give the HDF5 token file written by `trident prep`");
+  require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");
+  require_at_least<std::int64_t>(c.checkpoint.interval, 0, "checkpoint", "interval");
+  require_at_least<std::int64_t>(c.checkpoint.keep, 1, "checkpoint", "keep");
+  if (t.out_dir.empty()) t.out_dir = "runs/" + (c.deck_name.empty() ? std::string("trident") : c.deck_name);
+}
+
+}  // namespace trident

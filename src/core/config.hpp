@@ -1,0 +1,96 @@
+// core/config.hpp: the input deck (an INI file with sections [model] [parallel] [train] [data]
+// [checkpoint]) as one plain struct, its parser and its validation.
+//
+// Layer: core. The parser uses Boost.Program_options inside config.cpp; no Boost type appears here.
+// Invariants: a Config that left validate() is consistent with the number of ranks: dp is resolved
+// (never "auto"), micro_batch_size is resolved, and every divisibility rule holds. Every rejected
+// value raises ConfigError naming the section, key and value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+/// GPT-2 model shape (Radford et al. 2019; nanoGPT's GPTConfig).
+struct ModelConfig {
+  int n_layer = 4;
+  int n_head = 4;
+  int n_embd = 128;
+  int block_size = 64;   ///< maximum context length T
+  int vocab_size = 0;    ///< 0: taken from the token file
+  bool bias = false;     ///< biases in Linear and LayerNorm (nanoGPT default False)
+  double dropout = 0.0;  ///< embedding, attention-probability and residual dropout
+};
+
+/// Process-grid shape. dp = 0 means "auto": world_size / (tp * pp), as in Megatron-LM.
+struct ParallelConfig {
+  int dp = 0;
+  int tp = 1;
+  int pp = 1;
+};
+
+struct TrainConfig {
+  std::int64_t global_batch_size = 12;  ///< sequences per optimizer step, over all dp ranks
+  std::int64_t micro_batch_size = 0;    ///< sequences per forward/backward; 0: global / dp
+  std::int64_t max_steps = 2000;        ///< length of the run and of the LR schedule
+  std::int64_t stop_at_step = 0;        ///< 0: none; else stop (with a checkpoint) after this step
+  double time_limit_min = 0.0;          ///< 0: none; else stop (with a checkpoint) before this wall time
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  std::int64_t warmup_steps = 100;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.99;
+  double eps = 1e-8;
+  double grad_clip = 1.0;        ///< max global gradient norm; 0 disables clipping
+  std::int64_t eval_interval = 250;  ///< 0: evaluate only at the end
+  std::int64_t eval_iters = 0;       ///< 0: the whole validation split; else this many batches
+  std::int64_t seed = 1337;
+  std::int64_t log_interval = 1;
+  std::string out_dir;          ///< empty: runs/<deck name>
+  std::string dtype = "float";  ///< float | double
+  double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
+};
+
+struct DataConfig {
+  std::string path;              ///< HDF5 token file written by `trident prep`
+  double cache_max_mb = 1024.0;  ///< splits up to this size are read into memory, larger ones on demand
+};
+
+struct CheckpointConfig {
+  std::int64_t interval = 0;  ///< 0: only at the end of the run (and on early stop)
+  std::int64_t keep = 3;      ///< how many committed checkpoints to keep
+};
+
+/// The whole input deck.
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  std::string deck_name;  ///< file name of the deck without directory and extension
+
+  /// The deck as INI text with every key (resolved values included); parse_deck_text() reads it back.
+  std::string to_ini() const;
+};
+
+/// Reads the deck at `path`, then applies `overrides` ("--section.key=value" or "section.key=value",
+/// which take precedence over the file). Local. Throws ConfigError for a missing file, an unknown
+/// key, a value of the wrong type or a syntax error, naming the key.
+Config parse_deck(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Same as parse_deck() for deck text held in memory (e.g. from a checkpoint). Local.
+Config parse_deck_text(const std::string& text, const std::string& deck_name,
+                       const std::vector<std::string>& overrides = {});
+
+/// Checks every value and resolves dp (auto) and micro_batch_size (0) for `world_size` ranks.
+/// Local but deterministic: every rank reaches the same verdict. Throws ConfigError naming the key.
+void validate(Config& cfg, int world_size);
+
+/// Human-readable list of every deck key with its default and meaning, for `trident train --help`.
+std::string deck_help();
+
+}  // namespace trident

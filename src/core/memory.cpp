@@ -1,0 +1,43 @@
+#include "core/memory.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+
+namespace trident {
+namespace {
+constexpr int kCats = static_cast<int>(MemCategory::count_);
+std::array<std::int64_t, kCats> g_current{};
+std::array<std::int64_t, kCats> g_peak{};
+std::int64_t g_total = 0;
+std::int64_t g_total_peak = 0;
+}  // namespace
+
+const char* mem_category_name(MemCategory c) {
+  static const char* names[kCats] = {"params", "grads", "optimizer", "activations", "comm", "data", "other"};
+  return names[static_cast<int>(c)];
+}
+
+void MemoryLedger::add(MemCategory c, std::int64_t bytes) {
+  auto i = static_cast<int>(c);
+  g_current[i] += bytes;
+  g_peak[i] = std::max(g_peak[i], g_current[i]);
+  g_total += bytes;
+  g_total_peak = std::max(g_total_peak, g_total);
+}
+void MemoryLedger::sub(MemCategory c, std::int64_t bytes) {
+  g_current[static_cast<int>(c)] -= bytes;
+  g_total -= bytes;
+}
+std::int64_t MemoryLedger::current(MemCategory c) { return g_current[static_cast<int>(c)]; }
+std::int64_t MemoryLedger::peak(MemCategory c) { return g_peak[static_cast<int>(c)]; }
+std::int64_t MemoryLedger::current_total() { return g_total; }
+std::int64_t MemoryLedger::peak_total() { return g_total_peak; }
+
+std::int64_t peak_rss_bytes() {
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<std::int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace trident

@@ -1,0 +1,507 @@
+#include "io/checkpoint_file.hpp"
+
+#include "io/hdf5.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace trident {
+
+std::string CkptShard::name() const {
+  return "pp" + std::to_string(pp) + "_dp" + std::to_string(dp) + "_tp" + std::to_string(tp);
+}
+
+namespace {
+
+constexpr std::size_t kNameLen = 128;
+
+struct TensorRow {
+  char name[kNameLen];
+  std::int32_t ndim;
+  std::int64_t shape[4];
+  std::int32_t split_dim;
+  std::int32_t split_groups;
+};
+struct ShardRow {
+  std::int32_t world_rank, pp, dp, tp;
+  std::int64_t length;
+};
+struct SegmentRow {
+  std::int32_t tensor, tp_rank, shard, pad;
+  std::int64_t tensor_offset, shard_offset, count;
+};
+
+h5::Type tensor_type() {
+  h5::Type t(H5Tcreate(H5T_COMPOUND, sizeof(TensorRow)), "H5Tcreate");
+  h5::Type s = h5::string_type(kNameLen);
+  hsize_t four = 4;
+  h5::Type arr(H5Tarray_create2(H5T_NATIVE_INT64, 1, &four), "H5Tarray_create2");
+  h5::check(H5Tinsert(t, "name", HOFFSET(TensorRow, name), s), "H5Tinsert");
+  h5::check(H5Tinsert(t, "ndim", HOFFSET(TensorRow, ndim), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "shape", HOFFSET(TensorRow, shape), arr), "H5Tinsert");
+  h5::check(H5Tinsert(t, "split_dim", HOFFSET(TensorRow, split_dim), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "split_groups", HOFFSET(TensorRow, split_groups), H5T_NATIVE_INT32), "H5Tinsert");
+  return t;
+}
+h5::Type shard_type() {
+  h5::Type t(H5Tcreate(H5T_COMPOUND, sizeof(ShardRow)), "H5Tcreate");
+  h5::check(H5Tinsert(t, "world_rank", HOFFSET(ShardRow, world_rank), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "pp", HOFFSET(ShardRow, pp), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "dp", HOFFSET(ShardRow, dp), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "tp", HOFFSET(ShardRow, tp), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "length", HOFFSET(ShardRow, length), H5T_NATIVE_INT64), "H5Tinsert");
+  return t;
+}
+h5::Type segment_type() {
+  h5::Type t(H5Tcreate(H5T_COMPOUND, sizeof(SegmentRow)), "H5Tcreate");
+  h5::check(H5Tinsert(t, "tensor", HOFFSET(SegmentRow, tensor), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "tp_rank", HOFFSET(SegmentRow, tp_rank), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "shard", HOFFSET(SegmentRow, shard), H5T_NATIVE_INT32), "H5Tinsert");
+  h5::check(H5Tinsert(t, "tensor_offset", HOFFSET(SegmentRow, tensor_offset), H5T_NATIVE_INT64), "H5Tinsert");
+  h5::check(H5Tinsert(t, "shard_offset", HOFFSET(SegmentRow, shard_offset), H5T_NATIVE_INT64), "H5Tinsert");
+  h5::check(H5Tinsert(t, "count", HOFFSET(SegmentRow, count), H5T_NATIVE_INT64), "H5Tinsert");
+  return t;
+}
+
+hid_t h5_native(DataType t) {
+  switch (t) {
+    case DataType::f32: return H5T_NATIVE_FLOAT;
+    case DataType::f64: return H5T_NATIVE_DOUBLE;
+    default: throw Error("checkpoint arrays must be f32 or f64");
+  }
+}
+const char* dtype_name(DataType t) { return t == DataType::f64 ? "float64" : "float32"; }
+
+std::string join(const std::vector<std::string>& v, char sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? std::string(1, sep) : "") + v[i];
+  return s;
+}
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+h5::Plist lcpl_intermediate() {
+  h5::Plist p(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate");
+  h5::check(H5Pset_create_intermediate_group(p, 1), "H5Pset_create_intermediate_group");
+  return p;
+}
+
+/// Creates a 1-D or 2-D dataset with early allocation and no fill (the writer overwrites all of it).
+h5::Dataset create_dataset(hid_t file, const std::string& path, hid_t type, std::vector<hsize_t> dims) {
+  h5::Space sp(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple");
+  h5::Plist dcpl(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
+  h5::check(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+  h5::check(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
+  h5::Plist lcpl = lcpl_intermediate();
+  return h5::Dataset(H5Dcreate2(file, path.c_str(), type, sp, lcpl, dcpl, H5P_DEFAULT), "creating " + path);
+}
+
+/// Writes rows [first, first + n) of a 1-D dataset (or all columns of rows of a 2-D one).
+void write_rows(hid_t dset, hid_t memtype, hsize_t first, hsize_t n, hsize_t cols, const void* data,
+                const std::string& what) {
+  if (n == 0) return;
+  h5::Space fs(H5Dget_space(dset), "H5Dget_space");
+  const int nd = H5Sget_simple_extent_ndims(fs);
+  hsize_t start[2] = {first, 0}, count[2] = {n, cols};
+  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr), "H5Sselect_hyperslab");
+  h5::Space ms(H5Screate_simple(nd, count, nullptr), "H5Screate_simple");
+  h5::check(H5Dwrite(dset, memtype, ms, fs, H5P_DEFAULT, data), "writing " + what);
+}
+
+struct Failure {
+  bool ok = true;
+  std::string msg;
+  template <class F>
+  void run(F&& f) {
+    if (!ok) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      ok = false;
+      msg = e.what();
+    }
+  }
+};
+
+/// Every rank throws the (collective) error of the lowest failing rank, or none throws.
+void agree_or_throw(Communicator& comm, const Failure& f, const std::string& context) {
+  run_agreed(comm, context, [&] {
+    if (!f.ok) throw CheckpointError(f.msg);
+  });
+}
+
+}  // namespace
+
+void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w) {
+  h5::quiet_errors();
+  const int R = comm.size(), me = comm.rank();
+  const std::size_t K = w.kinds.size();
+  Failure fail;
+  fail.run([&] {
+    if (w.arrays.size() != K) throw Error("write_checkpoint_file: one array per kind expected");
+    if (w.rank_state.size() != w.rank_state_columns.size())
+      throw Error("write_checkpoint_file: rank_state has the wrong number of columns");
+    for (const auto& t : w.tensors)
+      if (t.name.size() >= kNameLen || t.shape.size() > 4) throw Error("tensor name or rank too large: " + t.name);
+  });
+  agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
+
+  // Everyone needs every shard's description and segment count to create the same datasets.
+  std::vector<std::int64_t> mine = {w.shard.world_rank, w.shard.pp, w.shard.dp, w.shard.tp, w.shard.length,
+                                    static_cast<std::int64_t>(w.segments.size())};
+  std::vector<std::int64_t> all(static_cast<size_t>(R) * 6);
+  comm.all_gather(mine.data(), all.data(), 6, DataType::i64);
+  std::vector<ShardRow> shards(static_cast<size_t>(R));
+  std::int64_t n_segments = 0, my_first_segment = 0;
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t* a = &all[static_cast<size_t>(r) * 6];
+    shards[r] = ShardRow{static_cast<std::int32_t>(a[0]), static_cast<std::int32_t>(a[1]),
+                         static_cast<std::int32_t>(a[2]), static_cast<std::int32_t>(a[3]), a[4]};
+    if (r == me) my_first_segment = n_segments;
+    n_segments += a[5];
+  }
+  auto shard_name = [&](int r) {
+    CkptShard s;
+    s.pp = shards[r].pp;
+    s.dp = shards[r].dp;
+    s.tp = shards[r].tp;
+    return s.name();
+  };
+
+  h5::File file;
+  h5::Dataset d_tensors, d_shards, d_segments, d_checksums, d_state;
+  std::vector<h5::Dataset> my_arrays(K);
+  std::map<std::string, h5::Dataset> d_texts, d_ints;
+  // Phase 1 (collective): create the file and every object, in the same order on every rank.
+  fail.run([&] {
+    h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+    h5::check(H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), MPI_INFO_NULL), "H5Pset_fapl_mpio");
+    h5::check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
+    h5::check(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
+    file = h5::File(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "cannot create checkpoint file '" + path + "'");
+    h5::write_attr(file, "format", std::string("trident-checkpoint"));
+    h5::write_attr(file, "format_version", kCheckpointFormatVersion);
+    h5::write_attr(file, "dtype", std::string(dtype_name(w.dtype)));
+    h5::write_attr(file, "kinds", join(w.kinds, ','));
+    h5::write_attr(file, "n_shards", static_cast<std::int64_t>(R));
+    for (const auto& [k, v] : w.int_attrs) h5::write_attr(file, k, v);
+    for (const auto& [k, v] : w.double_attrs) h5::write_attr(file, k, v);
+    for (const auto& [k, v] : w.string_attrs) h5::write_attr(file, k, v);
+
+    d_tensors = create_dataset(file, "/index/tensors", tensor_type(), {w.tensors.size()});
+    d_shards = create_dataset(file, "/index/shards", shard_type(), {static_cast<hsize_t>(R)});
+    d_segments = create_dataset(file, "/index/segments", segment_type(), {static_cast<hsize_t>(n_segments)});
+    d_checksums = create_dataset(file, "/index/checksums", H5T_STD_U64LE, {static_cast<hsize_t>(R), K});
+    d_state = create_dataset(file, "/rank_state", H5T_STD_I64LE,
+                             {static_cast<hsize_t>(R), std::max<hsize_t>(w.rank_state_columns.size(), 1)});
+    h5::write_attr(d_state, "columns", join(w.rank_state_columns, ','));
+    const hid_t ftype = w.dtype == DataType::f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE;
+    for (size_t k = 0; k < K; ++k)
+      for (int r = 0; r < R; ++r) {
+        h5::Dataset d = create_dataset(file, "/shards/" + w.kinds[k] + "/" + shard_name(r), ftype,
+                                       {static_cast<hsize_t>(shards[r].length)});
+        if (r == me) my_arrays[k] = std::move(d);
+      }
+    for (const auto& [name, text] : w.texts) {
+      h5::Space sp(H5Screate(H5S_SCALAR), "H5Screate");
+      h5::Type st = h5::string_type(text.size() + 1);
+      h5::Plist lcpl = lcpl_intermediate();
+      d_texts[name] = h5::Dataset(H5Dcreate2(file, ("/" + name).c_str(), st, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT),
+                                  "creating /" + name);
+    }
+    for (const auto& [name, arr] : w.int_arrays)
+      d_ints[name] = create_dataset(file, "/" + name, H5T_STD_I32LE, {arr.size()});
+  });
+  agree_or_throw(comm, fail, "cannot create checkpoint '" + path + "'");
+
+  // Phase 2 (independent): every rank writes its own rows and shards; rank 0 the global tables.
+  fail.run([&] {
+    if (me == 0) {
+      std::vector<TensorRow> rows(w.tensors.size());
+      for (size_t i = 0; i < w.tensors.size(); ++i) {
+        TensorRow& r = rows[i];
+        std::memset(&r, 0, sizeof r);
+        std::strncpy(r.name, w.tensors[i].name.c_str(), kNameLen - 1);
+        r.ndim = static_cast<std::int32_t>(w.tensors[i].shape.size());
+        for (size_t d = 0; d < w.tensors[i].shape.size(); ++d) r.shape[d] = w.tensors[i].shape[d];
+        r.split_dim = w.tensors[i].split_dim;
+        r.split_groups = w.tensors[i].split_groups;
+      }
+      write_rows(d_tensors, tensor_type(), 0, rows.size(), 1, rows.data(), "/index/tensors");
+      write_rows(d_shards, shard_type(), 0, shards.size(), 1, shards.data(), "/index/shards");
+      for (const auto& [name, text] : w.texts) {
+        h5::Type st = h5::string_type(text.size() + 1);
+        h5::check(H5Dwrite(d_texts[name], st, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.c_str()), "writing /" + name);
+      }
+      for (const auto& [name, arr] : w.int_arrays)
+        write_rows(d_ints[name], H5T_NATIVE_INT32, 0, arr.size(), 1, arr.data(), "/" + name);
+    }
+    std::vector<SegmentRow> seg(w.segments.size());
+    for (size_t i = 0; i < seg.size(); ++i) {
+      const CkptSegment& s = w.segments[i];
+      seg[i] = SegmentRow{s.tensor, s.tp_rank, me, 0, s.tensor_offset, s.shard_offset, s.count};
+    }
+    write_rows(d_segments, segment_type(), static_cast<hsize_t>(my_first_segment), seg.size(), 1, seg.data(),
+               "/index/segments");
+    std::vector<std::uint64_t> sums(K);
+    const std::size_t bytes = static_cast<std::size_t>(w.shard.length) * dtype_size(w.dtype);
+    for (size_t k = 0; k < K; ++k) {
+      sums[k] = XXH64(w.arrays[k], bytes, 0);
+      write_rows(my_arrays[k], h5_native(w.dtype), 0, static_cast<hsize_t>(w.shard.length), 1, w.arrays[k],
+                 "/shards/" + w.kinds[k] + "/" + shard_name(me));
+    }
+    write_rows(d_checksums, H5T_NATIVE_UINT64, static_cast<hsize_t>(me), 1, K, sums.data(), "/index/checksums");
+    if (!w.rank_state.empty())
+      write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.size(), w.rank_state.data(),
+                 "/rank_state");
+  });
+  // Phase 3 (collective): close every object, flush to stable storage, close the file.
+  Failure close_fail;
+  close_fail.run([&] {
+    d_tensors.reset();
+    d_shards.reset();
+    d_segments.reset();
+    d_checksums.reset();
+    d_state.reset();
+    my_arrays.clear();
+    d_texts.clear();
+    d_ints.clear();
+    if (file.valid()) {
+      h5::check(H5Fflush(file, H5F_SCOPE_GLOBAL), "flushing checkpoint '" + path + "'");
+      file.close("closing checkpoint '" + path + "'");
+    }
+  });
+  if (fail.ok && !close_fail.ok) fail = close_fail;
+  agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
+}
+
+// ------------------------------------------------------------------------------------------------
+
+struct CheckpointReader::Impl {
+  h5::File file;
+  mutable std::map<std::pair<int, int>, h5::Dataset> open;  // (kind, shard) -> dataset
+};
+
+CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
+    : impl_(std::make_unique<Impl>()), path_(path) {
+  h5::quiet_errors();
+  Failure fail;
+  fail.run([&] {
+    FILE* fp = std::fopen(path.c_str(), "rb");
+    if (fp == nullptr) throw IoError("checkpoint '" + path + "' does not exist or cannot be read");
+    std::fclose(fp);
+    if (H5Fis_hdf5(path.c_str()) <= 0)
+      throw IoError("checkpoint '" + path + "' is not an HDF5 file (truncated or corrupt)");
+  });
+  agree_or_throw(comm, fail, "cannot open checkpoint");
+  fail.run([&] {
+    h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+    h5::check(H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), MPI_INFO_NULL), "H5Pset_fapl_mpio");
+    H5Pset_file_locking(fapl, false, true);  // read-only: no lock needed
+    impl_->file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open checkpoint '" + path + "'");
+  });
+  agree_or_throw(comm, fail, "cannot open checkpoint");
+  fail.run([&] {
+    hid_t f = impl_->file;
+    if (!h5::has_attr(f, "format") || h5::read_attr_string(f, "format") != "trident-checkpoint")
+      throw CheckpointError("'" + path + "' is an HDF5 file but not a Trident checkpoint");
+    const std::int64_t version = h5::read_attr_int(f, "format_version");
+    if (version != kCheckpointFormatVersion)
+      throw CheckpointError("checkpoint '" + path + "' has format_version " + std::to_string(version) +
+                            "; this build reads version " + std::to_string(kCheckpointFormatVersion));
+    dtype_ = h5::read_attr_string(f, "dtype") == "float64" ? DataType::f64 : DataType::f32;
+    kinds_ = split(h5::read_attr_string(f, "kinds"), ',');
+
+    auto read_table = [&](const char* name, hid_t type, auto& rows) {
+      if (!h5::exists(f, name)) throw CheckpointError("checkpoint '" + path + "' has no " + std::string(name));
+      h5::Dataset d(H5Dopen2(f, name, H5P_DEFAULT), std::string("opening ") + name);
+      rows.resize(static_cast<size_t>(h5::extent_1d(d, name)));
+      if (!rows.empty())
+        h5::check(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), std::string("reading ") + name);
+    };
+    std::vector<TensorRow> trows;
+    std::vector<ShardRow> srows;
+    std::vector<SegmentRow> grows;
+    read_table("/index/tensors", tensor_type(), trows);
+    read_table("/index/shards", shard_type(), srows);
+    read_table("/index/segments", segment_type(), grows);
+    for (const TensorRow& r : trows) {
+      CkptTensor t;
+      t.name = std::string(r.name, strnlen(r.name, kNameLen));
+      t.shape.assign(r.shape, r.shape + std::clamp(r.ndim, 0, 4));
+      t.split_dim = r.split_dim;
+      t.split_groups = r.split_groups;
+      tensors_.push_back(t);
+    }
+    for (const ShardRow& r : srows) shards_.push_back(CkptShard{r.world_rank, r.pp, r.dp, r.tp, r.length});
+    for (const SegmentRow& r : grows) {
+      if (r.tensor < 0 || r.tensor >= static_cast<int>(tensors_.size()) || r.shard < 0 ||
+          r.shard >= static_cast<int>(shards_.size()) || r.count < 0 || r.shard_offset < 0 ||
+          r.shard_offset + r.count > shards_[r.shard].length)
+        throw CheckpointError("checkpoint '" + path + "' has a corrupt /index/segments row");
+      segments_.push_back(CkptSegment{r.tensor, r.tp_rank, r.shard, r.tensor_offset, r.shard_offset, r.count});
+    }
+    for (size_t i = 0; i < segments_.size(); ++i)
+      by_piece_[{segments_[i].tensor, segments_[i].tp_rank}].push_back(static_cast<int>(i));
+    for (auto& [key, rows] : by_piece_)
+      std::sort(rows.begin(), rows.end(),
+                [&](int a, int b) { return segments_[a].tensor_offset < segments_[b].tensor_offset; });
+    if (h5::exists(f, "/rank_state")) {
+      h5::Dataset d(H5Dopen2(f, "/rank_state", H5P_DEFAULT), "opening /rank_state");
+      rank_state_columns_ = split(h5::read_attr_string(d, "columns"), ',');
+    }
+  });
+  agree_or_throw(comm, fail, "cannot use checkpoint");
+}
+
+CheckpointReader::~CheckpointReader() = default;
+
+bool CheckpointReader::has_attr(const std::string& name) const { return h5::has_attr(impl_->file, name); }
+std::int64_t CheckpointReader::attr_int(const std::string& name) const {
+  try {
+    return h5::read_attr_int(impl_->file, name);
+  } catch (const IoError& e) {
+    throw CheckpointError("checkpoint '" + path_ + "': " + e.what());
+  }
+}
+double CheckpointReader::attr_double(const std::string& name) const {
+  try {
+    return h5::read_attr_double(impl_->file, name);
+  } catch (const IoError& e) {
+    throw CheckpointError("checkpoint '" + path_ + "': " + e.what());
+  }
+}
+std::string CheckpointReader::attr_string(const std::string& name) const {
+  try {
+    return h5::read_attr_string(impl_->file, name);
+  } catch (const IoError& e) {
+    throw CheckpointError("checkpoint '" + path_ + "': " + e.what());
+  }
+}
+std::string CheckpointReader::text(const std::string& name) const {
+  return h5::read_string_dataset(impl_->file, "/" + name);
+}
+std::vector<std::int32_t> CheckpointReader::int_array(const std::string& name) const {
+  const std::string p = "/" + name;
+  if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no " + p);
+  h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
+  std::vector<std::int32_t> v(static_cast<size_t>(h5::extent_1d(d, p)));
+  if (!v.empty()) h5::check(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "reading " + p);
+  return v;
+}
+
+int CheckpointReader::find_tensor(const std::string& name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    if (tensors_[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+std::vector<std::int64_t> CheckpointReader::rank_state(int shard_row) const {
+  const std::size_t K = rank_state_columns_.size();
+  std::vector<std::int64_t> v(K);
+  if (K == 0) return v;
+  h5::Dataset d(H5Dopen2(impl_->file, "/rank_state", H5P_DEFAULT), "opening /rank_state");
+  h5::Space fs(H5Dget_space(d), "H5Dget_space");
+  hsize_t start[2] = {static_cast<hsize_t>(shard_row), 0}, count[2] = {1, K};
+  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr), "H5Sselect_hyperslab");
+  h5::Space ms(H5Screate_simple(2, count, nullptr), "H5Screate_simple");
+  h5::check(H5Dread(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, v.data()), "reading /rank_state");
+  return v;
+}
+
+void CheckpointReader::read(const std::string& kind, int tensor, int tp_rank, std::int64_t offset, std::int64_t count,
+                            DataType out_type, void* out) const {
+  const auto kit = std::find(kinds_.begin(), kinds_.end(), kind);
+  if (kit == kinds_.end()) throw CheckpointError("checkpoint '" + path_ + "' holds no '" + kind + "' arrays");
+  const int k = static_cast<int>(kit - kinds_.begin());
+  const std::size_t es = dtype_size(out_type);
+  std::int64_t covered = 0;
+  auto it = by_piece_.find({tensor, tp_rank});
+  if (it != by_piece_.end()) {
+    for (int row : it->second) {
+      const CkptSegment& s = segments_[row];
+      const std::int64_t a = std::max(offset, s.tensor_offset), b = std::min(offset + count, s.tensor_offset + s.count);
+      if (a >= b) continue;
+      auto key = std::make_pair(k, s.shard);
+      auto dit = impl_->open.find(key);
+      if (dit == impl_->open.end()) {
+        const std::string p = "/shards/" + kind + "/" + shards_[s.shard].name();
+        if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no dataset " + p);
+        dit = impl_->open.emplace(key, h5::Dataset(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p)).first;
+      }
+      h5::Space fs(H5Dget_space(dit->second), "H5Dget_space");
+      hsize_t start = static_cast<hsize_t>(s.shard_offset + (a - s.tensor_offset)), n = static_cast<hsize_t>(b - a);
+      h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &n, nullptr), "H5Sselect_hyperslab");
+      h5::Space ms(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
+      h5::check(H5Dread(dit->second, h5_native(out_type), ms, fs, H5P_DEFAULT,
+                        static_cast<char*>(out) + static_cast<std::size_t>(a - offset) * es),
+                "reading " + kind + " of " + tensors_.at(tensor).name + " from '" + path_ + "'");
+      covered += b - a;
+    }
+  }
+  if (covered != count)
+    throw CheckpointError("checkpoint '" + path_ + "' does not hold all of " + kind + " of tensor '" +
+                          tensors_.at(tensor).name + "' (tp piece " + std::to_string(tp_rank) + ", elements [" +
+                          std::to_string(offset) + ", " + std::to_string(offset + count) + "))");
+}
+
+std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
+  const std::size_t K = kinds_.size();
+  const std::size_t es = dtype_size(dtype_);
+  std::vector<std::uint64_t> want(shards_.size() * K, 0);
+  std::string local_problem;
+  int local_bad = 0;
+  try {
+    h5::Dataset d(H5Dopen2(impl_->file, "/index/checksums", H5P_DEFAULT), "opening /index/checksums");
+    if (!want.empty())
+      h5::check(H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), "reading /index/checksums");
+    std::vector<char> buf;
+    for (size_t s = static_cast<size_t>(comm.rank()); s < shards_.size(); s += static_cast<size_t>(comm.size())) {
+      for (size_t k = 0; k < K; ++k) {
+        const std::string p = "/shards/" + kinds_[k] + "/" + shards_[s].name();
+        try {
+          if (!h5::exists(impl_->file, p)) throw CheckpointError(p + " is missing");
+          h5::Dataset ds(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
+          if (h5::extent_1d(ds, p) != shards_[s].length) throw CheckpointError(p + " has the wrong length");
+          buf.resize(static_cast<size_t>(shards_[s].length) * es);
+          if (!buf.empty())
+            h5::check(H5Dread(ds, dtype_ == DataType::f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
+                              H5P_DEFAULT, buf.data()),
+                      "reading " + p);
+          if (XXH64(buf.data(), buf.size(), 0) != want[s * K + k]) throw CheckpointError(p + " fails its checksum");
+        } catch (const std::exception& e) {
+          if (local_bad++ == 0) local_problem = e.what();
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    if (local_bad++ == 0) local_problem = e.what();
+  }
+  // Every rank reports the same list: the first problem of each rank that found any.
+  const std::int32_t total = comm.all_reduce_value<std::int32_t>(local_bad);
+  std::vector<std::string> problems;
+  if (total == 0) return problems;
+  std::vector<char> mine(512, '\0'), all(512 * static_cast<size_t>(comm.size()));
+  std::strncpy(mine.data(), local_problem.c_str(), mine.size() - 1);
+  comm.all_gather(mine.data(), all.data(), mine.size(), DataType::u8);
+  for (int r = 0; r < comm.size(); ++r) {
+    std::string p(&all[static_cast<size_t>(r) * 512]);
+    if (!p.empty()) problems.push_back(p);
+  }
+  if (static_cast<int>(problems.size()) < total)
+    problems.push_back("(" + std::to_string(total) + " problems in all)");
+  return problems;
+}
+
+}  // namespace trident

@@ -1,0 +1,140 @@
+// io/checkpoint_file.hpp: one sharded checkpoint file in parallel HDF5, written by all ranks at once.
+//
+// Layer: io. It stores named, sharded arrays and an index; it knows nothing of the model's classes
+// (STYLE.md), so adding a layer never touches this file. The full specification is
+// docs/checkpoint-format.md; in short (format_version 1):
+//
+//   /                      attrs: format = "trident-checkpoint", format_version, dtype, kinds, n_shards,
+//                          plus the caller's restart metadata (step, seed, lr, ...)
+//   /shards/<kind>/<shard> 1-D array of one rank's shard of kind <kind> ("param", "exp_avg", ...);
+//                          <shard> = "pp<i>_dp<j>_tp<k>", the writing rank's grid coordinates
+//   /index/tensors         compound table: name, ndim, shape[4], split_dim, split_groups (global tensors)
+//   /index/shards          compound table: world_rank, pp, dp, tp, length (one row per shard)
+//   /index/segments        compound table: tensor, tp_rank, shard, tensor_offset, shard_offset, count:
+//                          elements [tensor_offset, +count) of tensor's tp-local piece (row-major) sit at
+//                          [shard_offset, +count) of every /shards/<kind>/<shard>
+//   /index/checksums       (n_shards, n_kinds) uint64: XXH64 (seed 0) of each shard dataset's bytes
+//   /rank_state            (n_shards, K) int64 per-rank restart state, attr "columns"
+//   /<text>, /<array>      caller's replicated texts (e.g. /config) and int32 arrays (e.g. /tokenizer/vocab)
+//
+// Cost at R ranks, K tensors: R x kinds shard datasets (not R x K x kinds), index rows ~ K*tp + R*units,
+// every dataset created collectively once (collective metadata writes on). See docs/design.md.
+// Invariants: a file is only ever written under a temporary name by write_checkpoint_file(); the
+// caller commits it by rename after the function returned on every rank.
+#pragma once
+
+#include "parallel/communicator.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct CkptTensor {
+  std::string name;
+  std::vector<std::int64_t> shape;  ///< global shape, at most 4 dimensions
+  int split_dim = -1;               ///< tensor-parallel split dimension (-1: replicated over tp)
+  int split_groups = 1;             ///< blocks of split_dim split separately over tp (3 for qkv)
+};
+
+struct CkptSegment {
+  std::int32_t tensor = 0;         ///< row of /index/tensors
+  std::int32_t tp_rank = 0;        ///< which tp-local piece of the tensor (0 when not split)
+  std::int32_t shard = 0;          ///< row of /index/shards
+  std::int64_t tensor_offset = 0;  ///< first element within the tp-local piece
+  std::int64_t shard_offset = 0;   ///< first element within the shard datasets
+  std::int64_t count = 0;
+};
+
+struct CkptShard {
+  std::int32_t world_rank = 0, pp = 0, dp = 0, tp = 0;
+  std::int64_t length = 0;
+  /// Dataset name of this shard below /shards/<kind>/: "pp0_dp1_tp0".
+  std::string name() const;
+};
+
+/// What one rank contributes to a checkpoint. Fields marked "same on all ranks" must be equal.
+struct CheckpointWrite {
+  std::vector<CkptTensor> tensors;                       ///< same on all ranks
+  std::vector<std::string> kinds;                        ///< same on all ranks
+  DataType dtype = DataType::f32;                        ///< same on all ranks (f32 or f64)
+  std::map<std::string, std::int64_t> int_attrs;         ///< same on all ranks
+  std::map<std::string, double> double_attrs;            ///< same on all ranks
+  std::map<std::string, std::string> string_attrs;       ///< same on all ranks
+  std::map<std::string, std::string> texts;              ///< same on all ranks (written by rank 0)
+  std::map<std::string, std::vector<std::int32_t>> int_arrays;  ///< same on all ranks (written by rank 0)
+  std::vector<std::string> rank_state_columns;           ///< same on all ranks
+  CkptShard shard;                                       ///< this rank: coordinates and length
+  std::vector<CkptSegment> segments;                     ///< this rank (their `shard` field is ignored)
+  std::vector<const void*> arrays;                       ///< this rank: one per kind, shard.length elements
+  std::vector<std::int64_t> rank_state;                  ///< this rank: one value per column
+};
+
+/// Writes `w` from every rank of `comm` into a new file at `path` (truncating it). Collective over
+/// comm. All dataset and attribute creation is done by every rank in the same order
+/// (TOOLCHAIN.md); data is written independently. Success is agreed by all-reduce, so either every
+/// rank returns or every rank throws CheckpointError (collective) naming the failure of the first
+/// failing rank's view (e.g. "No space left on device").
+void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w);
+
+/// Read access to a checkpoint file. Each rank reads independently what it needs.
+class CheckpointReader {
+ public:
+  /// Opens `path` read-only through MPI-IO on `comm` and reads the index. Collective over comm.
+  /// Throws IoError/CheckpointError (agreed: collective) when the file is missing, truncated, not
+  /// a Trident checkpoint or of an unknown format version.
+  CheckpointReader(const std::string& path, Communicator& comm);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool has_attr(const std::string& name) const;
+  std::int64_t attr_int(const std::string& name) const;
+  double attr_double(const std::string& name) const;
+  std::string attr_string(const std::string& name) const;
+  std::string text(const std::string& name) const;
+  std::vector<std::int32_t> int_array(const std::string& name) const;
+
+  DataType dtype() const { return dtype_; }
+  const std::vector<std::string>& kinds() const { return kinds_; }
+  const std::vector<CkptTensor>& tensors() const { return tensors_; }
+  const std::vector<CkptShard>& shards() const { return shards_; }
+  const std::vector<CkptSegment>& segments() const { return segments_; }
+  /// Row of tensor `name` in tensors(), or -1.
+  int find_tensor(const std::string& name) const;
+  const std::vector<std::string>& rank_state_columns() const { return rank_state_columns_; }
+  /// The rank-state row of shard `shard_row`. Local.
+  std::vector<std::int64_t> rank_state(int shard_row) const;
+
+  /// Reads elements [offset, offset + count) of the tp_rank-local piece of tensor `tensor`, array
+  /// `kind`, into `out` converted to `out_type` (f32/f64). Local. Throws CheckpointError if the
+  /// index does not cover the whole range, IoError if a read fails.
+  void read(const std::string& kind, int tensor, int tp_rank, std::int64_t offset, std::int64_t count,
+            DataType out_type, void* out) const;
+
+  /// Recomputes the XXH64 checksum of every shard dataset (the work spread over comm's ranks) and
+  /// compares with /index/checksums. Collective over comm. Returns the problems found, the same
+  /// list on every rank (empty when the file is intact).
+  std::vector<std::string> verify(Communicator& comm) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string path_;
+  DataType dtype_ = DataType::f32;
+  std::vector<std::string> kinds_;
+  std::vector<CkptTensor> tensors_;
+  std::vector<CkptShard> shards_;
+  std::vector<CkptSegment> segments_;
+  std::vector<std::string> rank_state_columns_;
+  std::map<std::pair<int, int>, std::vector<int>> by_piece_;  // (tensor, tp_rank) -> segment rows by offset
+};
+
+/// Checkpoint format version this build writes and reads.
+constexpr std::int64_t kCheckpointFormatVersion = 1;
+
+}  // namespace trident

@@ -1,0 +1,113 @@
+#include "io/token_file.hpp"
+
+#include "io/hdf5.hpp"
+
+namespace trident {
+
+namespace {
+constexpr std::int64_t kTokenFormatVersion = 1;
+
+void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>& tokens, bool narrow,
+                  const std::string& path) {
+  hsize_t n = tokens.size();
+  h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
+  h5::Plist dcpl(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
+  if (n > 0) {  // chunked + compressed would be smaller, but contiguous keeps reads of any window to one seek
+    h5::check(H5Pset_layout(dcpl, H5D_CONTIGUOUS), "H5Pset_layout");
+  }
+  h5::Dataset d(H5Dcreate2(file, name, narrow ? H5T_STD_U16LE : H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+                "creating /" + std::string(name) + " in " + path);
+  if (n > 0)
+    h5::check(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()),
+              "writing /" + std::string(name) + " to " + path);
+}
+}  // namespace
+
+void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
+                      const std::vector<std::int32_t>& val) {
+  h5::quiet_errors();
+  h5::File f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "cannot create token file '" + path + "'");
+  h5::write_attr(f, "format", std::string("trident-tokens"));
+  h5::write_attr(f, "format_version", kTokenFormatVersion);
+  h5::write_attr(f, "tokenizer", info.tokenizer);
+  h5::write_attr(f, "vocab_size", info.vocab_size);
+  h5::write_attr(f, "source", info.source);
+  const bool narrow = info.vocab_size <= 65536;
+  write_tokens(f, "train", train, narrow, path);
+  write_tokens(f, "val", val, narrow, path);
+  if (!info.vocab.empty()) {
+    hsize_t n = info.vocab.size();
+    h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
+    h5::Dataset d(H5Dcreate2(f, "vocab", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "creating /vocab");
+    h5::check(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, info.vocab.data()), "writing /vocab");
+  }
+  f.close("closing token file '" + path + "'");
+}
+
+struct TokenFileReader::Impl {
+  h5::File file;
+  h5::Dataset train, val;
+};
+
+TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
+  h5::quiet_errors();
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    FILE* fp = std::fopen(path.c_str(), "rb");
+    if (fp == nullptr) throw IoError("token file '" + path + "' does not exist or cannot be read");
+    std::fclose(fp);
+    throw IoError("token file '" + path + "' is not an HDF5 file (or is truncated); write it with `trident prep`");
+  }
+  // Read-only access needs no file lock; skipping it lets many ranks open the file on file
+  // systems without flock support.
+  h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  H5Pset_file_locking(fapl, false, true);
+  impl_->file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open token file '" + path + "'");
+  hid_t f = impl_->file;
+  if (!h5::has_attr(f, "format") || h5::read_attr_string(f, "format") != "trident-tokens")
+    throw IoError("'" + path + "' is an HDF5 file but not a Trident token file (no format = \"trident-tokens\")");
+  const std::int64_t version = h5::read_attr_int(f, "format_version");
+  if (version != kTokenFormatVersion)
+    throw IoError("token file '" + path + "' has format_version " + std::to_string(version) + "; this build reads " +
+                  std::to_string(kTokenFormatVersion));
+  info_.tokenizer = h5::read_attr_string(f, "tokenizer");
+  info_.vocab_size = h5::read_attr_int(f, "vocab_size");
+  if (h5::has_attr(f, "source")) info_.source = h5::read_attr_string(f, "source");
+  for (const char* split : {"train", "val"})
+    if (!h5::exists(f, split)) throw IoError("token file '" + path + "' has no /" + std::string(split) + " dataset");
+  impl_->train = h5::Dataset(H5Dopen2(f, "train", H5P_DEFAULT), "opening /train in " + path);
+  impl_->val = h5::Dataset(H5Dopen2(f, "val", H5P_DEFAULT), "opening /val in " + path);
+  info_.n_train = h5::extent_1d(impl_->train, "/train in " + path);
+  info_.n_val = h5::extent_1d(impl_->val, "/val in " + path);
+  if (h5::exists(f, "vocab")) {
+    h5::Dataset d(H5Dopen2(f, "vocab", H5P_DEFAULT), "opening /vocab");
+    info_.vocab.resize(static_cast<size_t>(h5::extent_1d(d, "/vocab in " + path)));
+    if (!info_.vocab.empty())
+      h5::check(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, info_.vocab.data()),
+                "reading /vocab from " + path);
+  }
+}
+
+TokenFileReader::~TokenFileReader() = default;
+
+std::int64_t TokenFileReader::size(const std::string& split) const {
+  if (split == "train") return info_.n_train;
+  if (split == "val") return info_.n_val;
+  throw IoError("unknown split '" + split + "'");
+}
+
+void TokenFileReader::read(const std::string& split, std::int64_t offset, std::int64_t count, std::int32_t* out) const {
+  const std::int64_t n = size(split);
+  if (offset < 0 || count < 0 || offset + count > n)
+    throw IoError("token file '" + path_ + "': range [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                  ") is outside /" + split + " (" + std::to_string(n) + " tokens)");
+  if (count == 0) return;
+  hid_t d = split == "train" ? impl_->train.id() : impl_->val.id();
+  h5::Space fs(H5Dget_space(d), "H5Dget_space");
+  hsize_t start = static_cast<hsize_t>(offset), cnt = static_cast<hsize_t>(count);
+  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), "H5Sselect_hyperslab");
+  h5::Space ms(H5Screate_simple(1, &cnt, nullptr), "H5Screate_simple");
+  h5::check(H5Dread(d, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, out),
+            "reading /" + split + " [" + std::to_string(offset) + ", +" + std::to_string(count) + ") from " + path_);
+}
+
+}  // namespace trident

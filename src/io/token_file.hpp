@@ -1,0 +1,57 @@
+// io/token_file.hpp: the HDF5 token file that `trident prep` writes and training reads.
+//
+// Layer: io. Local (serial HDF5 access; every rank opens the file read-only on its own).
+// Format (version 1), readable with h5py or h5dump:
+//   /            attrs  format = "trident-tokens", format_version = 1, tokenizer = "char" | "byte" | "gpt2",
+//                       vocab_size (int64), source (text: input files)
+//   /train       1-D uint16 (vocab_size <= 65536) or int32 token ids, the first 90% of the text
+//   /val         same type, the last 10%
+//   /vocab       1-D int32: the Unicode code point of each token id (char), 0..255 (byte); absent (gpt2)
+// Invariants: every token id in /train and /val is in [0, vocab_size).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct TokenFileInfo {
+  std::string tokenizer;       ///< "char", "byte" or "gpt2"
+  std::int64_t vocab_size = 0;
+  std::vector<std::int32_t> vocab;  ///< code point (char) or byte value of each id; empty for gpt2
+  std::string source;          ///< provenance: input file names
+  std::int64_t n_train = 0, n_val = 0;
+};
+
+/// Writes a token file (overwrites `path`). Local. Throws IoError on any failure, naming the path.
+void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
+                      const std::vector<std::int32_t>& val);
+
+/// Read access to a token file. Local; open one per rank.
+class TokenFileReader {
+ public:
+  /// Opens and validates the header. Throws IoError when the file is missing, not HDF5, not a
+  /// Trident token file, or of an unknown format version.
+  explicit TokenFileReader(const std::string& path);
+  ~TokenFileReader();
+  TokenFileReader(const TokenFileReader&) = delete;
+  TokenFileReader& operator=(const TokenFileReader&) = delete;
+
+  const TokenFileInfo& info() const { return info_; }
+  const std::string& path() const { return path_; }
+  /// Number of tokens in split "train" or "val".
+  std::int64_t size(const std::string& split) const;
+  /// Reads tokens [offset, offset + count) of `split` into `out` as int32. Throws IoError when the
+  /// range lies outside the split or the read fails (e.g. a truncated file).
+  void read(const std::string& split, std::int64_t offset, std::int64_t count, std::int32_t* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string path_;
+  TokenFileInfo info_;
+};
+
+}  // namespace trident

@@ -1,0 +1,23 @@
+// kernels/layernorm.hpp: layer normalisation (Ba, Kiros, Hinton 2016, eq. 4), eps = 1e-5 as
+// PyTorch's nn.LayerNorm; the backward is the closed form used by llm.c's layernorm_backward.
+//
+// Layer: kernels. Local. Shapes: inp/out (N, C); weight, bias (C) (bias may be empty);
+// mean, rstd (N), saved by forward for backward.
+#pragma once
+
+#include "core/types.hpp"
+
+namespace trident {
+
+/// out = (inp - mean) * rstd * weight + bias, per row. Saves mean and rstd.
+template <class T>
+void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T> inp, View1<const T> weight,
+                       View1<const T> bias);
+
+/// dinp += d/dinp, dweight += sum_rows(dout * xhat), dbias += sum_rows(dout) (dbias may be empty).
+/// Accumulates into all three, as the residual stream and gradient accumulation need.
+template <class T>
+void layernorm_backward(View2<T> dinp, View1<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
+                        View1<const T> weight, View1<const T> mean, View1<const T> rstd);
+
+}  // namespace trident

@@ -1,0 +1,23 @@
+// kernels/linear.hpp: fully connected layer y = x W^T + b (PyTorch nn.Linear convention), GEMMs
+// through KokkosBlas::gemm (OpenBLAS on the host, cuBLAS on NVIDIA GPUs).
+//
+// Layer: kernels. Local. Shapes: inp (N, C), weight (OC, C), bias (OC) or empty, out (N, OC).
+// These are also the local pieces of Megatron-LM's column/row-parallel linears (Shoeybi et al.
+// 2019, sec. 3): the communication lives in the model layer, not here.
+#pragma once
+
+#include "core/types.hpp"
+
+namespace trident {
+
+/// out = inp * weight^T + bias.
+template <class T>
+void linear_forward(View2<T> out, View2<const T> inp, View2<const T> weight, View1<const T> bias);
+
+/// dinp = dout * weight (+= when accumulate_dinp), dweight += dout^T * inp, dbias += sum_rows(dout).
+/// dinp may be empty (0 x 0) to skip it (the first layer needs no input gradient); dbias may be empty.
+template <class T>
+void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
+                     View2<const T> weight, bool accumulate_dinp = false);
+
+}  // namespace trident

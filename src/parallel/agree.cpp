@@ -1,0 +1,51 @@
+#include "parallel/agree.hpp"
+
+#include "core/error.hpp"
+
+#include <cstring>
+#include <vector>
+
+namespace trident {
+
+void run_agreed(Communicator& comm, const std::string& context, const std::function<void()>& f) {
+  std::string msg;
+  std::int32_t kind = -1;  // -1 ok, 0 Error, 1 ConfigError, 2 IoError, 3 CheckpointError, 4 other
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    kind = 1;
+    msg = e.what();
+  } catch (const IoError& e) {
+    kind = 2;
+    msg = e.what();
+  } catch (const CheckpointError& e) {
+    kind = 3;
+    msg = e.what();
+  } catch (const Error& e) {
+    kind = 0;
+    msg = e.what();
+  } catch (const std::exception& e) {
+    kind = 4;
+    msg = e.what();
+  }
+  const std::int32_t first_bad = comm.all_reduce_value<std::int32_t>(kind < 0 ? comm.size() : comm.rank(), ReduceOp::min);
+  if (first_bad == comm.size()) return;
+  std::vector<char> buf(2048, '\0');
+  if (comm.rank() == first_bad) {
+    std::memcpy(buf.data(), &kind, sizeof kind);
+    std::strncpy(buf.data() + sizeof kind, msg.c_str(), buf.size() - sizeof kind - 1);
+  }
+  comm.broadcast(buf.data(), buf.size(), DataType::u8, first_bad);
+  std::memcpy(&kind, buf.data(), sizeof kind);
+  std::string text = std::string(buf.data() + sizeof kind);
+  if (!context.empty()) text = context + ": " + text;
+  if (comm.size() > 1) text += " (rank " + std::to_string(first_bad) + ")";
+  switch (kind) {
+    case 1: throw ConfigError(text);
+    case 2: throw IoError(text, true);
+    case 3: throw CheckpointError(text, true);
+    default: throw Error(text, true);
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,171 @@
+// parallel/communicator.hpp: the one collectives interface of Trident.
+//
+// Layer: parallel. Backends: MPI on the host (mpi_communicator.cpp); NCCL on GPUs can implement
+// the same class. No MPI or NCCL type appears in this header, so every layer above can take a
+// `Communicator&` without including <mpi.h> (STYLE.md: MPI_COMM_WORLD and <mpi.h> stay here).
+//
+// Invariants:
+//  - A communicator belongs to one axis of the process grid ("world", "dp", "tp", "pp", "self");
+//    every call is counted in stats() under that axis, so benchmarks read communication volume
+//    per axis directly (DESIGN-NOTES.md, "One collectives interface, two backends").
+//  - Byte counts are the bytes this rank *sends* under the bandwidth-optimal (ring) algorithm,
+//    independent of what the backend really does: with n ranks and a message of B bytes,
+//    all_reduce 2(n-1)/n B, reduce_scatter (n-1)/n B (B = full input), all_gather (n-1)/n B
+//    (B = full output), broadcast B on the root (0 elsewhere), send B. This is the model of
+//    Rajbhandari et al., "ZeRO", sec. 7 (and Thakur et al. 2005 for the algorithms).
+//  - Every collective must be called by all ranks of the communicator in the same order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+namespace trident {
+
+enum class DataType : int { u8 = 0, i32, i64, u64, f32, f64 };
+enum class ReduceOp : int { sum = 0, max, min };
+enum class CommOp : int { all_reduce = 0, reduce_scatter, all_gather, broadcast, send, recv, barrier, count_ };
+
+/// Size in bytes of one element of `t`.
+std::size_t dtype_size(DataType t);
+/// Name of a collective as it appears in logs ("all_reduce", ...).
+const char* comm_op_name(CommOp op);
+
+template <class T>
+constexpr DataType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DataType::f32;
+  else if constexpr (std::is_same_v<T, double>) return DataType::f64;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::i32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::i64;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return DataType::u64;
+  else if constexpr (std::is_same_v<T, std::uint8_t> || std::is_same_v<T, char>) return DataType::u8;
+  else static_assert(sizeof(T) == 0, "no DataType for this type");
+}
+
+/// Calls and modelled bytes sent, per collective kind, of one communicator on this rank.
+struct CommStats {
+  std::int64_t calls[static_cast<int>(CommOp::count_)] = {};
+  std::int64_t bytes[static_cast<int>(CommOp::count_)] = {};
+  std::int64_t total_bytes() const;
+  std::int64_t total_calls() const;
+};
+
+/// Backend part of a pending non-blocking operation.
+class RequestImpl {
+ public:
+  virtual ~RequestImpl() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+
+/// Handle of a non-blocking operation. wait() must be called before the buffers are reused;
+/// destroying a pending Request waits for it (so a buffer is never freed under a transfer).
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::unique_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
+  Request(Request&&) noexcept = default;
+  Request& operator=(Request&& o) noexcept {
+    if (this != &o) {
+      wait();
+      impl_ = std::move(o.impl_);
+    }
+    return *this;
+  }
+  ~Request() { wait(); }
+  /// Blocks until the operation completed. Local. No-op on an empty or completed request.
+  void wait() {
+    if (impl_) {
+      impl_->wait();
+      impl_.reset();
+    }
+  }
+  /// True when the operation completed (then the request is empty). Local.
+  bool test() {
+    if (!impl_) return true;
+    if (impl_->test()) {
+      impl_.reset();
+      return true;
+    }
+    return false;
+  }
+  bool pending() const { return static_cast<bool>(impl_); }
+
+ private:
+  std::unique_ptr<RequestImpl> impl_;
+};
+
+/// A group of ranks that perform collectives together. Counts are in elements, not bytes.
+class Communicator {
+ public:
+  explicit Communicator(std::string axis) : axis_(std::move(axis)) {}
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  const std::string& axis() const { return axis_; }
+
+  /// recv = op over ranks of send (count elements). send == recv is in place. Collective.
+  virtual void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) = 0;
+  /// recv (recv_count) = this rank's block of op over ranks of send (size() * recv_count). Collective.
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) = 0;
+  /// recv (size() * send_count) = concatenation of every rank's send, in rank order. In place when
+  /// send == recv + rank() * send_count * dtype_size(t). Collective.
+  virtual void all_gather(const void* send, void* recv, std::size_t send_count, DataType t) = 0;
+  /// buf on every rank = buf on `root`. Collective.
+  virtual void broadcast(void* buf, std::size_t count, DataType t, int root) = 0;
+  /// Point-to-point; the matching recv must use the same tag. Local to the pair.
+  virtual void send(const void* buf, std::size_t count, DataType t, int dest, int tag) = 0;
+  virtual void recv(void* buf, std::size_t count, DataType t, int source, int tag) = 0;
+  /// Collective.
+  virtual void barrier() = 0;
+
+  /// Non-blocking forms: same semantics; buffers must stay untouched until Request::wait().
+  virtual Request iall_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) = 0;
+  virtual Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) = 0;
+  virtual Request iall_gather(const void* send, void* recv, std::size_t send_count, DataType t) = 0;
+  virtual Request isend(const void* buf, std::size_t count, DataType t, int dest, int tag) = 0;
+  virtual Request irecv(void* buf, std::size_t count, DataType t, int source, int tag) = 0;
+
+  /// New communicator of the ranks with equal `color`, ordered by `key`. Collective.
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) const = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+  // ---- typed conveniences -------------------------------------------------------------
+  /// In-place all_reduce of n elements. Collective.
+  template <class T>
+  void all_reduce(T* buf, std::size_t n, ReduceOp op = ReduceOp::sum) {
+    all_reduce(buf, buf, n, dtype_of<T>(), op);
+  }
+  /// All-reduce of one value. Collective.
+  template <class T>
+  T all_reduce_value(T v, ReduceOp op = ReduceOp::sum) {
+    all_reduce(&v, &v, 1, dtype_of<T>(), op);
+    return v;
+  }
+  /// True on every rank iff `ok` on every rank (all-reduce min). Collective.
+  bool all_true(bool ok) { return all_reduce_value<std::int32_t>(ok ? 1 : 0, ReduceOp::min) == 1; }
+  template <class T>
+  void broadcast(T* buf, std::size_t n, int root) {
+    broadcast(static_cast<void*>(buf), n, dtype_of<T>(), root);
+  }
+
+ protected:
+  /// Backends call this once per operation with the modelled bytes sent (see header comment).
+  void record(CommOp op, std::int64_t bytes) {
+    stats_.calls[static_cast<int>(op)] += 1;
+    stats_.bytes[static_cast<int>(op)] += bytes;
+  }
+
+ private:
+  std::string axis_;
+  CommStats stats_;
+};
+
+}  // namespace trident

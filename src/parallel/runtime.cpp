@@ -1,0 +1,48 @@
+#include "parallel/runtime.hpp"
+
+#include "core/log.hpp"
+#include "parallel/mpi_communicator.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdlib>
+#include <thread>
+
+// OpenBLAS's thread-count setter; weak so that another BLAS (MKL, BLIS, cuBLAS builds) still links.
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+
+namespace trident {
+
+Runtime::Runtime(int& argc, char**& argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, "world");
+  self_ = std::make_unique<MpiCommunicator>(MPI_COMM_SELF, "self");
+  log::set_rank(world_->rank(), world_->size());
+
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_->rank(), MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &node_size_);
+  MPI_Comm_free(&node);
+
+  if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && openblas_set_num_threads != nullptr) {
+    const int hw = static_cast<int>(std::thread::hardware_concurrency());
+    blas_threads_ = hw > node_size_ ? hw / node_size_ : 1;
+    openblas_set_num_threads(blas_threads_);
+  }
+  Kokkos::initialize(argc, argv);
+}
+
+Runtime::~Runtime() {
+  world_.reset();
+  self_.reset();
+  Kokkos::finalize();
+  MPI_Finalize();
+}
+
+void Runtime::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();
+}
+
+}  // namespace trident

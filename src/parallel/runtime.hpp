@@ -1,0 +1,49 @@
+// parallel/runtime.hpp: process-wide start-up and shut-down of MPI and Kokkos.
+//
+// Layer: parallel. One Runtime lives in main() of every executable (the trident driver, MPI tests,
+// benchmarks). It is the only place, with the process grid, that touches MPI_COMM_WORLD.
+// Invariants: MPI is initialised before Kokkos and finalised after it (reverse order);
+// log::set_rank() has been called by the time the constructor returns.
+#pragma once
+
+#include "parallel/communicator.hpp"
+
+#include <memory>
+
+namespace trident {
+
+class Runtime {
+ public:
+  /// Initialises MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE requested so that a background
+  /// checkpoint thread may do MPI-IO) and Kokkos (which consumes --kokkos-* arguments).
+  /// When OPENBLAS_NUM_THREADS is unset, gives each rank hardware_threads / ranks_on_node BLAS
+  /// threads, so ranks do not oversubscribe the cores. Collective over MPI_COMM_WORLD.
+  Runtime(int& argc, char**& argv);
+  /// Finalises Kokkos, then MPI. Collective over MPI_COMM_WORLD.
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// All ranks of the job (axis "world").
+  Communicator& world() { return *world_; }
+  /// This rank alone (axis "self"): a 1-rank job inside a larger one, used for serial references.
+  Communicator& self() { return *self_; }
+  int world_rank() const { return world_->rank(); }
+  int world_size() const { return world_->size(); }
+  /// Ranks of this job that share this node.
+  int node_size() const { return node_size_; }
+  /// BLAS threads per rank chosen at start-up (0 when the BLAS library's own setting is kept).
+  int blas_threads() const { return blas_threads_; }
+
+  /// Ends every rank of the job at once with `code` (MPI_Abort). For errors that hit one rank
+  /// only, where the others would otherwise wait forever in a collective.
+  [[noreturn]] static void abort(int code);
+
+ private:
+  std::unique_ptr<Communicator> world_;
+  std::unique_ptr<Communicator> self_;
+  int node_size_ = 1;
+  int blas_threads_ = 0;
+};
+
+}  // namespace trident

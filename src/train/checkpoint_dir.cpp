@@ -1,0 +1,124 @@
+#include "train/checkpoint_dir.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+
+namespace trident {
+
+namespace {
+void fsync_path(const std::string& p, bool directory) {
+  int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw CheckpointError("cannot open '" + p + "' to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL) throw CheckpointError("fsync of '" + p + "' failed: " + std::strerror(err));
+}
+
+std::optional<std::int64_t> step_of(const std::string& name) {
+  // step_NNNNNNNN.h5
+  if (name.size() < 9 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 3) != ".h5") return std::nullopt;
+  const std::string digits = name.substr(5, name.size() - 8);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  return std::stoll(digits);
+}
+}  // namespace
+
+std::string CheckpointDir::path_for(std::int64_t step) const {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld.h5", static_cast<long long>(step));
+  return (fs::path(dir_) / buf).string();
+}
+
+std::vector<std::pair<std::int64_t, std::string>> CheckpointDir::list() const {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return out;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    auto s = step_of(e.path().filename().string());
+    if (s && e.is_regular_file(ec)) out.emplace_back(*s, e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string> CheckpointDir::latest() const {
+  std::ifstream in(fs::path(dir_) / "latest");
+  std::string name;
+  if (in && std::getline(in, name) && !name.empty()) {
+    const fs::path p = fs::path(dir_) / name;
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  auto all = list();
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
+                                  const std::function<void(const std::string&)>& write, std::int64_t keep) const {
+  const std::string final_path = path_for(step);
+  const std::string tmp = final_path + ".tmp";
+  // The directory must exist before any rank opens the file.
+  std::string err;
+  if (comm.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec) err = "cannot create checkpoint directory '" + dir_ + "': " + ec.message();
+  }
+  if (!comm.all_true(err.empty()))
+    throw CheckpointError(err.empty() ? "cannot create checkpoint directory '" + dir_ + "'" : err, true);
+
+  write(tmp);  // collective; throws on every rank on failure
+
+  if (comm.rank() == 0) {
+    try {
+      fsync_path(tmp, false);
+      if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+        throw CheckpointError("cannot rename '" + tmp + "' to '" + final_path + "': " + std::strerror(errno));
+      fsync_path(dir_, true);
+      const std::string latest_tmp = (fs::path(dir_) / "latest.tmp").string();
+      {
+        std::ofstream out(latest_tmp, std::ios::trunc);
+        out << fs::path(final_path).filename().string() << "\n";
+        out.flush();
+        if (!out) throw CheckpointError("cannot write '" + latest_tmp + "'");
+      }
+      fsync_path(latest_tmp, false);
+      if (std::rename(latest_tmp.c_str(), (fs::path(dir_) / "latest").c_str()) != 0)
+        throw CheckpointError("cannot update '" + dir_ + "/latest': " + std::strerror(errno));
+      fsync_path(dir_, true);
+      // Rotation: the new checkpoint is committed and named by latest; delete the oldest beyond keep.
+      auto all = list();
+      for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
+        if (all[i].second == final_path) continue;
+        std::error_code ec;
+        fs::remove(all[i].second, ec);
+        if (ec) log::warn("could not delete old checkpoint '%s': %s", all[i].second.c_str(), ec.message().c_str());
+      }
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  if (!comm.all_true(err.empty())) {
+    std::vector<char> buf(1024, '\0');
+    if (comm.rank() == 0) std::strncpy(buf.data(), err.c_str(), buf.size() - 1);
+    comm.broadcast(buf.data(), buf.size(), DataType::u8, 0);
+    throw CheckpointError(std::string("checkpoint commit failed: ") + buf.data(), true);
+  }
+  return final_path;
+}
+
+}  // namespace trident

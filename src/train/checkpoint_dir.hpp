@@ -1,0 +1,46 @@
+// train/checkpoint_dir.hpp: the directory of a run's committed checkpoints and the commit protocol.
+//
+// Layer: train (filesystem work only; the file contents are io/checkpoint_file.hpp's).
+// Protocol of commit(): (1) every rank writes <dir>/step_NNNNNNNN.h5.tmp together; (2) success is
+// agreed by all-reduce (inside the writer); (3) world rank 0 fsyncs the file, renames it to
+// step_NNNNNNNN.h5 and fsyncs the directory; (4) only then `latest` is replaced (write
+// latest.tmp, fsync, rename); (5) checkpoints beyond `keep` are deleted, oldest first, never the
+// one `latest` names. A crash at any point leaves the previous checkpoint and pointer intact; a
+// leftover *.tmp is ignored and overwritten later.
+#pragma once
+
+#include "parallel/communicator.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trident {
+
+class CheckpointDir {
+ public:
+  explicit CheckpointDir(std::string dir) : dir_(std::move(dir)) {}
+
+  const std::string& dir() const { return dir_; }
+  /// <dir>/step_NNNNNNNN.h5
+  std::string path_for(std::int64_t step) const;
+  /// Committed checkpoints (step, path), oldest first. Local.
+  std::vector<std::pair<std::int64_t, std::string>> list() const;
+  /// The checkpoint `latest` names, else the newest committed one, else nothing. Local.
+  std::optional<std::string> latest() const;
+
+  /// Runs the protocol above; `write(tmp_path)` must write the file collectively over comm and
+  /// throw on every rank on failure. Collective over comm. Returns the committed path. Throws
+  /// CheckpointError (collective) when the write or the commit fails; the previous checkpoint
+  /// and `latest` are then untouched.
+  std::string commit(std::int64_t step, Communicator& comm, const std::function<void(const std::string&)>& write,
+                     std::int64_t keep) const;
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace trident

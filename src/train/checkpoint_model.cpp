@@ -1,0 +1,50 @@
+#include "train/checkpoint_model.hpp"
+
+#include "core/error.hpp"
+#include "io/checkpoint_file.hpp"
+#include "parallel/agree.hpp"
+#include "train/checkpoint_dir.hpp"
+
+#include <filesystem>
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+std::string resolve_checkpoint_path(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return path;
+  for (const fs::path& d : {fs::path(path) / "checkpoints", fs::path(path)}) {
+    auto latest = CheckpointDir(d.string()).latest();
+    if (latest) return *latest;
+  }
+  throw CheckpointError("no checkpoint found in directory '" + path + "'");
+}
+
+CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& comm) {
+  std::string path;
+  run_agreed(comm, "", [&] { path = resolve_checkpoint_path(path_in); });
+  CheckpointReader rd(path, comm);
+  CheckpointModel out;
+  run_agreed(comm, "cannot load a model from '" + path + "'", [&] {
+    out.cfg = parse_deck_text(rd.text("config"), rd.attr_string("deck_name"));
+    out.cfg.model.vocab_size = static_cast<int>(rd.attr_int("model_vocab_size"));
+    out.step = rd.attr_int("step");
+    out.tokenizer = rd.attr_string("tokenizer");
+    if (out.tokenizer != "gpt2") out.vocab = rd.int_array("tokenizer/vocab");
+    const ParamLayout layout = ParamLayout::gpt(out.cfg.model);
+    out.store = std::make_unique<ParamStore<float>>(layout);
+    auto p_h = Kokkos::create_mirror_view(out.store->params().view());
+    for (const TensorSpec& t : layout.tensors()) {
+      const int k = rd.find_tensor(t.name);
+      if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
+      if (rd.tensors()[k].split_dim >= 0 && rd.attr_int("tp") > 1)
+        throw CheckpointError("tensor-parallel checkpoints cannot be sampled from yet");
+      rd.read("param", k, 0, 0, t.numel, DataType::f32, p_h.data() + t.offset);
+    }
+    Kokkos::deep_copy(out.store->params().view(), p_h);
+  });
+  return out;
+}
+
+}  // namespace trident

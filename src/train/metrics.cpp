@@ -1,0 +1,41 @@
+#include "train/metrics.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <vector>
+
+namespace trident {
+
+namespace {
+const char* kHeader = "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib";
+
+std::string format_row(const MetricsRow& r) {
+  std::string val = r.has_val ? log::format("%.9g", r.val_loss) : "";
+  return log::format("%lld,%.9g,%s,%.9g,%.9g,%.6g,%.6g,%.6g,%.6g", static_cast<long long>(r.step), r.train_loss,
+                     val.c_str(), r.lr, r.grad_norm, r.tokens_per_sec, r.ms_per_step, r.mfu, r.peak_mem_mib);
+}
+}  // namespace
+
+MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step) : path_(path) {
+  std::vector<std::string> lines = {kHeader};
+  if (keep_until_step >= 0) {
+    std::ifstream in(path);
+    std::string line;
+    for (bool header = true; std::getline(in, line); header = false)
+      if (!header && !line.empty() && std::atoll(line.c_str()) <= keep_until_step) lines.push_back(line);
+  }
+  std::ofstream out(path_, std::ios::trunc);
+  for (const auto& l : lines) out << l << "\n";
+  out.flush();
+  if (!out) throw IoError("cannot write metrics file '" + path_ + "'");
+}
+
+void MetricsCsv::write(const MetricsRow& r) {
+  std::ofstream out(path_, std::ios::app);
+  out << format_row(r) << "\n";
+  out.flush();
+  if (!out) throw IoError("cannot append to metrics file '" + path_ + "'");
+}
+
+}  // namespace trident

@@ -1,0 +1,34 @@
+// train/metrics.hpp: the run directory's metrics.csv.
+//
+// Layer: train. Local; only world rank 0 creates a MetricsCsv.
+// Columns: step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib
+// (val_loss empty where the step was not evaluated). Every row is flushed when written, so a
+// killed job keeps its metrics up to the last completed step.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace trident {
+
+struct MetricsRow {
+  std::int64_t step = 0;
+  double train_loss = 0, val_loss = 0;
+  bool has_val = false;
+  double lr = 0, grad_norm = 0, tokens_per_sec = 0, ms_per_step = 0, mfu = 0, peak_mem_mib = 0;
+};
+
+class MetricsCsv {
+ public:
+  /// Opens `path`. keep_until_step < 0: a new file. Otherwise (a resumed run) rows of steps
+  /// <= keep_until_step are kept and later ones (from the interrupted run) dropped.
+  MetricsCsv(const std::string& path, std::int64_t keep_until_step);
+  /// Appends one row and flushes it.
+  void write(const MetricsRow& r);
+
+ private:
+  std::string path_;
+};
+
+}  // namespace trident

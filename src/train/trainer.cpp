@@ -1,0 +1,463 @@
+#include "train/trainer.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "io/checkpoint_file.hpp"
+#include "kernels/elementwise.hpp"
+#include "parallel/agree.hpp"
+#include "train/checkpoint_dir.hpp"
+#include "train/metrics.hpp"
+#include "train/perf.hpp"
+#include "train/sharding.hpp"
+#include "trident_version.hpp"
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+void resolve_vocab(Config& cfg, const TokenFileInfo& info) {
+  if (cfg.model.vocab_size == 0) {
+    cfg.model.vocab_size = static_cast<int>(info.vocab_size);
+  } else if (cfg.model.vocab_size < info.vocab_size) {
+    throw ConfigError("[model] vocab_size = " + std::to_string(cfg.model.vocab_size) + " is smaller than the " +
+                      std::to_string(info.vocab_size) + " tokens of the data file's " + info.tokenizer +
+                      " vocabulary (set 0 to take it from the file)");
+  }
+}
+
+namespace {
+
+constexpr std::uint64_t kEvalSeedSalt = 0xE7A1C0DEull;
+
+void check_trainable_layout(const Config& cfg) {
+  if (cfg.parallel.tp > 1 || cfg.parallel.pp > 1)
+    throw ConfigError("[parallel] tp = " + std::to_string(cfg.parallel.tp) + ", pp = " + std::to_string(cfg.parallel.pp) +
+                      ": this version trains with data parallelism only (tensor and pipeline parallel training "
+                      "arrive with issue #4); set tp = 1 and pp = 1");
+}
+
+}  // namespace
+
+template <class T>
+Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data)
+    : cfg_(cfg),
+      grid_(grid),
+      data_(data),
+      layout_((check_trainable_layout(cfg), ParamLayout::gpt(cfg.model))),
+      store_(layout_),
+      gpt_(cfg.model, layout_, static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size),
+      sampler_(static_cast<std::uint64_t>(cfg.train.seed), data.size("train"), cfg.model.block_size),
+      tokens_("trident::tokens", static_cast<size_t>(cfg.train.micro_batch_size * cfg.model.block_size)),
+      targets_("trident::targets", static_cast<size_t>(cfg.train.micro_batch_size * cfg.model.block_size)) {
+  store_.initialize(static_cast<std::uint64_t>(cfg.train.seed));
+  opt_ = std::make_unique<AdamW<T>>(layout_, 0, layout_.numel(), cfg.train);
+  w_ = bind_weights(store_.params().data(), layout_, cfg.model);
+  g_ = bind_weights(store_.grads().data(), layout_, cfg.model);
+  schedule_.lr = cfg.train.lr;
+  schedule_.min_lr = cfg.train.min_lr;
+  schedule_.warmup_steps = cfg.train.warmup_steps;
+  schedule_.max_steps = cfg.train.max_steps;
+}
+
+template <class T>
+StepResult Trainer<T>::train_step() {
+  Timer timer;
+  const int T_ = cfg_.model.block_size;
+  const std::int64_t G = cfg_.train.global_batch_size, mb = cfg_.train.micro_batch_size;
+  const int dp = grid_.dp_size();
+  const std::int64_t per_rank = G / dp, n_micro = per_rank / mb;
+  const T dloss = static_cast<T>(1.0 / (static_cast<double>(G) * T_));
+  store_.zero_grads();
+
+  auto tok_h = Kokkos::create_mirror_view(tokens_);
+  auto tgt_h = Kokkos::create_mirror_view(targets_);
+  std::vector<std::int64_t> offsets(static_cast<size_t>(mb));
+  double loss_sum = 0.0;
+  for (std::int64_t m = 0; m < n_micro; ++m) {
+    const std::int64_t first = consumed_samples_ + grid_.dp_rank() * per_rank + m * mb;
+    for (std::int64_t b = 0; b < mb; ++b) offsets[static_cast<size_t>(b)] = sampler_.offset(first + b);
+    data_.load_batch("train", offsets, T_, tok_h.data(), tgt_h.data());
+    Kokkos::deep_copy(tokens_, tok_h);
+    Kokkos::deep_copy(targets_, tgt_h);
+    ForwardContext ctx;
+    ctx.seed = static_cast<std::uint64_t>(cfg_.train.seed);
+    ctx.step = static_cast<std::uint32_t>(step_);
+    ctx.sample_offset = static_cast<std::uint64_t>(first);
+    ctx.train = true;
+    View1<const token_t> tv(tokens_.data(), tokens_.extent(0)), gv(targets_.data(), targets_.extent(0));
+    loss_sum += gpt_.forward(w_, tv, gv, static_cast<int>(mb), T_, ctx);
+    gpt_.backward(w_, g_, dloss);
+  }
+  // Data parallelism: sum the gradients (each already scaled by 1 / tokens of the global batch).
+  Communicator& dp_comm = grid_.dp_comm();
+  dp_comm.all_reduce(store_.grads().data(), static_cast<std::size_t>(layout_.numel()));
+  loss_sum = dp_comm.all_reduce_value(loss_sum);
+
+  StepResult r;
+  r.loss = loss_sum / (static_cast<double>(G) * T_);
+  r.grad_norm = std::sqrt(sum_squares<T>(View1<const T>(store_.grads().data(), static_cast<size_t>(layout_.numel()))));
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+    throw Error("training diverged at step " + std::to_string(step_ + 1) + ": loss " + std::to_string(r.loss) +
+                    ", gradient norm " + std::to_string(r.grad_norm) +
+                    "; lower [train] lr or resume from an earlier checkpoint",
+                /*collective=*/true);
+  // Clipping by global norm, as torch.nn.utils.clip_grad_norm_: scale = min(1, clip / (norm + 1e-6)).
+  double scale = 1.0;
+  if (cfg_.train.grad_clip > 0.0) scale = std::min(1.0, cfg_.train.grad_clip / (r.grad_norm + 1e-6));
+  r.lr = schedule_.at(step_);
+  opt_->step(store_.params().all(), View1<const T>(store_.grads().data(), static_cast<size_t>(layout_.numel())), r.lr,
+             scale);
+  ++step_;
+  consumed_samples_ += G;
+  Kokkos::fence();
+  r.step = step_;
+  r.seconds = timer.seconds();
+  return r;
+}
+
+template <class T>
+EvalResult Trainer<T>::evaluate() {
+  Timer timer;
+  EvalResult res;
+  const int T_ = cfg_.model.block_size;
+  const std::int64_t n_val = data_.size("val");
+  const int dp = grid_.dp_size(), d = grid_.dp_rank();
+  const std::int64_t mb = cfg_.train.micro_batch_size;
+  std::vector<std::int64_t> windows;  // start offsets of all windows of this evaluation
+  if (n_val >= T_ + 1) {
+    if (cfg_.train.eval_iters == 0) {
+      const std::int64_t n = (n_val - 1) / T_;
+      for (std::int64_t i = 0; i < n; ++i) windows.push_back(i * T_);
+    } else {
+      Sampler s(static_cast<std::uint64_t>(cfg_.train.seed) ^ kEvalSeedSalt, n_val, T_);
+      const std::int64_t n = cfg_.train.eval_iters * cfg_.train.global_batch_size;
+      for (std::int64_t i = 0; i < n; ++i) windows.push_back(s.offset(i));
+    }
+  }
+  // This dp rank's contiguous share of the windows.
+  const auto n = static_cast<std::int64_t>(windows.size());
+  const std::int64_t begin = n * d / dp, end = n * (d + 1) / dp;
+  auto tok_h = Kokkos::create_mirror_view(tokens_);
+  auto tgt_h = Kokkos::create_mirror_view(targets_);
+  double loss_sum = 0.0;
+  for (std::int64_t i = begin; i < end; i += mb) {
+    const std::int64_t B = std::min(mb, end - i);
+    std::vector<std::int64_t> offsets(windows.begin() + i, windows.begin() + i + B);
+    data_.load_batch("val", offsets, T_, tok_h.data(), tgt_h.data());
+    Kokkos::deep_copy(tokens_, tok_h);
+    Kokkos::deep_copy(targets_, tgt_h);
+    View1<const token_t> tv(tokens_.data(), static_cast<size_t>(B * T_)), gv(targets_.data(), static_cast<size_t>(B * T_));
+    loss_sum += gpt_.forward(w_, tv, gv, static_cast<int>(B), T_, ForwardContext{});
+  }
+  loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
+  res.tokens = n * T_;
+  res.loss = n > 0 ? loss_sum / static_cast<double>(res.tokens) : std::nan("");
+  res.seconds = timer.seconds();
+  return res;
+}
+
+template <class T>
+void Trainer<T>::write_checkpoint(const std::string& path) {
+  const ModelConfig& m = cfg_.model;
+  CheckpointWrite w;
+  for (const TensorSpec& t : layout_.tensors()) w.tensors.push_back(CkptTensor{t.name, t.shape, t.split_dim, t.split_groups});
+  w.kinds = {"param", "exp_avg", "exp_avg_sq"};
+  w.dtype = dtype_of<T>();
+  w.int_attrs = {{"step", step_},
+                 {"consumed_samples", consumed_samples_},
+                 {"adam_step", opt_->step_count()},
+                 {"seed", cfg_.train.seed},
+                 {"max_steps", cfg_.train.max_steps},
+                 {"warmup_steps", cfg_.train.warmup_steps},
+                 {"global_batch_size", cfg_.train.global_batch_size},
+                 {"dp", grid_.dp_size()},
+                 {"tp", grid_.tp_size()},
+                 {"pp", grid_.pp_size()},
+                 {"world_size", grid_.world_size()},
+                 {"zero_stage", 0},
+                 {"model_n_layer", m.n_layer},
+                 {"model_n_head", m.n_head},
+                 {"model_n_embd", m.n_embd},
+                 {"model_block_size", m.block_size},
+                 {"model_vocab_size", m.vocab_size},
+                 {"model_bias", m.bias ? 1 : 0},
+                 {"created_unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
+  w.double_attrs = {{"lr", cfg_.train.lr},
+                    {"min_lr", cfg_.train.min_lr},
+                    {"last_lr", step_ > 0 ? schedule_.at(step_ - 1) : 0.0},
+                    {"beta1", cfg_.train.beta1},
+                    {"beta2", cfg_.train.beta2},
+                    {"eps", cfg_.train.eps},
+                    {"weight_decay", cfg_.train.weight_decay},
+                    {"model_dropout", m.dropout}};
+  w.string_attrs = {{"code_version", std::string(TRIDENT_VERSION_STRING) + " (git " + TRIDENT_GIT_COMMIT + ")"},
+                    {"deck_name", cfg_.deck_name},
+                    {"tokenizer", data_.info().tokenizer}};
+  w.texts = {{"config", cfg_.to_ini()}};
+  if (!data_.info().vocab.empty()) w.int_arrays["tokenizer/vocab"] = data_.info().vocab;
+  w.rank_state_columns = {"consumed_samples", "data_seed", "rng_seed", "rng_step"};
+  w.rank_state = {consumed_samples_, cfg_.train.seed, cfg_.train.seed, step_};
+
+  // This rank's shard: its dp piece of every unit, parameters and both moments alike.
+  w.shard.world_rank = grid_.world_rank();
+  w.shard.pp = grid_.pp_rank();
+  w.shard.dp = grid_.dp_rank();
+  w.shard.tp = grid_.tp_rank();
+  const auto ranges = dp_shard_ranges(layout_, grid_.dp_size(), grid_.dp_rank());
+  std::int64_t len = 0;
+  for (const FlatRange& r : ranges) {
+    for (size_t i = 0; i < layout_.tensors().size(); ++i) {
+      const TensorSpec& t = layout_.tensors()[i];
+      const std::int64_t a = std::max(r.offset, t.offset), b = std::min(r.offset + r.count, t.offset + t.numel);
+      if (a < b) w.segments.push_back(CkptSegment{static_cast<std::int32_t>(i), grid_.tp_rank(), 0, a - t.offset, len + (a - r.offset), b - a});
+    }
+    len += r.count;
+  }
+  w.shard.length = len;
+  std::vector<T> param(static_cast<size_t>(len)), m1(static_cast<size_t>(len)), m2(static_cast<size_t>(len));
+  auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), store_.params().view());
+  auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), opt_->exp_avg().view());
+  auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), opt_->exp_avg_sq().view());
+  std::int64_t pos = 0;
+  for (const FlatRange& r : ranges) {
+    std::copy(p_h.data() + r.offset, p_h.data() + r.offset + r.count, param.begin() + pos);
+    std::copy(m_h.data() + r.offset, m_h.data() + r.offset + r.count, m1.begin() + pos);
+    std::copy(v_h.data() + r.offset, v_h.data() + r.offset + r.count, m2.begin() + pos);
+    pos += r.count;
+  }
+  w.arrays = {param.data(), m1.data(), m2.data()};
+  write_checkpoint_file(path, grid_.world_comm(), w);
+}
+
+template <class T>
+void Trainer<T>::load_checkpoint(const std::string& path) {
+  CheckpointReader rd(path, grid_.world_comm());
+  const ModelConfig& m = cfg_.model;
+  run_agreed(grid_.world_comm(), "cannot resume from '" + path + "'", [&] {
+    const std::pair<const char*, std::int64_t> model_keys[] = {
+        {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
+        {"block_size", m.block_size}, {"vocab_size", m.vocab_size}, {"bias", m.bias ? 1 : 0}};
+    for (const auto& [key, want] : model_keys) {
+      const std::int64_t have = rd.attr_int(std::string("model_") + key);
+      if (have != want)
+        throw CheckpointError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
+                              " in the checkpoint, " + std::to_string(want) + " in this run");
+    }
+    if (rd.attr_int("tp") != grid_.tp_size() || rd.attr_int("pp") != grid_.pp_size())
+      throw CheckpointError("it was written with tp = " + std::to_string(rd.attr_int("tp")) + ", pp = " +
+                            std::to_string(rd.attr_int("pp")) + "; this version resumes only with the same tp and pp");
+    for (const TensorSpec& t : layout_.tensors()) {
+      const int k = rd.find_tensor(t.name);
+      if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
+      if (rd.tensors()[k].shape != t.shape) throw CheckpointError("tensor '" + t.name + "' has another shape");
+    }
+    for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
+      if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())
+        throw CheckpointError(std::string("it holds no '") + kind + "' arrays");
+    if (rd.dtype() != dtype_of<T>())
+      log::warn("checkpoint '%s' holds %s values; converting to this run's [train] dtype = %s (resume is not bitwise)",
+                path.c_str(), rd.dtype() == DataType::f64 ? "float64" : "float32", cfg_.train.dtype.c_str());
+    if (rd.attr_int("seed") != cfg_.train.seed)
+      log::warn("checkpoint seed %lld differs from [train] seed = %lld: data order and dropout continue with the new seed",
+                static_cast<long long>(rd.attr_int("seed")), static_cast<long long>(cfg_.train.seed));
+    if (rd.attr_int("global_batch_size") != cfg_.train.global_batch_size)
+      log::warn("[train] global_batch_size changed from %lld to %lld since the checkpoint",
+                static_cast<long long>(rd.attr_int("global_batch_size")),
+                static_cast<long long>(cfg_.train.global_batch_size));
+  });
+  run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
+    // Stage 0 holds everything on every rank: read each tensor whole, wherever its pieces are.
+    auto p_h = Kokkos::create_mirror_view(store_.params().view());
+    auto m_h = Kokkos::create_mirror_view(opt_->exp_avg().view());
+    auto v_h = Kokkos::create_mirror_view(opt_->exp_avg_sq().view());
+    for (const TensorSpec& t : layout_.tensors()) {
+      const int k = rd.find_tensor(t.name);
+      rd.read("param", k, grid_.tp_rank(), 0, t.numel, dtype_of<T>(), p_h.data() + t.offset);
+      rd.read("exp_avg", k, grid_.tp_rank(), 0, t.numel, dtype_of<T>(), m_h.data() + t.offset);
+      rd.read("exp_avg_sq", k, grid_.tp_rank(), 0, t.numel, dtype_of<T>(), v_h.data() + t.offset);
+    }
+    Kokkos::deep_copy(store_.params().view(), p_h);
+    Kokkos::deep_copy(opt_->exp_avg().view(), m_h);
+    Kokkos::deep_copy(opt_->exp_avg_sq().view(), v_h);
+    step_ = rd.attr_int("step");
+    consumed_samples_ = rd.attr_int("consumed_samples");
+    opt_->set_step_count(rd.attr_int("adam_step"));
+  });
+}
+
+template class Trainer<float>;
+template class Trainer<double>;
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::string human(double v) {
+  if (v >= 1e9) return log::format("%.2fG", v / 1e9);
+  if (v >= 1e6) return log::format("%.2fM", v / 1e6);
+  if (v >= 1e3) return log::format("%.1fk", v / 1e3);
+  return log::format("%.0f", v);
+}
+
+template <class T>
+int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data, const TrainRunOptions& opt,
+               Timer& wall) {
+  Communicator& world = grid.world_comm();
+  Trainer<T> trainer(cfg, grid, data);
+  const CheckpointDir ckdir((fs::path(cfg.train.out_dir) / "checkpoints").string());
+
+  // Resume.
+  std::string resume_from;
+  if (opt.resume) {
+    if (!opt.resume_path.empty()) {
+      resume_from = opt.resume_path;
+    } else {
+      auto latest = ckdir.latest();
+      if (latest) resume_from = *latest;
+      else log::info("resume: no checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
+    }
+  }
+  if (!resume_from.empty()) {
+    trainer.load_checkpoint(resume_from);
+    log::info("resumed from %s at step %lld (%lld samples consumed)", resume_from.c_str(),
+              static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()));
+  }
+
+  // Run directory: resolved deck and metrics (rank 0 writes, everyone agrees it worked).
+  std::unique_ptr<MetricsCsv> metrics;
+  run_agreed(world, "cannot set up the run directory", [&] {
+    if (world.rank() != 0) return;
+    fs::create_directories(cfg.train.out_dir);
+    std::ofstream deck(fs::path(cfg.train.out_dir) / "deck.ini", std::ios::trunc);
+    deck << cfg.to_ini();
+    if (!deck) throw IoError("cannot write " + (fs::path(cfg.train.out_dir) / "deck.ini").string());
+    metrics = std::make_unique<MetricsCsv>((fs::path(cfg.train.out_dir) / "metrics.csv").string(),
+                                           resume_from.empty() ? -1 : trainer.step());
+  });
+
+  const ModelConfig& m = cfg.model;
+  const double peak = cfg.train.peak_tflops > 0 ? cfg.train.peak_tflops * 1e12 : measure_gemm_flops();
+  const double tokens_per_step = static_cast<double>(cfg.train.global_batch_size) * m.block_size;
+  const double fpt = flops_per_token(m);
+  log::info("Trident %s (git %s) | %s | %s", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT, grid.describe().c_str(),
+            cfg.train.dtype.c_str());
+  log::info("model: %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters",
+            m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "on" : "off", m.dropout,
+            human(static_cast<double>(trainer.layout().numel())).c_str());
+  log::info("data: %s (%s tokenizer, %lld train / %lld val tokens)", data.path().c_str(), data.info().tokenizer.c_str(),
+            static_cast<long long>(data.size("train")), static_cast<long long>(data.size("val")));
+  log::info("batch: %lld sequences x %d tokens = %s tokens/step; micro-batch %lld, %lld per rank per step",
+            static_cast<long long>(cfg.train.global_batch_size), m.block_size, human(tokens_per_step).c_str(),
+            static_cast<long long>(cfg.train.micro_batch_size),
+            static_cast<long long>(cfg.train.global_batch_size / (cfg.train.micro_batch_size * grid.dp_size())));
+  log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
+            cfg.train.peak_tflops > 0 ? "[train] peak_tflops" : "GEMM probe",
+            static_cast<long long>(cfg.train.max_steps), cfg.train.out_dir.c_str());
+  if (trainer.step() >= cfg.train.max_steps) {
+    log::info("the run is already complete: step %lld of max_steps %lld", static_cast<long long>(trainer.step()),
+              static_cast<long long>(cfg.train.max_steps));
+    return 0;
+  }
+
+  std::int64_t last_saved = resume_from.empty() ? -1 : trainer.step();
+  double last_save_seconds = 0.0, step_seconds_avg = 0.0;
+  auto save = [&](const char* why) {
+    Timer t;
+    const std::string p = ckdir.commit(
+        trainer.step(), world, [&](const std::string& tmp) { trainer.write_checkpoint(tmp); }, cfg.checkpoint.keep);
+    last_save_seconds = t.seconds();
+    last_saved = trainer.step();
+    log::info("checkpoint: %s (%s, %.2f s)", p.c_str(), why, last_save_seconds);
+  };
+
+  Timer run_timer;
+  const std::int64_t first_step = trainer.step();
+  double last_val = std::nan("");
+  while (trainer.step() < cfg.train.max_steps) {
+    StepResult r = trainer.train_step();
+    const double tps = tokens_per_step / r.seconds;
+    const double mfu = fpt * tps / grid.world_size() / peak;
+    const double mem_mib = static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0);
+    step_seconds_avg = r.step == first_step + 1 ? r.seconds : 0.9 * step_seconds_avg + 0.1 * r.seconds;
+    MetricsRow row;
+    row.step = r.step;
+    row.train_loss = r.loss;
+    row.lr = r.lr;
+    row.grad_norm = r.grad_norm;
+    row.tokens_per_sec = tps;
+    row.ms_per_step = r.seconds * 1e3;
+    row.mfu = mfu;
+    row.peak_mem_mib = mem_mib;
+    if (r.step % cfg.train.log_interval == 0 || r.step == first_step + 1 || r.step == cfg.train.max_steps)
+      log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB",
+                static_cast<long long>(r.step), static_cast<long long>(cfg.train.max_steps), r.loss, r.lr, r.grad_norm,
+                r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, mem_mib);
+    const bool last = r.step == cfg.train.max_steps;
+    if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
+      EvalResult e = trainer.evaluate();
+      if (std::isnan(e.loss)) {
+        log::warn("the validation split is shorter than one sequence: no validation loss");
+      } else {
+        row.has_val = true;
+        row.val_loss = last_val = e.loss;
+        log::info("step %6lld | val loss %.4f | %s tokens | %.2f s", static_cast<long long>(r.step), e.loss,
+                  human(static_cast<double>(e.tokens)).c_str(), e.seconds);
+      }
+    }
+    if (metrics) metrics->write(row);
+
+    if (cfg.checkpoint.interval > 0 && r.step % cfg.checkpoint.interval == 0) save("interval");
+    if (last) break;
+    if (cfg.train.stop_at_step > 0 && r.step >= cfg.train.stop_at_step) {
+      if (last_saved != r.step) save("stop_at_step");
+      log::info("stopping after step %lld as [train] stop_at_step asks; continue with --resume",
+                static_cast<long long>(r.step));
+      return 0;
+    }
+    if (cfg.train.time_limit_min > 0.0) {
+      // Stop while a step and a save still fit, with a 10% margin; rank 0 decides for everyone.
+      const double need = 1.1 * (step_seconds_avg + last_save_seconds) + 1.0;
+      std::int32_t stop = wall.seconds() + need > cfg.train.time_limit_min * 60.0 ? 1 : 0;
+      world.broadcast(&stop, 1, 0);
+      if (stop) {
+        if (last_saved != r.step) save("time limit");
+        log::info("stopping after step %lld: [train] time_limit_min = %g is near; continue with --resume",
+                  static_cast<long long>(r.step), cfg.train.time_limit_min);
+        return 0;
+      }
+    }
+  }
+  if (last_saved != trainer.step()) save("end of run");
+  const double secs = run_timer.seconds();
+  log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",
+            static_cast<long long>(first_step + 1), static_cast<long long>(trainer.step()), secs,
+            human(tokens_per_step * static_cast<double>(trainer.step() - first_step) / secs).c_str(), last_val);
+  return 0;
+}
+
+}  // namespace
+
+int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt) {
+  Timer wall;
+  std::unique_ptr<TokenDataset> data;
+  run_agreed(world, "cannot load training data", [&] {
+    data = std::make_unique<TokenDataset>(cfg.data.path, cfg.data.cache_max_mb);
+    resolve_vocab(cfg, data->info());
+    if (data->size("train") < cfg.model.block_size + 1)
+      throw ConfigError("[data] path '" + cfg.data.path + "': the training split has " +
+                        std::to_string(data->size("train")) + " tokens, fewer than [model] block_size + 1 = " +
+                        std::to_string(cfg.model.block_size + 1));
+  });
+  check_trainable_layout(cfg);
+  ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
+  if (cfg.train.dtype == "double") return train_loop<double>(cfg, grid, *data, opt, wall);
+  return train_loop<float>(cfg, grid, *data, opt, wall);
+}
+
+}  // namespace trident

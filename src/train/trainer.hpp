@@ -1,0 +1,109 @@
+// train/trainer.hpp: one training run: data-parallel GPT training with gradient accumulation,
+// AdamW, clipping, evaluation and sharded checkpoints.
+//
+// Layer: train.
+// Data parallelism (ZeRO stage 0, as PyTorch DDP): parameters and optimizer state replicated over
+// dp; each dp rank runs its micro-batches of the global batch, gradients are summed with one
+// all-reduce over dp_comm, and the objective is the mean token loss of the whole global batch
+// (each micro-batch's backward is scaled by 1 / (global_batch_size * T)), so a dp = N run computes
+// the same loss and gradient as one rank with the same global batch, up to summation order.
+//
+// Invariants: step() optimizer steps are done; consumed_samples() = sum of global batch sizes of
+// those steps, the position of the data stream; a checkpoint taken after step s and loaded into a
+// fresh Trainer continues bit-identically (same parameters, moments, step count, data position;
+// dropout and data order are keyed by global indices).
+#pragma once
+
+#include "core/config.hpp"
+#include "data/sampler.hpp"
+#include "data/token_dataset.hpp"
+#include "model/gpt.hpp"
+#include "model/param_store.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/lr_schedule.hpp"
+#include "train/optimizer.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace trident {
+
+struct StepResult {
+  std::int64_t step = 0;     ///< step number just completed (1-based)
+  double loss = 0;           ///< mean token loss of the global batch (before the update)
+  double lr = 0;             ///< learning rate used by the update
+  double grad_norm = 0;      ///< global gradient norm before clipping
+  double seconds = 0;        ///< wall time of the step on this rank
+};
+
+struct EvalResult {
+  double loss = 0;            ///< mean token loss on the validation split (NaN if it is too short)
+  std::int64_t tokens = 0;    ///< tokens evaluated (over all dp ranks)
+  double seconds = 0;
+};
+
+template <class T>
+class Trainer {
+ public:
+  /// Builds the model and optimizer for `cfg` (validated; model.vocab_size resolved) on `grid`
+  /// and initialises the parameters from the seed. Collective over grid (no communication yet,
+  /// but every rank must construct it). Throws ConfigError for layouts this version cannot train.
+  Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data);
+
+  std::int64_t step() const { return step_; }
+  std::int64_t consumed_samples() const { return consumed_samples_; }
+  const Config& config() const { return cfg_; }
+  const ParamStore<T>& store() const { return store_; }
+  const AdamW<T>& optimizer() const { return *opt_; }
+  const ParamLayout& layout() const { return layout_; }
+
+  /// One optimizer step over the next global batch. Collective over the grid (all-reduce of
+  /// gradients and loss over dp_comm). Throws Error if the loss or gradient is not finite.
+  StepResult train_step();
+
+  /// Mean validation loss: the whole split in consecutive windows (eval_iters = 0), or eval_iters
+  /// batches of global_batch_size windows at fixed random offsets. Collective over the grid.
+  EvalResult evaluate();
+
+  /// Writes this run's state into a new checkpoint file at `path` (collective over the grid):
+  /// each rank its dp shard of parameters and AdamW moments, plus the index and restart metadata.
+  void write_checkpoint(const std::string& path);
+
+  /// Restores parameters, moments, step and data position from `path`. Collective over the grid.
+  /// Throws CheckpointError (collective) when the file belongs to another model or layout.
+  void load_checkpoint(const std::string& path);
+
+ private:
+  Config cfg_;
+  const ProcessGrid& grid_;
+  const TokenDataset& data_;
+  ParamLayout layout_;
+  ParamStore<T> store_;
+  std::unique_ptr<AdamW<T>> opt_;
+  Gpt<T> gpt_;
+  GptWeights<T> w_, g_;
+  Sampler sampler_;
+  LrSchedule schedule_;
+  Kokkos::View<token_t*, MemSpace> tokens_, targets_;
+  std::int64_t step_ = 0;
+  std::int64_t consumed_samples_ = 0;
+};
+
+/// How `trident train` was asked to start.
+struct TrainRunOptions {
+  bool resume = false;           ///< --resume given
+  std::string resume_path;       ///< --resume PATH (empty: the run's latest checkpoint)
+};
+
+/// The whole `trident train` job: run directory, data, (resumed) trainer, training loop with a log
+/// line per step, metrics.csv, evaluation, periodic and final checkpoints, stop_at_step and
+/// time_limit_min. `cfg` must be validated for world.size() ranks. Collective over world.
+/// Returns the process exit status (0 when the run ended as planned or stopped early on request).
+int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt);
+
+/// Resolves [model] vocab_size against a token file's vocabulary: 0 takes the file's; a smaller
+/// value is a ConfigError; a larger one (padding, e.g. 50304 for GPT-2) is kept. Local.
+void resolve_vocab(Config& cfg, const TokenFileInfo& info);
+
+}  // namespace trident

@@ -1,0 +1,268 @@
+// Each kernel's backward against central finite differences in double (tests/fd.hpp gives the
+// tolerance argument), plus the invariants of the counter-based RNG and the AdamW formula.
+#include "fd.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/linear.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace trident {
+namespace {
+using test::expect_gradient;
+using test::random_buffer;
+using test::v1;
+using test::v2;
+
+/// Objective sum(out * R): its gradient wrt out is R, which becomes backward's dout.
+double dot(const Buffer<double>& a, const Buffer<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.extent(0); ++i) s += a(i) * b(i);
+  return s;
+}
+
+TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int N = 5, C = 7;
+  auto inp = random_buffer(N * C, 1), w = random_buffer(C, 2), b = random_buffer(C, 3), R = random_buffer(N * C, 4);
+  Buffer<double> out("out", N * C), mean("mean", N), rstd("rstd", N);
+  auto loss = [&] {
+    layernorm_forward<double>(v2(out, N, C), v1(mean), v1(rstd), v2(inp, N, C), v1(w), v1(b));
+    return dot(out, R);
+  };
+  loss();
+  Buffer<double> dinp("dinp", N * C), dw("dw", C), db("db", C);
+  layernorm_backward<double>(v2(dinp, N, C), v1(dw), v1(db), v2(R, N, C), v2(inp, N, C), v1(w), v1(mean), v1(rstd));
+  expect_gradient("layernorm dinp", inp.data(), dinp.data(), N * C, loss);
+  expect_gradient("layernorm dweight", w.data(), dw.data(), C, loss);
+  expect_gradient("layernorm dbias", b.data(), db.data(), C, loss);
+}
+
+TEST(Kernels, LayerNormForwardNormalises) {
+  const int N = 3, C = 16;
+  auto inp = random_buffer(N * C, 5, 3.0);
+  Buffer<double> out("out", N * C), mean("mean", N), rstd("rstd", N), w("w", C);
+  Kokkos::deep_copy(w, 1.0);
+  layernorm_forward<double>(v2(out, N, C), v1(mean), v1(rstd), v2(inp, N, C), v1(w), View1<const double>());
+  for (int n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += out(n * C + c) / C;
+    for (int c = 0; c < C; ++c) v += (out(n * C + c) - m) * (out(n * C + c) - m) / C;
+    EXPECT_NEAR(m, 0.0, 1e-12);
+    EXPECT_NEAR(v, 1.0, 1e-4);  // eps = 1e-5 in the denominator biases the variance by ~1e-5/var
+  }
+}
+
+TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
+  const int N = 4, C = 6, OC = 5;
+  auto inp = random_buffer(N * C, 11), W = random_buffer(OC * C, 12), b = random_buffer(OC, 13),
+       R = random_buffer(N * OC, 14);
+  Buffer<double> out("out", N * OC);
+  auto loss = [&] {
+    linear_forward<double>(v2(out, N, OC), v2(inp, N, C), v2(W, OC, C), v1(b));
+    return dot(out, R);
+  };
+  loss();
+  // Reference forward value from the definition.
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double s = b(o);
+      for (int c = 0; c < C; ++c) s += inp(n * C + c) * W(o * C + c);
+      EXPECT_NEAR(out(n * OC + o), s, 1e-12);
+    }
+  Buffer<double> dinp("dinp", N * C), dW("dW", OC * C), db("db", OC);
+  linear_backward<double>(v2(dinp, N, C), v2(dW, OC, C), v1(db), v2(R, N, OC), v2(inp, N, C), v2(W, OC, C));
+  expect_gradient("linear dinp", inp.data(), dinp.data(), N * C, loss);
+  expect_gradient("linear dweight", W.data(), dW.data(), OC * C, loss);
+  expect_gradient("linear dbias", b.data(), db.data(), OC, loss);
+}
+
+void check_attention(double p) {
+  const int B = 2, T = 5, NH = 2, C = 8;
+  auto qkv = random_buffer(B * T * 3 * C, 21), R = random_buffer(B * T * C, 22);
+  Buffer<double> out("out", B * T * C), att("att", B * NH * T * T);
+  AttentionDropout drop;
+  drop.key.seed = 7;
+  drop.key.p = p;
+  drop.sample_offset = 3;
+  drop.n_head_total = NH;
+  auto loss = [&] {
+    attention_forward<double>(v2(out, B * T, C), v1(att), v2(qkv, B * T, 3 * C), B, T, NH, drop);
+    return dot(out, R);
+  };
+  loss();
+  // Causality and normalisation of the saved probabilities.
+  for (int r = 0; r < B * NH * T; ++r) {
+    const int t = r % T;
+    double s = 0;
+    for (int t2 = 0; t2 < T; ++t2) {
+      if (t2 > t) {
+        EXPECT_EQ(att(r * T + t2), 0.0);
+      }
+      s += att(r * T + t2);
+    }
+    EXPECT_NEAR(s, 1.0, 1e-12);
+  }
+  Buffer<double> dqkv("dqkv", B * T * 3 * C), dpre("dpre", B * NH * T * T);
+  attention_backward<double>(v2(dqkv, B * T, 3 * C), v1(dpre), v2(R, B * T, C), v2(qkv, B * T, 3 * C), v1(att), B, T,
+                             NH, drop);
+  expect_gradient("attention dqkv", qkv.data(), dqkv.data(), B * T * 3 * C, loss);
+}
+
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(0.0); }
+TEST(Kernels, AttentionWithDropoutBackwardMatchesFiniteDifferences) { check_attention(0.3); }
+
+TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
+  const int n = 40;
+  auto x = random_buffer(n, 31, 2.0), R = random_buffer(n, 32);
+  Buffer<double> y("y", n), dx("dx", n);
+  auto loss = [&] {
+    gelu_forward<double>(v1(y), v1(x));
+    return dot(y, R);
+  };
+  loss();
+  EXPECT_NEAR(y(0), 0.5 * x(0) * (1 + std::erf(x(0) / std::sqrt(2.0))), 1e-15);
+  gelu_backward<double>(v1(dx), v1(R), v1(x));
+  expect_gradient("gelu", x.data(), dx.data(), n, loss);
+}
+
+TEST(Kernels, CrossEntropyMatchesDefinitionAndFiniteDifferences) {
+  const int N = 4, V = 7;
+  auto logits = random_buffer(N * V, 41, 2.0);
+  Kokkos::View<token_t*> tgt("tgt", N);
+  tgt(0) = 3;
+  tgt(1) = 0;
+  tgt(2) = -1;  // no loss at this position
+  tgt(3) = 6;
+  Buffer<double> losses("losses", N);
+  const double dloss = 0.25;
+  auto loss = [&] {
+    return dloss * cross_entropy_forward<double>(v1(losses), v2(logits, N, V), View1<const token_t>(tgt.data(), N));
+  };
+  loss();
+  for (int n = 0; n < N; ++n) {
+    double z = 0;
+    for (int v = 0; v < V; ++v) z += std::exp(logits(n * V + v));
+    const double want = tgt(n) < 0 ? 0.0 : std::log(z) - logits(n * V + tgt(n));
+    EXPECT_NEAR(losses(n), want, 1e-12);
+  }
+  Buffer<double> dlogits("dlogits", N * V);
+  cross_entropy_backward<double>(v2(dlogits, N, V), v2(logits, N, V), View1<const token_t>(tgt.data(), N), dloss);
+  expect_gradient("cross entropy dlogits", logits.data(), dlogits.data(), N * V, loss);
+  // In place gives the same result.
+  Buffer<double> copy("copy", N * V);
+  Kokkos::deep_copy(copy, logits);
+  cross_entropy_backward<double>(v2(copy, N, V), v2(copy, N, V), View1<const token_t>(tgt.data(), N), dloss);
+  for (int i = 0; i < N * V; ++i) EXPECT_EQ(copy(i), dlogits(i));
+}
+
+TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
+  const int B = 2, T = 3, C = 4, V = 5, Tmax = 4;
+  auto wte = random_buffer(V * C, 51), wpe = random_buffer(Tmax * C, 52), R = random_buffer(B * T * C, 53);
+  Kokkos::View<token_t*> tok("tok", B * T);
+  const token_t ids[] = {1, 4, 1, 0, 1, 3};  // repeated ids exercise the accumulation
+  for (int i = 0; i < B * T; ++i) tok(i) = ids[i];
+  Buffer<double> out("out", B * T * C);
+  auto loss = [&] {
+    embedding_forward<double>(v2(out, B * T, C), View1<const token_t>(tok.data(), B * T), v2(wte, V, C),
+                              v2(wpe, Tmax, C), B, T);
+    return dot(out, R);
+  };
+  loss();
+  Buffer<double> dwte("dwte", V * C), dwpe("dwpe", Tmax * C);
+  embedding_backward<double>(v2(dwte, V, C), v2(dwpe, Tmax, C), v2(R, B * T, C),
+                             View1<const token_t>(tok.data(), B * T), B, T);
+  expect_gradient("embedding dwte", wte.data(), dwte.data(), V * C, loss);
+  expect_gradient("embedding dwpe", wpe.data(), dwpe.data(), Tmax * C, loss);
+}
+
+TEST(Kernels, AdamWMatchesReferenceFormula) {
+  const int n = 6;
+  auto p = random_buffer(n, 61), g = random_buffer(n, 62);
+  Buffer<double> m("m", n), v("v", n);
+  std::vector<double> rp(p.data(), p.data() + n), rm(n, 0.0), rv(n, 0.0);
+  AdamWStep s;
+  s.lr = 0.01;
+  s.beta1 = 0.9;
+  s.beta2 = 0.95;
+  s.eps = 1e-8;
+  s.weight_decay = 0.1;
+  s.grad_scale = 0.5;
+  for (int step = 1; step <= 3; ++step) {
+    s.step = step;
+    adamw_update<double>(v1(p), v1(g), v1(m), v1(v), s);
+    for (int i = 0; i < n; ++i) {  // Loshchilov & Hutter, Algorithm 2, with PyTorch's bias correction
+      const double gi = g(i) * 0.5;
+      rp[i] *= 1 - s.lr * s.weight_decay;
+      rm[i] = 0.9 * rm[i] + 0.1 * gi;
+      rv[i] = 0.95 * rv[i] + 0.05 * gi * gi;
+      const double mhat = rm[i] / (1 - std::pow(0.9, step)), vhat = rv[i] / (1 - std::pow(0.95, step));
+      rp[i] -= s.lr * mhat / (std::sqrt(vhat) + s.eps);
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NEAR(p(i), rp[i], 1e-12);
+    EXPECT_NEAR(m(i), rm[i], 1e-15);
+    EXPECT_NEAR(v(i), rv[i], 1e-15);
+  }
+}
+
+TEST(Kernels, DropoutKeepsExpectedFractionAndIsLayoutFree) {
+  const int n = 100000;
+  DropoutKey k;
+  k.seed = 1234;
+  k.site = 5;
+  k.step = 9;
+  k.p = 0.25;
+  int kept = 0;
+  for (int i = 0; i < n; ++i) kept += k.keep(i) ? 1 : 0;
+  // Binomial(n, 0.75): standard deviation ~137; 6 sigma bound.
+  EXPECT_NEAR(kept, 0.75 * n, 6 * std::sqrt(n * 0.75 * 0.25));
+  // The mask of the second half, drawn as its own tensor with an offset, is the same bits.
+  DropoutKey half = k;
+  half.offset = n / 2;
+  for (int i = 0; i < n / 2; ++i) ASSERT_EQ(half.keep(i), k.keep(i + n / 2));
+  // Another step draws another mask.
+  DropoutKey other = k;
+  other.step = 10;
+  int same = 0;
+  for (int i = 0; i < 1000; ++i) same += other.keep(i) == k.keep(i) ? 1 : 0;
+  EXPECT_LT(same, 800);  // independent masks agree with probability 0.625
+}
+
+TEST(Kernels, FillNormalIsSplitInvariantAndHasRightMoments) {
+  const int n = 20000;
+  Buffer<double> whole("whole", n), a("a", n / 2), b("b", n / 2);
+  fill_normal<double>(v1(whole), 42, 7, 0, 0.02);
+  fill_normal<double>(v1(a), 42, 7, 0, 0.02);
+  fill_normal<double>(v1(b), 42, 7, n / 2, 0.02);
+  double s = 0, ss = 0;
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(whole(i), i < n / 2 ? a(i) : b(i - n / 2));
+    s += whole(i);
+    ss += whole(i) * whole(i);
+  }
+  EXPECT_NEAR(s / n, 0.0, 6 * 0.02 / std::sqrt(n));
+  EXPECT_NEAR(std::sqrt(ss / n), 0.02, 0.02 * 0.03);  // relative error of a sample std ~ 1/sqrt(2n) = 0.5%
+}
+
+TEST(Kernels, SumSquaresAndFinite) {
+  Buffer<float> x("x", 4);
+  x(0) = 1;
+  x(1) = 2;
+  x(2) = -2;
+  x(3) = 4;
+  EXPECT_EQ(sum_squares<float>(View1<const float>(x.data(), 4)), 25.0);
+  EXPECT_TRUE(all_finite<float>(View1<const float>(x.data(), 4)));
+  x(2) = std::nanf("");
+  EXPECT_FALSE(all_finite<float>(View1<const float>(x.data(), 4)));
+}
+
+}  // namespace
+}  // namespace trident
