@@ -109,9 +109,10 @@ class Schema {
   std::string dp_text_ = "auto";
 };
 
+/// "--train.lr=5" -> "train.lr": Program_options reports command-line names with dashes and value.
 std::string strip_dashes(std::string s) {
   while (!s.empty() && s.front() == '-') s.erase(s.begin());
-  return s;
+  return s.substr(0, s.find('='));
 }
 
 std::string describe_key(const std::string& dotted) {
@@ -128,12 +129,14 @@ Config parse_impl(std::istream& in, const std::string& source, const std::string
   po::variables_map vm;
   try {
     // Command-line overrides first: Program_options keeps the first value stored for a key.
-    auto parsed = po::command_line_parser(overrides).options(schema.desc()).style(
-        po::command_line_style::default_style & ~po::command_line_style::allow_guessing).run();
-    for (const auto& opt : parsed.options)
-      if (opt.unregistered)
-        throw ConfigError("unknown override '" + opt.string_key + "'");
-    po::store(parsed, vm);
+    // Overrides are accepted as "--section.key=value" or "section.key=value".
+    std::vector<std::string> args;
+    for (const auto& o : overrides) args.push_back(o.rfind("-", 0) == 0 ? o : "--" + o);
+    po::store(po::command_line_parser(args)
+                  .options(schema.desc())
+                  .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
     po::store(po::parse_config_file(in, schema.desc(), /*allow_unregistered=*/false), vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {

@@ -1,0 +1,163 @@
+// Checkpoints: resuming with the same layout is bitwise exact (losses, parameters and AdamW
+// moments after 10 + 10 steps equal a straight 20-step run); a dp = N checkpoint loads at dp = 1;
+// another model, a truncated file and a corrupted dataset are refused; commit keeps `keep` files.
+#include "core/error.hpp"
+#include "data/token_dataset.hpp"
+#include "io/checkpoint_file.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/checkpoint_dir.hpp"
+#include "train/trainer.hpp"
+#include "trainer_fixture.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <class T>
+std::vector<T> copy_of(const TrackedBuffer<T>& b) {
+  return std::vector<T>(b.data(), b.data() + b.size());
+}
+
+std::string dir_for(const std::string& name) {
+  return test::scratch_dir() + "/" + name + "_np" + std::to_string(test::runtime().world_size());
+}
+
+std::string save(Trainer<float>& t, const ProcessGrid& g, const std::string& dir, std::int64_t keep = 3) {
+  CheckpointDir cd(dir);
+  return cd.commit(t.step(), g.world_comm(), [&](const std::string& tmp) { t.write_checkpoint(tmp); }, keep);
+}
+
+TEST(Checkpoint, ResumeWithSameLayoutIsBitwiseExact) {
+  Runtime& rt = test::runtime();
+  const Config cfg = test::tiny_config(rt.world_size());
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+
+  Trainer<float> straight(cfg, grid, data);
+  std::vector<double> want;
+  for (int s = 0; s < 20; ++s) want.push_back(straight.train_step().loss);
+
+  const std::string dir = dir_for("resume");
+  {
+    Trainer<float> first(cfg, grid, data);
+    for (int s = 0; s < 10; ++s) EXPECT_EQ(first.train_step().loss, want[s]);
+    save(first, grid, dir);
+  }
+  Trainer<float> second(cfg, grid, data);
+  second.load_checkpoint(*CheckpointDir(dir).latest());
+  EXPECT_EQ(second.step(), 10);
+  EXPECT_EQ(second.consumed_samples(), 10 * cfg.train.global_batch_size);
+  for (int s = 10; s < 20; ++s) EXPECT_EQ(second.train_step().loss, want[s]) << "step " << s + 1;
+  EXPECT_EQ(second.optimizer().step_count(), 20);
+  EXPECT_EQ(copy_of(second.store().params()), copy_of(straight.store().params()));
+  EXPECT_EQ(copy_of(second.optimizer().exp_avg()), copy_of(straight.optimizer().exp_avg()));
+  EXPECT_EQ(copy_of(second.optimizer().exp_avg_sq()), copy_of(straight.optimizer().exp_avg_sq()));
+}
+
+TEST(Checkpoint, DataParallelCheckpointLoadsOnOneRank) {
+  Runtime& rt = test::runtime();
+  const Config cfg = test::tiny_config(rt.world_size());
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  for (int s = 0; s < 3; ++s) t.train_step();
+  const std::string path = save(t, grid, dir_for("relayout"));
+  // Every rank reloads the whole checkpoint alone (dp = 1): the dp shards reassemble exactly.
+  ProcessGrid solo(rt.self(), {1, 1, 1});
+  Trainer<float> one(test::tiny_config(1), solo, data);
+  one.load_checkpoint(path);
+  EXPECT_EQ(copy_of(one.store().params()), copy_of(t.store().params()));
+  EXPECT_EQ(copy_of(one.optimizer().exp_avg_sq()), copy_of(t.optimizer().exp_avg_sq()));
+  EXPECT_EQ(one.step(), 3);
+}
+
+TEST(Checkpoint, RefusesAnotherModel) {
+  Runtime& rt = test::runtime();
+  const Config cfg = test::tiny_config(rt.world_size());
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  const std::string path = save(t, grid, dir_for("other"));
+  Trainer<float> other(test::tiny_config(rt.world_size(), {"--model.n_embd=32"}), grid, data);
+  try {
+    other.load_checkpoint(path);
+    ADD_FAILURE() << "loaded a checkpoint of another model";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("n_embd = 16 in the checkpoint, 32 in this run"), std::string::npos)
+        << e.what();
+    EXPECT_TRUE(e.collective());
+  }
+}
+
+TEST(Checkpoint, DetectsTruncationAndCorruption) {
+  Runtime& rt = test::runtime();
+  const Config cfg = test::tiny_config(rt.world_size());
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  t.train_step();
+  const std::string path = save(t, grid, dir_for("corrupt"));
+  {
+    CheckpointReader ok(path, rt.world());
+    EXPECT_TRUE(ok.verify(rt.world()).empty());
+  }
+  const std::string truncated = path + ".truncated", corrupted = path + ".corrupted";
+  if (rt.world_rank() == 0) {
+    fs::copy_file(path, truncated, fs::copy_options::overwrite_existing);
+    fs::resize_file(truncated, fs::file_size(path) / 2);
+    fs::copy_file(path, corrupted, fs::copy_options::overwrite_existing);
+    // Flip bytes in the last quarter of the file: shard data is allocated after the metadata.
+    std::fstream f(corrupted, std::ios::in | std::ios::out | std::ios::binary);
+    const auto size = static_cast<std::streamoff>(fs::file_size(corrupted));
+    for (std::streamoff off = size * 3 / 4; off < size * 3 / 4 + 64; ++off) {
+      f.seekp(off);
+      f.put(static_cast<char>(0x5A));
+    }
+  }
+  rt.world().barrier();
+  EXPECT_THROW(CheckpointReader(truncated, rt.world()), Error);
+  bool detected = false;
+  try {
+    CheckpointReader bad(corrupted, rt.world());
+    detected = !bad.verify(rt.world()).empty();
+  } catch (const Error&) {
+    detected = true;  // the flipped bytes hit metadata instead: refused at open
+  }
+  EXPECT_TRUE(detected);
+  EXPECT_THROW(CheckpointReader(dir_for("corrupt") + "/missing.h5", rt.world()), Error);
+}
+
+TEST(Checkpoint, CommitRotatesAndMovesLatest) {
+  Runtime& rt = test::runtime();
+  const Config cfg = test::tiny_config(rt.world_size());
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  const std::string dir = dir_for("rotate");
+  for (int s = 0; s < 4; ++s) {
+    t.train_step();
+    save(t, grid, dir, /*keep=*/2);
+  }
+  rt.world().barrier();
+  CheckpointDir cd(dir);
+  const auto all = cd.list();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].first, 3);
+  EXPECT_EQ(all[1].first, 4);
+  EXPECT_EQ(*cd.latest(), cd.path_for(4));
+  // A failed write leaves the previous checkpoint and latest untouched.
+  EXPECT_THROW(cd.commit(5, rt.world(), [](const std::string&) { throw CheckpointError("injected", true); }, 2),
+               CheckpointError);
+  EXPECT_EQ(*cd.latest(), cd.path_for(4));
+  EXPECT_EQ(cd.list().size(), 2u);
+}
+
+}  // namespace
+}  // namespace trident

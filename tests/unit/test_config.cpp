@@ -1,0 +1,113 @@
+// Deck parsing and validation: every rejection names the key; overrides beat the file; the
+// resolved deck round-trips.
+#include "core/config.hpp"
+#include "core/error.hpp"
+
+#include <gtest/gtest.h>
+
+namespace trident {
+namespace {
+
+const char* kDeck = R"(
+[model]
+n_layer = 2
+n_head = 4
+n_embd = 64
+block_size = 32
+[parallel]
+dp = auto
+[train]
+global_batch_size = 16
+max_steps = 10
+[data]
+path = data/x.h5
+)";
+
+std::string error_of(const std::string& text, int ranks, const std::vector<std::string>& ov = {}) {
+  try {
+    Config c = parse_deck_text(text, "t", ov);
+    validate(c, ranks);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ParsesAndResolvesAutoDp) {
+  Config c = parse_deck_text(kDeck, "t");
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.parallel.dp, 0);
+  validate(c, 4);
+  EXPECT_EQ(c.parallel.dp, 4);
+  EXPECT_EQ(c.train.micro_batch_size, 4);  // 16 / dp
+  EXPECT_EQ(c.train.out_dir, "runs/t");
+}
+
+TEST(Config, OverridesTakePrecedenceOverTheFile) {
+  Config c = parse_deck_text(kDeck, "t", {"--train.max_steps=99", "model.n_layer=3"});
+  EXPECT_EQ(c.train.max_steps, 99);
+  EXPECT_EQ(c.model.n_layer, 3);
+}
+
+TEST(Config, RejectsUnknownKeysNamingThem) {
+  EXPECT_NE(error_of(std::string(kDeck) + "[model]\nn_layers = 3\n", 1).find("'n_layers' in section [model]"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.nope=1"}).find("'nope' in section [train]"), std::string::npos);
+}
+
+TEST(Config, RejectsWrongTypesNamingTheKey) {
+  std::string e = error_of(std::string(kDeck) + "[train]\nlr = fast\n", 1);
+  EXPECT_NE(e.find("'lr' in section [train]"), std::string::npos) << e;
+  e = error_of(kDeck, 1, {"--model.n_layer=2.5"});
+  EXPECT_NE(e.find("n_layer"), std::string::npos) << e;
+}
+
+TEST(Config, RejectsImpossibleValues) {
+  EXPECT_NE(error_of(kDeck, 1, {"--model.n_embd=66"}).find("not divisible by [model] n_head"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 4, {"--parallel.dp=3"}).find("does not match the number of ranks"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 3, {"--parallel.tp=2"}).find("not divisible by tp * pp"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 2, {"--train.micro_batch_size=3"}).find("accumulated micro-batches"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.lr=-1"}).find("[train] lr"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--model.dropout=1"}).find("[model] dropout"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--parallel.dp=two"}).find("'dp' in section [parallel]"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 2, {"--parallel.tp=2", "--model.n_head=3", "--model.n_embd=63"}).find("n_head"),
+            std::string::npos);
+}
+
+TEST(Config, GradientAccumulationCount) {
+  Config c = parse_deck_text(kDeck, "t", {"--train.micro_batch_size=2"});
+  validate(c, 2);
+  EXPECT_EQ(c.train.global_batch_size / (c.train.micro_batch_size * c.parallel.dp), 4);
+}
+
+TEST(Config, ResolvedDeckRoundTrips) {
+  Config c = parse_deck_text(kDeck, "t", {"--train.lr=3e-4", "--model.bias=true"});
+  validate(c, 2);
+  Config d = parse_deck_text(c.to_ini(), "t");
+  validate(d, 2);
+  EXPECT_EQ(c.to_ini(), d.to_ini());
+  EXPECT_EQ(d.train.lr, 3e-4);
+  EXPECT_TRUE(d.model.bias);
+  EXPECT_EQ(d.parallel.dp, 2);
+}
+
+TEST(Config, MissingDeckFile) {
+  try {
+    parse_deck("/nonexistent/deck.ini");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/deck.ini"), std::string::npos);
+  }
+}
+
+TEST(Config, HelpListsEveryKey) {
+  const std::string h = deck_help();
+  for (const char* k : {"n_layer", "n_head", "n_embd", "block_size", "bias", "dropout", "dp", "tp", "pp",
+                        "global_batch_size", "micro_batch_size", "max_steps", "stop_at_step", "time_limit_min", "lr",
+                        "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip", "eval_interval",
+                        "eval_iters", "seed", "out_dir", "path", "interval", "keep"})
+    EXPECT_NE(h.find(std::string(k) + " = "), std::string::npos) << k;
+}
+
+}  // namespace
+}  // namespace trident

@@ -1,0 +1,287 @@
+#!/usr/bin/env bash
+# Throwaway single-node Slurm cluster on loopback, for tests and demos of the job scripts.
+#
+# Usage:
+#   tools/slurm_local.sh start  [STATEDIR]   write slurm.conf, start munged, slurmctld, slurmd,
+#                                            wait until the node is idle, print the export line
+#   tools/slurm_local.sh stop   [STATEDIR]   stop the daemons of STATEDIR (files are kept)
+#   tools/slurm_local.sh status [STATEDIR]   daemons alive? sinfo/squeue of the cluster
+#   STATEDIR defaults to /tmp/trident-slurm.
+#
+# Typical use (the only thing `start` prints on stdout is the export line, so eval works):
+#   eval "$(tools/slurm_local.sh start)"      # exports SLURM_CONF=/tmp/trident-slurm/slurm.conf
+#   sbatch --wait -n 2 jobscripts/train.sbatch
+#   tools/slurm_local.sh stop
+#
+# Everything lives under STATEDIR: slurm.conf, munge/ (key, socket, pid, log, seed),
+# spool/ (slurmctld state, slurmd spool), run/ (pid files), log/ (slurmctld.log, slurmd.log).
+# Nothing under /etc is changed, with one exception: if munged refuses the private key (it checks
+# that every directory above the key file is owned by root/munge and not group/other-writable),
+# the system key /etc/munge/munge.key is used instead and created with mungekey when missing.
+#
+# The cluster: one node "localhost" (127.0.0.1) that advertises CPUs=8 whatever the machine has
+# (SlurmdParameters=config_overrides), one partition "debug" with OverSubscribe=YES, no accounting
+# (sacct does not work; `sbatch --wait` returns the job's exit status), no cgroups
+# (proctrack/linuxproc, task/none). MPI: `srun --mpi=pmi2` works, `--mpi=pmix` does not.
+#
+# Needs root (slurmd runs as root; munged is started as user munge) and the Debian 12 packages
+# slurm-wlm and munge (tools/install_deps.sh --test). No systemd is used or needed.
+#
+# Environment knobs:
+#   SLURM_LOCAL_TIMEOUT   seconds to wait for the node to become idle (default 60)
+#   SLURM_LOCAL_PORT      slurmctld port; slurmd uses PORT+1 (default 6817, Slurm's own default).
+#                         Change it to run two of these clusters at the same time.
+#   SLURM_LOCAL_CPUS      CPUs the node advertises (default 8)
+set -euo pipefail
+
+prog="slurm_local.sh"
+cmd="${1:-}"
+state="${2:-/tmp/trident-slurm}"
+timeout_s="${SLURM_LOCAL_TIMEOUT:-60}"
+port="${SLURM_LOCAL_PORT:-6817}"
+cpus="${SLURM_LOCAL_CPUS:-8}"
+
+say() { echo "$prog: $*" >&2; }
+die() { echo "$prog: error: $*" >&2; exit 1; }
+
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; }
+
+case "$cmd" in
+  start|stop|status) ;;
+  -h|--help|help) usage; exit 0 ;;
+  *) usage; exit 2 ;;
+esac
+
+# Absolute state dir (the paths go into slurm.conf and to the daemons).
+case "$state" in
+  /*) ;;
+  *) state="$(pwd)/$state" ;;
+esac
+state="${state%/}"
+conf="$state/slurm.conf"
+mdir="$state/munge"
+sock="$mdir/munged.socket"
+
+# ---------------------------------------------------------------- process helpers
+# pid_of NAME: the pid recorded in run/NAME.pid (or munge/munged.pid) if that process is alive
+# and really is NAME (guards against a reused pid after a reboot or a crash).
+pidfile_of() {
+  case "$1" in
+    munged) echo "$mdir/munged.pid" ;;
+    *) echo "$state/run/$1.pid" ;;
+  esac
+}
+pid_of() {
+  local f pid comm
+  f="$(pidfile_of "$1")"
+  [ -r "$f" ] || return 1
+  pid="$(tr -dc '0-9' < "$f")"
+  [ -n "$pid" ] || return 1
+  [ -r "/proc/$pid/comm" ] || return 1
+  comm="$(cat "/proc/$pid/comm" 2>/dev/null || true)"
+  [ "$comm" = "$1" ] || return 1
+  echo "$pid"
+}
+
+stop_one() {
+  local name="$1" pid i
+  pid="$(pid_of "$name")" || { rm -f "$(pidfile_of "$name")"; return 0; }
+  say "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "$name (pid $pid) did not stop after 5 s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.2
+  fi
+  rm -f "$(pidfile_of "$name")"
+}
+
+stop_all() {
+  # Order: compute daemon, controller, then the authentication daemon they use.
+  stop_one slurmd
+  stop_one slurmctld
+  stop_one munged
+  rm -f "$sock" "$sock.lock"
+}
+
+show_logs() {
+  local f
+  for f in "$mdir/munged.log" "$state/log/slurmctld.log" "$state/log/slurmd.log"; do
+    [ -r "$f" ] || continue
+    echo "----- last lines of $f" >&2
+    tail -n 25 "$f" >&2
+  done
+}
+
+# ---------------------------------------------------------------- status
+if [ "$cmd" = status ]; then
+  [ -f "$conf" ] || { say "no cluster in $state (no slurm.conf)"; exit 1; }
+  rc=0
+  for d in munged slurmctld slurmd; do
+    if pid="$(pid_of "$d")"; then say "$d running (pid $pid)"; else say "$d NOT running"; rc=1; fi
+  done
+  if [ "$rc" = 0 ]; then
+    SLURM_CONF="$conf" sinfo -N -o '%N %T %c %P' >&2 || rc=1
+    SLURM_CONF="$conf" squeue >&2 || rc=1
+  fi
+  echo "export SLURM_CONF=$conf"
+  exit "$rc"
+fi
+
+# ---------------------------------------------------------------- stop
+if [ "$cmd" = stop ]; then
+  [ -d "$state" ] || { say "nothing to stop: $state does not exist"; exit 0; }
+  stop_all
+  say "stopped (state kept in $state; rm -rf it to start from scratch)"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- start
+[ "$(id -u)" -eq 0 ] || die "needs root (slurmd runs as root and munged as user munge)"
+for b in munged slurmctld slurmd sinfo; do
+  command -v "$b" >/dev/null 2>&1 || [ -x "/usr/sbin/$b" ] ||
+    die "$b not found; install slurm-wlm and munge (tools/install_deps.sh --test)"
+done
+export PATH="$PATH:/usr/sbin:/sbin"
+getent passwd munge >/dev/null || die "user munge does not exist (is the munge package installed?)"
+
+# Idempotent: daemons of an earlier start of this state dir go first.
+if [ -d "$state" ]; then stop_all; fi
+
+mkdir -p "$state" "$state/run" "$state/log" "$state/spool/ctld" "$state/spool/d" "$mdir"
+chmod 0755 "$state" "$state/run" "$state/log" "$state/spool"
+chmod 0700 "$state/spool/ctld" "$state/spool/d"
+chown munge:munge "$mdir"
+chmod 0755 "$mdir"   # munged: socket dir must be executable by all
+rm -f "$state/log/slurmctld.log" "$state/log/slurmd.log" "$mdir/munged.log"
+
+# ---- munge
+start_munged() {  # start_munged KEYFILE
+  local key="$1" i
+  rm -f "$sock" "$sock.lock" "$mdir/munged.pid"
+  # munged refuses to run as root (without --force), so it runs as the munge user.
+  if ! runuser -u munge -- munged \
+        --key-file="$key" --socket="$sock" --pid-file="$mdir/munged.pid" \
+        --log-file="$mdir/munged.log" --seed-file="$mdir/munged.seed" 2>>"$mdir/munged.start.err"; then
+    return 1
+  fi
+  for i in $(seq 1 50); do
+    [ -S "$sock" ] && pid_of munged >/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+: > "$mdir/munged.start.err"
+chown munge:munge "$mdir/munged.start.err"
+key="$mdir/munge.key"
+if [ ! -s "$key" ]; then
+  if command -v mungekey >/dev/null 2>&1; then
+    runuser -u munge -- mungekey --create --keyfile="$key" 2>>"$mdir/munged.start.err" || true
+  fi
+  if [ ! -s "$key" ]; then
+    dd if=/dev/urandom of="$key" bs=1 count=1024 status=none
+  fi
+  chown munge:munge "$key"
+  chmod 0600 "$key"
+fi
+if start_munged "$key"; then
+  say "munged started with the private key $key"
+else
+  say "munged refused the private key (see below); falling back to /etc/munge/munge.key"
+  cat "$mdir/munged.start.err" >&2 || true
+  key=/etc/munge/munge.key
+  if [ ! -s "$key" ]; then
+    say "creating $key"
+    mkdir -p /etc/munge
+    chown munge:munge /etc/munge
+    chmod 0700 /etc/munge
+    if command -v mungekey >/dev/null 2>&1; then
+      runuser -u munge -- mungekey --create --keyfile="$key" || true
+    fi
+    [ -s "$key" ] || dd if=/dev/urandom of="$key" bs=1 count=1024 status=none
+    chown munge:munge "$key"
+    chmod 0400 "$key"
+  fi
+  start_munged "$key" || { cat "$mdir/munged.start.err" >&2 || true; show_logs; die "munged did not start"; }
+  say "munged started with $key"
+fi
+# Round trip through the new socket: the daemons authenticate every RPC with it.
+if command -v munge >/dev/null 2>&1 && command -v unmunge >/dev/null 2>&1; then
+  munge -S "$sock" -n | unmunge -S "$sock" >/dev/null 2>&1 ||
+    { show_logs; die "munge credential round trip through $sock failed"; }
+fi
+
+# ---- slurm.conf
+cat > "$conf" <<EOF
+# Written by tools/slurm_local.sh for a throwaway single-node cluster; rewritten on every start.
+ClusterName=trident-local
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sock
+StateSaveLocation=$state/spool/ctld
+SlurmdSpoolDir=$state/spool/d
+SlurmctldPidFile=$state/run/slurmctld.pid
+SlurmdPidFile=$state/run/slurmd.pid
+SlurmctldLogFile=$state/log/slurmctld.log
+SlurmdLogFile=$state/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+SlurmdParameters=config_overrides
+# Keep finished jobs visible to squeue/scontrol for 10 minutes (there is no accounting).
+MinJobAge=600
+# Quick turn-around for a single-node test cluster.
+SlurmdTimeout=60
+InactiveLimit=0
+KillWait=10
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
+chmod 0644 "$conf"
+export SLURM_CONF="$conf"
+
+# ---- slurmctld (-c: start from an empty job state), then slurmd for node "localhost"
+# (the machine's host name is not "localhost", so slurmd must be told its node name).
+slurmctld -c -f "$conf" || { show_logs; die "slurmctld failed to start"; }
+slurmd -N localhost -f "$conf" || { show_logs; die "slurmd failed to start"; }
+
+# ---- wait for the node to come up idle
+t0=$(date +%s)
+st=""
+while :; do
+  st="$(sinfo -h -N -n localhost -o '%T' 2>/dev/null | head -n1 || true)"
+  case "$st" in
+    idle|idle~|mixed|allocated) break ;;
+  esac
+  if [ $(( $(date +%s) - t0 )) -ge "$timeout_s" ]; then
+    say "node state after ${timeout_s}s: '${st:-no answer from slurmctld}'"
+    for d in munged slurmctld slurmd; do
+      pid_of "$d" >/dev/null && say "$d running" || say "$d NOT running"
+    done
+    show_logs
+    die "the node did not become idle within ${timeout_s}s (SLURM_LOCAL_TIMEOUT)"
+  fi
+  sleep 0.5
+done
+say "cluster up in $(( $(date +%s) - t0 ))s: node localhost is $st, $cpus CPUs, partition debug; state in $state"
+say "clients need:"
+echo "export SLURM_CONF=$conf"

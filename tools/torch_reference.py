@@ -1,0 +1,313 @@
+#!/usr/bin/python3
+"""PyTorch reference for Trident's GPT: the numerical oracle of the whole model.
+
+Run with Debian's torch (/usr/bin/python3; the python3 first on PATH has no torch):
+
+    /usr/bin/python3 tools/torch_reference.py --checkpoint CKPT.h5 --dump DUMP.h5
+
+CKPT.h5 is a Trident checkpoint, DUMP.h5 what `trident_gpt_dump` wrote for it (tokens, targets, loss,
+logits, grad/<tensor>). This script reads the checkpoint through its documented file layout only
+(the header comment of src/io/checkpoint_file.hpp), never through Trident code, so a bug in
+Trident's checkpoint reader cannot hide a bug in its model. It rebuilds nanoGPT's GPT (model.py) in
+PyTorch, runs the dumped batch and compares loss, logits and every parameter gradient:
+
+    max |trident - torch| <= tol * max |torch|      per tensor, tol = 1e-5 for fp32
+
+The bound is relative to the tensor's largest entry rather than elementwise: fp32 sums of a few
+hundred terms carry ~1e-7 relative rounding error of their largest term, and near-zero entries
+would make an elementwise relative test meaningless. A real bug (a missing term, a wrong index,
+tanh-GELU instead of erf-GELU) shows up as a ratio of 1e-3 or more. Exit status: 0 when every
+tensor passes, 1 when any fails or is missing, 2 for unreadable input.
+"""
+
+import argparse
+import configparser
+import math
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoint reading, from the file layout alone
+# --------------------------------------------------------------------------------------------
+
+def _text(v):
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def load_checkpoint(path):
+    """Returns (model hyperparameters, {tensor name: numpy array of its global shape})."""
+    with h5py.File(path, "r") as f:
+        a = f.attrs
+        if _text(a.get("format", b"")) != "trident-checkpoint":
+            raise ValueError(f"{path}: not a Trident checkpoint (no format = trident-checkpoint)")
+        if int(a["format_version"]) != 1:
+            raise ValueError(f"{path}: format_version {int(a['format_version'])}; this script reads 1")
+        hp = {k: int(a["model_" + k]) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")}
+        hp["bias"] = bool(hp["bias"])
+        hp["dropout"] = float(a["model_dropout"]) if "model_dropout" in a else 0.0
+        check_deck(_text(f["config"][()]), hp, path)
+
+        tensors = f["index/tensors"][()]
+        segments = f["index/segments"][()]
+        shards = f["index/shards"][()]
+        shard_data = {}
+        for row, s in enumerate(shards):
+            name = f"pp{int(s['pp'])}_dp{int(s['dp'])}_tp{int(s['tp'])}"
+            d = f["shards/param/" + name][()]
+            if d.shape[0] != int(s["length"]):
+                raise ValueError(f"{path}: shard {name} holds {d.shape[0]} elements, index says {int(s['length'])}")
+            shard_data[row] = d
+
+    out = {}
+    for k, t in enumerate(tensors):
+        name = _text(t["name"])
+        shape = tuple(int(x) for x in t["shape"][: int(t["ndim"])])
+        numel = int(np.prod(shape)) if shape else 1
+        segs = segments[segments["tensor"] == k]
+        if int(t["split_dim"]) >= 0 and np.any(segs["tp_rank"] != 0):
+            # A tp-split tensor's pieces would need the [q|k|v] block interleave of split_groups
+            # undone; no tensor-parallel trainer writes checkpoints yet, so refuse rather than guess.
+            raise ValueError(f"{path}: tensor {name} is split over tensor-parallel ranks; not supported here")
+        segs = segs[segs["tp_rank"] == 0]
+        flat = np.empty(numel, dtype=np.float64)
+        covered = np.zeros(numel, dtype=np.int32)
+        for s in segs:
+            t0, s0, n = int(s["tensor_offset"]), int(s["shard_offset"]), int(s["count"])
+            flat[t0:t0 + n] = shard_data[int(s["shard"])][s0:s0 + n]
+            covered[t0:t0 + n] += 1
+        if np.any(covered != 1):
+            raise ValueError(f"{path}: the segments of {name} cover {np.sum(covered == 0)} elements never and "
+                             f"{np.sum(covered > 1)} more than once")
+        out[name] = flat.reshape(shape)
+    return hp, out
+
+
+def check_deck(text, hp, path):
+    """The /config deck and the root attributes must describe the same model."""
+    cp = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
+    cp.read_string(text)
+    if not cp.has_section("model"):
+        raise ValueError(f"{path}: /config has no [model] section")
+    for key in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size"):
+        if cp.has_option("model", key) and int(cp.get("model", key)) not in (0, hp[key]):
+            raise ValueError(f"{path}: /config says {key} = {cp.get('model', key)}, the attributes {hp[key]}")
+    if cp.has_option("model", "bias") and cp.getboolean("model", "bias") != hp["bias"]:
+        raise ValueError(f"{path}: /config and the model_bias attribute disagree")
+
+
+# --------------------------------------------------------------------------------------------
+# nanoGPT's GPT (karpathy/nanoGPT model.py), without dropout and without flash attention
+# --------------------------------------------------------------------------------------------
+
+class LayerNorm(nn.Module):
+    """LayerNorm with an optional bias (PyTorch's nn.LayerNorm always has one)."""
+
+    def __init__(self, ndim, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.bias = nn.Parameter(torch.zeros(ndim)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        C = hp["n_embd"]
+        self.n_head = hp["n_head"]
+        self.c_attn = nn.Linear(C, 3 * C, bias=hp["bias"])
+        self.c_proj = nn.Linear(C, C, bias=hp["bias"])
+        T = hp["block_size"]
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)  # the [q|k|v] row blocks of c_attn.weight
+        NH, HS = self.n_head, C // self.n_head
+        q = q.view(B, T, NH, HS).transpose(1, 2)
+        k = k.view(B, T, NH, HS).transpose(1, 2)
+        v = v.view(B, T, NH, HS).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+        att = att.masked_fill(~self.mask[:, :, :T, :T], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        C = hp["n_embd"]
+        self.c_fc = nn.Linear(C, 4 * C, bias=hp["bias"])
+        self.gelu = nn.GELU()  # exact (erf) GELU, as in nanoGPT; not the tanh approximation
+        self.c_proj = nn.Linear(4 * C, C, bias=hp["bias"])
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        self.ln_1 = LayerNorm(hp["n_embd"], hp["bias"])
+        self.attn = CausalSelfAttention(hp)
+        self.ln_2 = LayerNorm(hp["n_embd"], hp["bias"])
+        self.mlp = MLP(hp)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        C = hp["n_embd"]
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(hp["vocab_size"], C),
+            wpe=nn.Embedding(hp["block_size"], C),
+            h=nn.ModuleList([Block(hp) for _ in range(hp["n_layer"])]),
+            ln_f=LayerNorm(C, hp["bias"]),
+        ))
+        self.lm_head = nn.Linear(C, hp["vocab_size"], bias=False)
+        # Weight tying (Press & Wolf 2017): one tensor, so its gradient sums both uses, which is
+        # what Trident's single wte gradient must equal.
+        self.transformer.wte.weight = self.lm_head.weight
+
+    def forward(self, idx):
+        B, T = idx.size()
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        return self.lm_head(self.transformer.ln_f(x))
+
+
+# --------------------------------------------------------------------------------------------
+# Comparison
+# --------------------------------------------------------------------------------------------
+
+def compare(name, trident, ref, tol, rows):
+    """Appends a table row; returns True when max|trident - ref| <= tol * max|ref|."""
+    trident = np.asarray(trident, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if trident.shape != ref.shape:
+        rows.append((name, "shape", f"{trident.shape} vs {ref.shape}", "", "", "FAIL"))
+        return False
+    diff = float(np.max(np.abs(trident - ref))) if ref.size else 0.0
+    scale = float(np.max(np.abs(ref))) if ref.size else 0.0
+    ok = bool(np.all(np.isfinite(trident))) and diff <= tol * scale
+    if scale == 0.0:
+        ratio = 0.0 if diff == 0.0 else math.inf
+        ok = ok and diff == 0.0
+    else:
+        ratio = diff / scale
+    rows.append((name, "x".join(str(s) for s in ref.shape) or "scalar", f"{diff:.3e}", f"{scale:.3e}",
+                 f"{ratio:.3e}", "ok" if ok else "FAIL"))
+    return ok
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        description="Compare Trident's loss, logits and gradients (a trident_gpt_dump file) with a PyTorch "
+                    "GPT built from the same checkpoint. Passes when, for every tensor, "
+                    "max|trident - torch| <= tol * max|torch|.",
+        epilog="Exit status: 0 all tensors pass, 1 a tensor differs or is missing, 2 unreadable input.")
+    p.add_argument("--checkpoint", required=True, help="Trident checkpoint file (.h5)")
+    p.add_argument("--dump", required=True, help="trident_gpt_dump output for that checkpoint (.h5)")
+    p.add_argument("--tol", type=float, default=1e-5,
+                   help="relative tolerance per tensor (default 1e-5, for Trident in fp32)")
+    p.add_argument("--double", action="store_true",
+                   help="run the reference in float64 (then the differences are Trident's own fp32 error)")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--quiet", action="store_true", help="print only failing rows and the verdict")
+    args = p.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    dtype = torch.float64 if args.double else torch.float32
+
+    try:
+        hp, weights = load_checkpoint(args.checkpoint)
+        with h5py.File(args.dump, "r") as f:
+            dump = {"tokens": f["tokens"][()], "targets": f["targets"][()], "loss": f["loss"][()],
+                    "logits": f["logits"][()]}
+            grads = {}
+            if "grad" in f:
+                f["grad"].visititems(lambda n, o: grads.__setitem__(n, o[()]) if isinstance(o, h5py.Dataset) else None)
+    except (OSError, KeyError, ValueError) as e:
+        print(f"torch_reference: error: {e}", file=sys.stderr)
+        return 2
+
+    torch.manual_seed(0)  # the weights are all overwritten; this only makes construction repeatable
+    model = GPT(hp).to(dtype)
+    params = dict(model.named_parameters())  # the tied lm_head.weight appears once, as wte
+    failed = []
+    missing = sorted(set(params) - set(weights))
+    extra = sorted(set(weights) - set(params))
+    if missing or extra:
+        for n in missing:
+            failed.append(f"checkpoint lacks tensor {n}")
+        for n in extra:
+            failed.append(f"checkpoint tensor {n} has no counterpart in the reference GPT")
+    with torch.no_grad():
+        for n, prm in params.items():
+            if n in weights:
+                if tuple(prm.shape) != weights[n].shape:
+                    failed.append(f"{n}: checkpoint shape {weights[n].shape}, reference {tuple(prm.shape)}")
+                    continue
+                prm.copy_(torch.from_numpy(weights[n]).to(dtype))
+
+    tokens = torch.from_numpy(dump["tokens"].astype(np.int64))
+    targets = torch.from_numpy(dump["targets"].astype(np.int64))
+    B, T = tokens.shape
+    if T > hp["block_size"] or tokens.min() < 0 or tokens.max() >= hp["vocab_size"]:
+        print("torch_reference: error: the dump's tokens do not fit the checkpoint's model", file=sys.stderr)
+        return 2
+    model.zero_grad(set_to_none=False)
+    logits = model(tokens)
+    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))  # mean over B*T tokens
+    loss.backward()
+
+    rows = []
+    tol = args.tol
+    if not compare("loss", dump["loss"], loss.item(), tol, rows):
+        failed.append("loss")
+    if not compare("logits", dump["logits"], logits.detach().view(B * T, -1).double().numpy(), tol, rows):
+        failed.append("logits")
+    for n, prm in params.items():
+        key = n  # the dump names gradients after the checkpoint's tensors: grad/<name>
+        if key not in grads:
+            failed.append(f"dump lacks grad/{n}")
+            rows.append(("grad/" + n, "", "missing", "", "", "FAIL"))
+            continue
+        if not compare("grad/" + n, grads[key], prm.grad.double().numpy(), tol, rows):
+            failed.append("grad/" + n)
+    for n in sorted(set(grads) - set(params)):
+        failed.append(f"dump has grad/{n}, which the reference GPT lacks")
+
+    header = ("tensor", "shape", "max|diff|", "max|torch|", "ratio", "")
+    shown = [r for r in rows if not args.quiet or r[5] != "ok"]
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(6)]
+    print(f"torch reference ({'float64' if args.double else 'float32'}, torch {torch.__version__}): "
+          f"{hp['n_layer']} layers, {hp['n_head']} heads, C={hp['n_embd']}, V={hp['vocab_size']}, "
+          f"bias={hp['bias']}, batch B={B} T={T}; tol {tol:g} x max|torch| per tensor")
+    for r in [header] + shown:
+        print("  ".join(str(c).ljust(w) if i in (0, 1, 5) else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    worst = max((float(r[4]) for r in rows if r[4] not in ("",)), default=0.0)
+    print(f"loss: trident {float(dump['loss']):.8f}, torch {loss.item():.8f}; worst ratio {worst:.3e}")
+    if failed:
+        print("FAIL: " + "; ".join(failed))
+        return 1
+    print(f"PASS: loss, logits and {len(params)} gradients agree")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
