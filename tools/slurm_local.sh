@@ -13,11 +13,13 @@
 #   sbatch --wait -n 2 jobscripts/train.sbatch
 #   tools/slurm_local.sh stop
 #
-# Everything lives under STATEDIR: slurm.conf, munge/ (key, socket, pid, log, seed),
+# Everything lives under STATEDIR: slurm.conf, munge/ (private key, socket, pid, log, seed),
 # spool/ (slurmctld state, slurmd spool), run/ (pid files), log/ (slurmctld.log, slurmd.log).
-# Nothing under /etc is changed, with one exception: if munged refuses the private key (it checks
-# that every directory above the key file is owned by root/munge and not group/other-writable),
-# the system key /etc/munge/munge.key is used instead and created with mungekey when missing.
+# Nothing under /etc is changed, with one exception: munged refuses files in a directory that
+# it finds insecure (any directory on the path writable by group/others without the sticky bit,
+# or owned by someone other than root/munge). For such a STATEDIR munged's socket, pid, log and
+# seed go to /run/trident-munge-<hash of STATEDIR>/ instead, with the system key
+# /etc/munge/munge.key (created with mungekey, or from /dev/urandom, when missing).
 #
 # The cluster: one node "localhost" (127.0.0.1) that advertises CPUs=8 whatever the machine has
 # (SlurmdParameters=config_overrides), one partition "debug" with OverSubscribe=YES, no accounting
@@ -32,6 +34,8 @@
 #   SLURM_LOCAL_PORT      slurmctld port; slurmd uses PORT+1 (default 6817, Slurm's own default).
 #                         Change it to run two of these clusters at the same time.
 #   SLURM_LOCAL_CPUS      CPUs the node advertises (default 8)
+#   SLURM_LOCAL_CRED_EXPIRE  AuthInfo cred_expire in seconds (default 20, Slurm's is 120). It is
+#                         also the time a requeued job waits before it can start again.
 set -euo pipefail
 
 prog="slurm_local.sh"
@@ -40,6 +44,7 @@ state="${2:-/tmp/trident-slurm}"
 timeout_s="${SLURM_LOCAL_TIMEOUT:-60}"
 port="${SLURM_LOCAL_PORT:-6817}"
 cpus="${SLURM_LOCAL_CPUS:-8}"
+cred_expire="${SLURM_LOCAL_CRED_EXPIRE:-20}"
 
 say() { echo "$prog: $*" >&2; }
 die() { echo "$prog: error: $*" >&2; exit 1; }
@@ -59,7 +64,10 @@ case "$state" in
 esac
 state="${state%/}"
 conf="$state/slurm.conf"
+# munged's directory: $state/munge, or the fallback under /run recorded in $state/munge.dir.
+mdir_fallback="/run/trident-munge-$(printf '%s' "$state" | cksum | cut -d' ' -f1)"
 mdir="$state/munge"
+if [ -r "$state/munge.dir" ]; then mdir="$(cat "$state/munge.dir")"; fi
 sock="$mdir/munged.socket"
 
 # ---------------------------------------------------------------- process helpers
@@ -127,8 +135,8 @@ if [ "$cmd" = status ]; then
   if [ "$rc" = 0 ]; then
     SLURM_CONF="$conf" sinfo -N -o '%N %T %c %P' >&2 || rc=1
     SLURM_CONF="$conf" squeue >&2 || rc=1
+    echo "export SLURM_CONF=$conf"
   fi
-  echo "export SLURM_CONF=$conf"
   exit "$rc"
 fi
 
@@ -152,21 +160,42 @@ getent passwd munge >/dev/null || die "user munge does not exist (is the munge p
 # Idempotent: daemons of an earlier start of this state dir go first.
 if [ -d "$state" ]; then stop_all; fi
 
-mkdir -p "$state" "$state/run" "$state/log" "$state/spool/ctld" "$state/spool/d" "$mdir"
+# The ports must be free: otherwise our slurmctld would fail to bind, and sinfo would report the
+# node of whichever cluster owns the port.
+if command -v ss >/dev/null 2>&1; then
+  for p in "$port" "$((port + 1))"; do
+    if ss -Htln "sport = :$p" 2>/dev/null | grep -q .; then
+      die "port $p is in use (another Slurm cluster?); choose other ports with SLURM_LOCAL_PORT"
+    fi
+  done
+fi
+
+mkdir -p "$state" "$state/run" "$state/log" "$state/spool/ctld" "$state/spool/d"
 chmod 0755 "$state" "$state/run" "$state/log" "$state/spool"
 chmod 0700 "$state/spool/ctld" "$state/spool/d"
-chown munge:munge "$mdir"
-chmod 0755 "$mdir"   # munged: socket dir must be executable by all
-rm -f "$state/log/slurmctld.log" "$state/log/slurmd.log" "$mdir/munged.log"
+rm -f "$state/log/slurmctld.log" "$state/log/slurmd.log" "$state/munge.dir"
 
 # ---- munge
-start_munged() {  # start_munged KEYFILE
-  local key="$1" i
-  rm -f "$sock" "$sock.lock" "$mdir/munged.pid"
+new_key() {  # new_key PATH: a fresh key owned by munge, mode 0600
+  local k="$1"
+  if command -v mungekey >/dev/null 2>&1; then
+    runuser -u munge -- mungekey --create --keyfile="$k" >/dev/null 2>&1 || true
+  fi
+  if [ ! -s "$k" ]; then dd if=/dev/urandom of="$k" bs=1 count=1024 status=none; fi
+  chown munge:munge "$k"
+  chmod 0600 "$k"
+}
+start_munged() {  # start_munged DIR KEYFILE: munged with socket/pid/log/seed in DIR
+  local d="$1" key="$2" i
+  mkdir -p "$d"
+  chown munge:munge "$d"
+  chmod 0755 "$d"   # munged: the socket's directory must be searchable by all
+  mdir="$d"; sock="$d/munged.socket"
+  rm -f "$sock" "$sock.lock" "$d/munged.pid" "$d/munged.log"
   # munged refuses to run as root (without --force), so it runs as the munge user.
   if ! runuser -u munge -- munged \
-        --key-file="$key" --socket="$sock" --pid-file="$mdir/munged.pid" \
-        --log-file="$mdir/munged.log" --seed-file="$mdir/munged.seed" 2>>"$mdir/munged.start.err"; then
+        --key-file="$key" --socket="$sock" --pid-file="$d/munged.pid" \
+        --log-file="$d/munged.log" --seed-file="$d/munged.seed" 2>"$state/log/munged.start.err"; then
     return 1
   fi
   for i in $(seq 1 50); do
@@ -176,39 +205,28 @@ start_munged() {  # start_munged KEYFILE
   return 1
 }
 
-: > "$mdir/munged.start.err"
-chown munge:munge "$mdir/munged.start.err"
-key="$mdir/munge.key"
-if [ ! -s "$key" ]; then
-  if command -v mungekey >/dev/null 2>&1; then
-    runuser -u munge -- mungekey --create --keyfile="$key" 2>>"$mdir/munged.start.err" || true
-  fi
-  if [ ! -s "$key" ]; then
-    dd if=/dev/urandom of="$key" bs=1 count=1024 status=none
-  fi
-  chown munge:munge "$key"
-  chmod 0600 "$key"
-fi
-if start_munged "$key"; then
-  say "munged started with the private key $key"
+mkdir -p "$state/munge"
+chown munge:munge "$state/munge"
+[ -s "$state/munge/munge.key" ] || new_key "$state/munge/munge.key"
+if start_munged "$state/munge" "$state/munge/munge.key"; then
+  say "munged started with the private key $state/munge/munge.key"
 else
-  say "munged refused the private key (see below); falling back to /etc/munge/munge.key"
-  cat "$mdir/munged.start.err" >&2 || true
+  say "munged refused $state/munge:"
+  sed 's/^/    /' "$state/log/munged.start.err" >&2 || true
+  say "falling back to $mdir_fallback with the system key /etc/munge/munge.key"
   key=/etc/munge/munge.key
   if [ ! -s "$key" ]; then
     say "creating $key"
     mkdir -p /etc/munge
     chown munge:munge /etc/munge
     chmod 0700 /etc/munge
-    if command -v mungekey >/dev/null 2>&1; then
-      runuser -u munge -- mungekey --create --keyfile="$key" || true
-    fi
-    [ -s "$key" ] || dd if=/dev/urandom of="$key" bs=1 count=1024 status=none
-    chown munge:munge "$key"
-    chmod 0400 "$key"
+    new_key "$key"
   fi
-  start_munged "$key" || { cat "$mdir/munged.start.err" >&2 || true; show_logs; die "munged did not start"; }
-  say "munged started with $key"
+  start_munged "$mdir_fallback" "$key" || {
+    sed 's/^/    /' "$state/log/munged.start.err" >&2 || true
+    show_logs; die "munged did not start"; }
+  echo "$mdir_fallback" > "$state/munge.dir"
+  say "munged started in $mdir_fallback with $key"
 fi
 # Round trip through the new socket: the daemons authenticate every RPC with it.
 if command -v munge >/dev/null 2>&1 && command -v unmunge >/dev/null 2>&1; then
@@ -227,7 +245,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$sock
+# cred_expire: also how long a requeued job waits before it may start again (Slurm's default
+# 120 s); shortened so that requeue demos do not stall.
+AuthInfo=socket=$sock,cred_expire=$cred_expire
 StateSaveLocation=$state/spool/ctld
 SlurmdSpoolDir=$state/spool/d
 SlurmctldPidFile=$state/run/slurmctld.pid
@@ -249,7 +269,10 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 # Keep finished jobs visible to squeue/scontrol for 10 minutes (there is no accounting).
 MinJobAge=600
-# Quick turn-around for a single-node test cluster.
+# Quick turn-around for a single-node test cluster: run the scheduler every 2 s (default 60 s),
+# so that a requeued job starts soon after its BeginTime (see cred_expire) instead of up to a
+# minute later.
+SchedulerParameters=sched_interval=2
 SlurmdTimeout=60
 InactiveLimit=0
 KillWait=10
@@ -281,6 +304,9 @@ while :; do
     die "the node did not become idle within ${timeout_s}s (SLURM_LOCAL_TIMEOUT)"
   fi
   sleep 0.5
+done
+for d in slurmctld slurmd; do
+  pid_of "$d" >/dev/null || { show_logs; die "$d of $state is not running although sinfo answers"; }
 done
 say "cluster up in $(( $(date +%s) - t0 ))s: node localhost is $st, $cpus CPUs, partition debug; state in $state"
 say "clients need:"

@@ -3,127 +3,167 @@
 #include "core/kmath.hpp"
 #include "kernels/instantiate.hpp"
 
+#include <KokkosBlas3_gemm.hpp>
+
 namespace trident {
 
 namespace {
-KOKKOS_INLINE_FUNCTION std::uint64_t att_index(const AttentionDropout& d, int b, int h, int t, int t2, int seq_len) {
-  return ((((d.sample_offset + static_cast<std::uint64_t>(b)) * static_cast<std::uint64_t>(d.n_head_total) +
-            static_cast<std::uint64_t>(d.head_offset + h)) *
-               static_cast<std::uint64_t>(seq_len) +
-           static_cast<std::uint64_t>(t)) *
-          static_cast<std::uint64_t>(seq_len)) +
-         static_cast<std::uint64_t>(t2);
+
+/// (B*T, C) columns [col0, col0 + C) of a row-major matrix -> head-major (B, NH, T, HS).
+/// One work item per (row, head): a contiguous copy of HS elements.
+template <class T>
+void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, int C, int NH) {
+  const int HS = C / NH;
+  Kokkos::parallel_for(
+      "trident::attention_pack", Kokkos::RangePolicy<ExecSpace>(0, static_cast<long>(B) * seq_len * NH),
+      KOKKOS_LAMBDA(const long i) {
+        const long row = i / NH;
+        const int h = static_cast<int>(i % NH);
+        const long b = row / seq_len, t = row % seq_len;
+        T* d = dst.data() + ((b * NH + h) * seq_len + t) * HS;
+        const T* s = &src(row, col0 + h * HS);
+        for (int k = 0; k < HS; ++k) d[k] = s[k];
+      });
 }
+
+/// The inverse of pack_heads: head-major (B, NH, T, HS) -> columns [col0, col0 + C) of (B*T, ldc).
+template <class T>
+void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len, int C, int NH) {
+  const int HS = C / NH;
+  Kokkos::parallel_for(
+      "trident::attention_unpack", Kokkos::RangePolicy<ExecSpace>(0, static_cast<long>(B) * seq_len * NH),
+      KOKKOS_LAMBDA(const long i) {
+        const long row = i / NH;
+        const int h = static_cast<int>(i % NH);
+        const long b = row / seq_len, t = row % seq_len;
+        T* d = &dst(row, col0 + h * HS);
+        const T* s = src.data() + ((b * NH + h) * seq_len + t) * HS;
+        for (int k = 0; k < HS; ++k) d[k] = s[k];
+      });
+}
+
+/// Row-major (rows, cols) view of block `i` of a flat array of equal blocks.
+template <class T>
+View2<T> block(const View1<T>& v, std::int64_t i, std::int64_t rows, std::int64_t cols) {
+  return as_matrix(v.data() + i * rows * cols, rows, cols);
+}
+template <class T>
+View2<const T> cblock(const View1<T>& v, std::int64_t i, std::int64_t rows, std::int64_t cols) {
+  return as_matrix<const T>(v.data() + i * rows * cols, rows, cols);
+}
+
 }  // namespace
 
 template <class T>
 void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
-                       const AttentionDropout& drop) {
-  const int C = static_cast<int>(out.extent(1));
-  const int HS = C / NH;
+                       const AttentionDropout& drop, const AttentionScratch<T>& ws) {
+  const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
+  const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
-  const bool dropping = drop.key.active();
-  const T dscale = static_cast<T>(drop.key.scale());
-  const long rows = static_cast<long>(B) * NH * seq_len;
+  pack_heads<T>(ws.q, qkv, 0, B, Tn, C, NH);
+  pack_heads<T>(ws.k, qkv, C, B, Tn, C, NH);
+  pack_heads<T>(ws.v, qkv, 2 * C, B, Tn, C, NH);
+  for (long bh = 0; bh < heads; ++bh)  // S = scale Q K^T
+    KokkosBlas::gemm("N", "T", scale, cblock(ws.q, bh, Tn, HS), cblock(ws.k, bh, Tn, HS), T(0),
+                     block(att, bh, Tn, Tn));
+  // Causal softmax of every row in place; the probabilities stay in att for backward.
   Kokkos::parallel_for(
-      "trident::attention_forward", Kokkos::RangePolicy<ExecSpace>(0, rows), KOKKOS_LAMBDA(const long r) {
-        const int t = static_cast<int>(r % seq_len);
-        const int h = static_cast<int>((r / seq_len) % NH);
-        const int b = static_cast<int>(r / (static_cast<long>(seq_len) * NH));
-        const long qrow = static_cast<long>(b) * seq_len + t;
-        const long abase = r * seq_len;  // att row (b, h, t, :)
-        T maxv = -Kokkos::reduction_identity<T>::min();  // lowest finite value
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const long krow = static_cast<long>(b) * seq_len + t2;
-          T s = 0;
-          for (int d = 0; d < HS; ++d) s += qkv(qrow, h * HS + d) * qkv(krow, C + h * HS + d);
-          s *= scale;
-          att(abase + t2) = s;
-          if (s > maxv) maxv = s;
-        }
+      "trident::attention_softmax", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn), KOKKOS_LAMBDA(const long r) {
+        const int t = static_cast<int>(r % Tn);
+        T* a = att.data() + r * Tn;
+        T maxv = a[0];
+        for (int t2 = 1; t2 <= t; ++t2) maxv = a[t2] > maxv ? a[t2] : maxv;
         T sum = 0;
         for (int t2 = 0; t2 <= t; ++t2) {
-          const T e = kmath::exp(att(abase + t2) - maxv);
-          att(abase + t2) = e;
-          sum += e;
+          a[t2] = kmath::exp(a[t2] - maxv);
+          sum += a[t2];
         }
         const T inv = T(1) / sum;
-        for (int t2 = 0; t2 <= t; ++t2) att(abase + t2) *= inv;
-        for (int t2 = t + 1; t2 < seq_len; ++t2) att(abase + t2) = 0;
-        for (int d = 0; d < HS; ++d) out(qrow, h * HS + d) = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          T a = att(abase + t2);
-          if (dropping) a = drop.key.keep_at(att_index(drop, b, h, t, t2, seq_len)) ? a * dscale : T(0);
-          const long vrow = static_cast<long>(b) * seq_len + t2;
-          for (int d = 0; d < HS; ++d) out(qrow, h * HS + d) += a * qkv(vrow, 2 * C + h * HS + d);
-        }
+        for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+        for (int t2 = t + 1; t2 < Tn; ++t2) a[t2] = 0;
       });
+  View1<T> p = att;
+  if (drop.key.active()) {
+    const T dscale = static_cast<T>(drop.key.scale());
+    View1<T> pd = ws.pdrop;
+    Kokkos::parallel_for(
+        "trident::attention_dropout", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn * Tn), KOKKOS_LAMBDA(const long i) {
+          const int t2 = static_cast<int>(i % Tn), t = static_cast<int>((i / Tn) % Tn);
+          const long bh = i / (static_cast<long>(Tn) * Tn);
+          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+          pd(i) = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? att(i) * dscale : T(0);
+        });
+    p = pd;
+  }
+  for (long bh = 0; bh < heads; ++bh)  // Y = P V
+    KokkosBlas::gemm("N", "N", T(1), cblock(p, bh, Tn, Tn), cblock(ws.v, bh, Tn, HS), T(0), block(ws.y, bh, Tn, HS));
+  unpack_heads<T>(out, ws.y, 0, B, Tn, C, NH);
 }
 
 template <class T>
 void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
-                        int B, int seq_len, int NH, const AttentionDropout& drop) {
-  const int C = static_cast<int>(dout.extent(1));
-  const int HS = C / NH;
+                        int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws) {
+  const int C = static_cast<int>(dout.extent(1)), HS = C / NH, Tn = seq_len;
+  const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
   const bool dropping = drop.key.active();
   const T dscale = static_cast<T>(drop.key.scale());
-  const long rows = static_cast<long>(B) * NH * seq_len;
-  // Pass A, one thread per query row (b, h, t): gradient of the pre-softmax scores and dq.
+  pack_heads<T>(ws.q, qkv, 0, B, Tn, C, NH);
+  pack_heads<T>(ws.k, qkv, C, B, Tn, C, NH);
+  pack_heads<T>(ws.v, qkv, 2 * C, B, Tn, C, NH);
+  pack_heads<T>(ws.y, dout, 0, B, Tn, C, NH);  // y holds dY
+  View1<const T> p = att;
+  if (dropping) {
+    View1<T> pd = ws.pdrop;
+    Kokkos::parallel_for(
+        "trident::attention_dropout", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn * Tn), KOKKOS_LAMBDA(const long i) {
+          const int t2 = static_cast<int>(i % Tn), t = static_cast<int>((i / Tn) % Tn);
+          const long bh = i / (static_cast<long>(Tn) * Tn);
+          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+          pd(i) = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? att(i) * dscale : T(0);
+        });
+    p = View1<const T>(pd.data(), pd.extent(0));
+  }
+  for (long bh = 0; bh < heads; ++bh) {
+    // dP = dY V^T; dV = P^T dY
+    KokkosBlas::gemm("N", "T", T(1), cblock(ws.y, bh, Tn, HS), cblock(ws.v, bh, Tn, HS), T(0),
+                     block(dpre, bh, Tn, Tn));
+    KokkosBlas::gemm("T", "N", T(1), as_matrix<const T>(p.data() + bh * Tn * Tn, Tn, Tn), cblock(ws.y, bh, Tn, HS),
+                     T(0), block(ws.dv, bh, Tn, HS));
+  }
+  // Softmax backward per row: dS = P * (dP - sum(P * dP)), with dP through the dropout mask.
   Kokkos::parallel_for(
-      "trident::attention_backward_dq", Kokkos::RangePolicy<ExecSpace>(0, rows), KOKKOS_LAMBDA(const long r) {
-        const int t = static_cast<int>(r % seq_len);
-        const int h = static_cast<int>((r / seq_len) % NH);
-        const int b = static_cast<int>(r / (static_cast<long>(seq_len) * NH));
-        const long qrow = static_cast<long>(b) * seq_len + t;
-        const long abase = r * seq_len;
+      "trident::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn),
+      KOKKOS_LAMBDA(const long r) {
+        const int t = static_cast<int>(r % Tn);
+        const long bh = r / Tn;
+        const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+        T* d = dpre.data() + r * Tn;
+        const T* a = att.data() + r * Tn;
+        if (dropping)
+          for (int t2 = 0; t2 <= t; ++t2) d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : T(0);
         T dot = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          const long vrow = static_cast<long>(b) * seq_len + t2;
-          T da = 0;
-          for (int d = 0; d < HS; ++d) da += dout(qrow, h * HS + d) * qkv(vrow, 2 * C + h * HS + d);
-          if (dropping) da = drop.key.keep_at(att_index(drop, b, h, t, t2, seq_len)) ? da * dscale : T(0);
-          dpre(abase + t2) = da;  // d(att) for now
-          dot += att(abase + t2) * da;
-        }
-        for (int t2 = 0; t2 <= t; ++t2) dpre(abase + t2) = att(abase + t2) * (dpre(abase + t2) - dot);
-        for (int t2 = t + 1; t2 < seq_len; ++t2) dpre(abase + t2) = 0;
-        for (int d = 0; d < HS; ++d) {
-          T acc = 0;
-          for (int t2 = 0; t2 <= t; ++t2) acc += dpre(abase + t2) * qkv(static_cast<long>(b) * seq_len + t2, C + h * HS + d);
-          dqkv(qrow, h * HS + d) = acc * scale;
-        }
+        for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * d[t2];
+        for (int t2 = 0; t2 <= t; ++t2) d[t2] = a[t2] * (d[t2] - dot);
+        for (int t2 = t + 1; t2 < Tn; ++t2) d[t2] = 0;
       });
-  // Pass B, one thread per key row (b, h, t2): dk and dv sum over the queries t >= t2 in order.
-  Kokkos::parallel_for(
-      "trident::attention_backward_dkv", Kokkos::RangePolicy<ExecSpace>(0, rows), KOKKOS_LAMBDA(const long r) {
-        const int t2 = static_cast<int>(r % seq_len);
-        const int h = static_cast<int>((r / seq_len) % NH);
-        const int b = static_cast<int>(r / (static_cast<long>(seq_len) * NH));
-        const long krow = static_cast<long>(b) * seq_len + t2;
-        const long hbase = r - t2;  // row index of (b, h, 0)
-        for (int d = 0; d < HS; ++d) {
-          dqkv(krow, C + h * HS + d) = 0;
-          dqkv(krow, 2 * C + h * HS + d) = 0;
-        }
-        for (int t = t2; t < seq_len; ++t) {
-          const long qrow = static_cast<long>(b) * seq_len + t;
-          const long aidx = (hbase + t) * seq_len + t2;
-          const T dp = dpre(aidx) * scale;
-          T a = att(aidx);
-          if (dropping) a = drop.key.keep_at(att_index(drop, b, h, t, t2, seq_len)) ? a * dscale : T(0);
-          for (int d = 0; d < HS; ++d) {
-            dqkv(krow, C + h * HS + d) += dp * qkv(qrow, h * HS + d);
-            dqkv(krow, 2 * C + h * HS + d) += a * dout(qrow, h * HS + d);
-          }
-        }
-      });
+  for (long bh = 0; bh < heads; ++bh) {
+    // dQ = scale dS K; dK = scale dS^T Q
+    KokkosBlas::gemm("N", "N", scale, cblock(dpre, bh, Tn, Tn), cblock(ws.k, bh, Tn, HS), T(0),
+                     block(ws.dq, bh, Tn, HS));
+    KokkosBlas::gemm("T", "N", scale, cblock(dpre, bh, Tn, Tn), cblock(ws.q, bh, Tn, HS), T(0),
+                     block(ws.dk, bh, Tn, HS));
+  }
+  unpack_heads<T>(dqkv, ws.dq, 0, B, Tn, C, NH);
+  unpack_heads<T>(dqkv, ws.dk, C, B, Tn, C, NH);
+  unpack_heads<T>(dqkv, ws.dv, 2 * C, B, Tn, C, NH);
 }
 
-#define TRIDENT_INST(T)                                                                                      \
-  template void attention_forward<T>(View2<T>, View1<T>, View2<const T>, int, int, int, const AttentionDropout&); \
+#define TRIDENT_INST(T)                                                                                       \
+  template void attention_forward<T>(View2<T>, View1<T>, View2<const T>, int, int, int, const AttentionDropout&, \
+                                     const AttentionScratch<T>&);                                             \
   template void attention_backward<T>(View2<T>, View1<T>, View2<const T>, View2<const T>, View1<const T>, int, \
-                                      int, int, const AttentionDropout&);
+                                      int, int, const AttentionDropout&, const AttentionScratch<T>&);
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
 #undef TRIDENT_INST
 

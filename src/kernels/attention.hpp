@@ -5,6 +5,13 @@
 // HS = C / NH channels (head h at columns h*HS of its third); out (B*T, C); att (B*NH*T*T)
 // holds the softmax probabilities (before dropout) saved for backward; dpre (B*NH*T*T) is
 // backward scratch. C, NH are this rank's (tensor-parallel local) sizes.
+//
+// Two implementations with the same contract (HPCG style: the reference validates the fast one):
+//  - attention_forward / attention_backward: per head, S = Q K^T, Y = P V and the four backward
+//    products are GEMMs through KokkosBlas on head-major packed copies of q, k, v
+//    (AttentionScratch); softmax, masking and dropout are element-wise kernels.
+//  - attention_forward_ref / attention_backward_ref: one thread per query (or key) row with
+//    explicit loops; simple, allocation-free, used by the tests as the second oracle.
 #pragma once
 
 #include "core/types.hpp"
@@ -19,15 +26,45 @@ struct AttentionDropout {
   std::uint64_t sample_offset = 0;
   int head_offset = 0;
   int n_head_total = 1;
+
+  /// The global mask index of local element (b, h, t, t2). Device-safe.
+  KOKKOS_INLINE_FUNCTION std::uint64_t index(int b, int h, int t, int t2, int seq_len) const {
+    const auto T = static_cast<std::uint64_t>(seq_len);
+    return (((sample_offset + static_cast<std::uint64_t>(b)) * static_cast<std::uint64_t>(n_head_total) +
+             static_cast<std::uint64_t>(head_offset + h)) * T + static_cast<std::uint64_t>(t)) * T +
+           static_cast<std::uint64_t>(t2);
+  }
+};
+
+/// Work space of the GEMM attention, owned by the caller (kernels do not allocate). For B
+/// sequences of T tokens and C channels: q, k, v, y, dq, dk, dv hold B*T*C elements each (head-major
+/// (B, NH, T, HS) copies); pdrop holds B*NH*T*T (the dropped-out probabilities; may be empty when
+/// dropout is off).
+template <class T>
+struct AttentionScratch {
+  View1<T> q, k, v, y, dq, dk, dv, pdrop;
+  /// Elements needed in all for (B, T, C, NH) with or without dropout.
+  static std::int64_t elements(int B, int seq_len, int C, int NH, bool dropout) {
+    const std::int64_t btc = static_cast<std::int64_t>(B) * seq_len * C;
+    return 7 * btc + (dropout ? static_cast<std::int64_t>(B) * NH * seq_len * seq_len : 0);
+  }
 };
 
 template <class T>
 void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
-                       const AttentionDropout& drop);
+                       const AttentionDropout& drop, const AttentionScratch<T>& ws);
 
 /// dqkv = gradient wrt qkv (overwritten). Uses att saved by forward and the same dropout.
 template <class T>
 void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
-                        int B, int seq_len, int NH, const AttentionDropout& drop);
+                        int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws);
+
+/// Reference implementations (same contract, no scratch).
+template <class T>
+void attention_forward_ref(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
+                           const AttentionDropout& drop);
+template <class T>
+void attention_backward_ref(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv,
+                            View1<const T> att, int B, int seq_len, int NH, const AttentionDropout& drop);
 
 }  // namespace trident

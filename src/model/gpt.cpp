@@ -66,7 +66,10 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_
   }
   plan.insert(plan.end(), {{&lnf_, BT * C}, {&lnf_mean_, BT}, {&lnf_rstd_, BT}, {&logits_, BT * V}, {&losses_, BT},
                            {&proj_, BT * C}, {&dres_, BT * C}, {&dln_, BT * C}, {&datty_, BT * C},
-                           {&dqkv_, BT * 3 * C}, {&dfch_, BT * 4 * C}, {&dpre_, att}, {&dproj_, BT * C}});
+                           {&dqkv_, BT * 3 * C}, {&dfch_, BT * 4 * C}, {&dpre_, att}, {&dproj_, BT * C},
+                           {&attn_ws_.q, BT * C}, {&attn_ws_.k, BT * C}, {&attn_ws_.v, BT * C},
+                           {&attn_ws_.y, BT * C}, {&attn_ws_.dq, BT * C}, {&attn_ws_.dk, BT * C},
+                           {&attn_ws_.dv, BT * C}, {&attn_ws_.pdrop, m.dropout > 0.0 ? att : 0}});
   std::int64_t total = 0;
   for (auto& p : plan) total += p.second;
   acts_ = TrackedBuffer<T>("trident::Gpt::activations", total, MemCategory::activations);
@@ -124,7 +127,7 @@ double Gpt<T>::forward(const GptWeights<T>& w, View1<const token_t> tokens, View
     adrop.key = key(site(l, kSiteAttn));
     layernorm_forward<T>(mat(a.ln1, C, BT), a.ln1_mean, a.ln1_rstd, mat(res_[l], C, BT), bw.ln1_w, bw.ln1_b);
     linear_forward<T>(mat(a.qkv, 3 * C, BT), mat(a.ln1, C, BT), bw.attn_w, bw.attn_b);
-    attention_forward<T>(mat(a.atty, C, BT), a.att, mat(a.qkv, 3 * C, BT), B, seq_len, m_.n_head, adrop);
+    attention_forward<T>(mat(a.atty, C, BT), a.att, mat(a.qkv, 3 * C, BT), B, seq_len, m_.n_head, adrop, attn_ws_);
     linear_forward<T>(mat(proj_, C, BT), mat(a.atty, C, BT), bw.proj_w, bw.proj_b);
     dropout_apply<T>(sub(proj_, C), key(site(l, kSiteAttnResid)));
     residual_forward<T>(sub(a.res_mid, C), sub(res_[l], C), sub(proj_, C));
@@ -178,7 +181,7 @@ void Gpt<T>::backward(const GptWeights<T>& w, const GptWeights<T>& g, T dloss) {
     linear_backward<T>(mat(datty_, C, BT), bg.proj_w, bg.proj_b, mat(dproj_, C, BT), mat(a.atty, C, BT), bw.proj_w);
     adrop.key = key(site(l, kSiteAttn));
     attention_backward<T>(mat(dqkv_, 3 * C, BT), dpre_, mat(datty_, C, BT), mat(a.qkv, 3 * C, BT), a.att, B, seq_len,
-                          m_.n_head, adrop);
+                          m_.n_head, adrop, attn_ws_);
     linear_backward<T>(mat(dln_, C, BT), bg.attn_w, bg.attn_b, mat(dqkv_, 3 * C, BT), mat(a.ln1, C, BT), bw.attn_w);
     layernorm_backward<T>(mat(dres_, C, BT), bg.ln1_w, bg.ln1_b, mat(dln_, C, BT), mat(res_[l], C, BT), bw.ln1_w,
                           a.ln1_mean, a.ln1_rstd);

@@ -14,6 +14,7 @@
 #include "core/config.hpp"
 #include "core/memory.hpp"
 #include "core/types.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/dropout.hpp"
 #include "model/param_layout.hpp"
 
@@ -95,6 +96,7 @@ class Gpt {
   std::vector<LayerActs> layers_;
   View1<T> lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, proj_;
   View1<T> dres_, dln_, datty_, dqkv_, dfch_, dpre_, dproj_;
+  AttentionScratch<T> attn_ws_;
   // state of the last forward
   int B_ = 0, T_ = 0;
   ForwardContext ctx_;

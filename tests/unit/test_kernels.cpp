@@ -83,40 +83,109 @@ TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
   expect_gradient("linear dbias", b.data(), db.data(), OC, loss);
 }
 
-void check_attention(double p) {
-  const int B = 2, T = 5, NH = 2, C = 8;
-  auto qkv = random_buffer(B * T * 3 * C, 21), R = random_buffer(B * T * C, 22);
-  Buffer<double> out("out", B * T * C), att("att", B * NH * T * T);
+struct AttentionCase {
+  static constexpr int B = 2, T = 5, NH = 2, C = 8;
+  Buffer<double> qkv = random_buffer(B * T * 3 * C, 21), R = random_buffer(B * T * C, 22);
+  Buffer<double> out{"out", B * T * C}, att{"att", B * NH * T * T}, ws{"ws", 7 * B * T * C + B * NH * T * T};
   AttentionDropout drop;
-  drop.key.seed = 7;
-  drop.key.p = p;
-  drop.sample_offset = 3;
-  drop.n_head_total = NH;
+  AttentionScratch<double> scratch() {
+    AttentionScratch<double> s;
+    View1<double>* parts[] = {&s.q, &s.k, &s.v, &s.y, &s.dq, &s.dk, &s.dv};
+    for (int i = 0; i < 7; ++i) *parts[i] = View1<double>(ws.data() + i * B * T * C, B * T * C);
+    s.pdrop = View1<double>(ws.data() + 7 * B * T * C, B * NH * T * T);
+    return s;
+  }
+  explicit AttentionCase(double p) {
+    drop.key.seed = 7;
+    drop.key.p = p;
+    drop.sample_offset = 3;
+    drop.n_head_total = NH;
+  }
+};
+
+/// Checks one attention implementation against finite differences, causality and normalisation.
+void check_attention(double p, bool fast) {
+  AttentionCase a(p);
+  const int B = a.B, T = a.T, NH = a.NH, C = a.C;
+  const auto ws = a.scratch();
   auto loss = [&] {
-    attention_forward<double>(v2(out, B * T, C), v1(att), v2(qkv, B * T, 3 * C), B, T, NH, drop);
-    return dot(out, R);
+    if (fast)
+      attention_forward<double>(v2(a.out, B * T, C), v1(a.att), v2(a.qkv, B * T, 3 * C), B, T, NH, a.drop, ws);
+    else
+      attention_forward_ref<double>(v2(a.out, B * T, C), v1(a.att), v2(a.qkv, B * T, 3 * C), B, T, NH, a.drop);
+    return dot(a.out, a.R);
   };
   loss();
-  // Causality and normalisation of the saved probabilities.
   for (int r = 0; r < B * NH * T; ++r) {
     const int t = r % T;
     double s = 0;
     for (int t2 = 0; t2 < T; ++t2) {
       if (t2 > t) {
-        EXPECT_EQ(att(r * T + t2), 0.0);
+        EXPECT_EQ(a.att(r * T + t2), 0.0);
       }
-      s += att(r * T + t2);
+      s += a.att(r * T + t2);
     }
     EXPECT_NEAR(s, 1.0, 1e-12);
   }
   Buffer<double> dqkv("dqkv", B * T * 3 * C), dpre("dpre", B * NH * T * T);
-  attention_backward<double>(v2(dqkv, B * T, 3 * C), v1(dpre), v2(R, B * T, C), v2(qkv, B * T, 3 * C), v1(att), B, T,
-                             NH, drop);
-  expect_gradient("attention dqkv", qkv.data(), dqkv.data(), B * T * 3 * C, loss);
+  if (fast)
+    attention_backward<double>(v2(dqkv, B * T, 3 * C), v1(dpre), v2(a.R, B * T, C), v2(a.qkv, B * T, 3 * C),
+                               v1(a.att), B, T, NH, a.drop, ws);
+  else
+    attention_backward_ref<double>(v2(dqkv, B * T, 3 * C), v1(dpre), v2(a.R, B * T, C), v2(a.qkv, B * T, 3 * C),
+                                   v1(a.att), B, T, NH, a.drop);
+  expect_gradient(fast ? "attention (gemm) dqkv" : "attention (ref) dqkv", a.qkv.data(), dqkv.data(),
+                  B * T * 3 * C, loss);
 }
 
-TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) { check_attention(0.0); }
-TEST(Kernels, AttentionWithDropoutBackwardMatchesFiniteDifferences) { check_attention(0.3); }
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
+  check_attention(0.0, false);
+  check_attention(0.0, true);
+}
+TEST(Kernels, AttentionWithDropoutBackwardMatchesFiniteDifferences) {
+  check_attention(0.3, false);
+  check_attention(0.3, true);
+}
+
+TEST(Kernels, AttentionGemmEqualsReference) {
+  // The fast kernel against the loop reference on the same inputs, in float (the training type):
+  // only summation order differs, so 1e-6 of the largest value.
+  const int B = 3, T = 7, NH = 3, C = 12;
+  Buffer<float> qkv("qkv", B * T * 3 * C), dout("dout", B * T * C);
+  fill_normal<float>(View1<float>(qkv.data(), qkv.extent(0)), 1, 2, 0, 1.0);
+  fill_normal<float>(View1<float>(dout.data(), dout.extent(0)), 1, 3, 0, 1.0);
+  Buffer<float> o1("o1", B * T * C), o2("o2", B * T * C), a1("a1", B * NH * T * T), a2("a2", B * NH * T * T),
+      d1("d1", B * T * 3 * C), d2("d2", B * T * 3 * C), pre("pre", B * NH * T * T),
+      ws("ws", 7 * B * T * C + B * NH * T * T);
+  AttentionScratch<float> s;
+  View1<float>* parts[] = {&s.q, &s.k, &s.v, &s.y, &s.dq, &s.dk, &s.dv};
+  for (int i = 0; i < 7; ++i) *parts[i] = View1<float>(ws.data() + i * B * T * C, B * T * C);
+  s.pdrop = View1<float>(ws.data() + 7 * B * T * C, B * NH * T * T);
+  AttentionDropout drop;
+  drop.key.seed = 11;
+  drop.key.p = 0.2;
+  drop.n_head_total = NH;
+  auto m = [](Buffer<float>& b, int r, int c) { return as_matrix(b.data(), r, c); };
+  auto cm = [](Buffer<float>& b, int r, int c) { return as_matrix<const float>(b.data(), r, c); };
+  auto f1 = View1<float>(a1.data(), a1.extent(0)), f2 = View1<float>(a2.data(), a2.extent(0));
+  attention_forward_ref<float>(m(o1, B * T, C), f1, cm(qkv, B * T, 3 * C), B, T, NH, drop);
+  attention_forward<float>(m(o2, B * T, C), f2, cm(qkv, B * T, 3 * C), B, T, NH, drop, s);
+  attention_backward_ref<float>(m(d1, B * T, 3 * C), View1<float>(pre.data(), pre.extent(0)), cm(dout, B * T, C),
+                                cm(qkv, B * T, 3 * C), f1, B, T, NH, drop);
+  attention_backward<float>(m(d2, B * T, 3 * C), View1<float>(pre.data(), pre.extent(0)), cm(dout, B * T, C),
+                            cm(qkv, B * T, 3 * C), f2, B, T, NH, drop, s);
+  auto max_rel = [](const Buffer<float>& x, const Buffer<float>& y) {
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < x.extent(0); ++i) {
+      d = std::max(d, static_cast<double>(std::fabs(x(i) - y(i))));
+      mx = std::max(mx, static_cast<double>(std::fabs(x(i))));
+    }
+    return d / mx;
+  };
+  EXPECT_LE(max_rel(o1, o2), 1e-6);
+  EXPECT_LE(max_rel(a1, a2), 1e-6);
+  EXPECT_LE(max_rel(d1, d2), 1e-6);
+}
 
 TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
   const int n = 40;
