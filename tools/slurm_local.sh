@@ -125,6 +125,13 @@ show_logs() {
   done
 }
 
+# After a failed start: show the logs, stop what was started (the logs stay in STATEDIR), exit 1.
+fail() {
+  show_logs
+  stop_all
+  die "$* (logs kept in $state/log and $mdir)"
+}
+
 # ---------------------------------------------------------------- status
 if [ "$cmd" = status ]; then
   [ -f "$conf" ] || { say "no cluster in $state (no slurm.conf)"; exit 1; }
@@ -231,7 +238,7 @@ fi
 # Round trip through the new socket: the daemons authenticate every RPC with it.
 if command -v munge >/dev/null 2>&1 && command -v unmunge >/dev/null 2>&1; then
   munge -S "$sock" -n | unmunge -S "$sock" >/dev/null 2>&1 ||
-    { show_logs; die "munge credential round trip through $sock failed"; }
+    fail "munge credential round trip through $sock failed"
 fi
 
 # ---- slurm.conf
@@ -284,8 +291,8 @@ export SLURM_CONF="$conf"
 
 # ---- slurmctld (-c: start from an empty job state), then slurmd for node "localhost"
 # (the machine's host name is not "localhost", so slurmd must be told its node name).
-slurmctld -c -f "$conf" || { show_logs; die "slurmctld failed to start"; }
-slurmd -N localhost -f "$conf" || { show_logs; die "slurmd failed to start"; }
+slurmctld -c -f "$conf" || fail "slurmctld failed to start"
+slurmd -N localhost -f "$conf" || fail "slurmd failed to start"
 
 # ---- wait for the node to come up idle
 t0=$(date +%s)
@@ -300,13 +307,12 @@ while :; do
     for d in munged slurmctld slurmd; do
       pid_of "$d" >/dev/null && say "$d running" || say "$d NOT running"
     done
-    show_logs
-    die "the node did not become idle within ${timeout_s}s (SLURM_LOCAL_TIMEOUT)"
+    fail "the node did not become idle within ${timeout_s}s (SLURM_LOCAL_TIMEOUT)"
   fi
   sleep 0.5
 done
 for d in slurmctld slurmd; do
-  pid_of "$d" >/dev/null || { show_logs; die "$d of $state is not running although sinfo answers"; }
+  pid_of "$d" >/dev/null || fail "$d of $state is not running although sinfo answers"
 done
 say "cluster up in $(( $(date +%s) - t0 ))s: node localhost is $st, $cpus CPUs, partition debug; state in $state"
 say "clients need:"

@@ -1,0 +1,137 @@
+// bench/bench_kernels.cpp: Google Benchmark micro-benchmarks of the hot kernels at the shapes of
+// the example deck (and larger), fast version next to the reference where both exist.
+// Run: build/bin/bench_kernels --benchmark_format=csv > kernels.csv   (or --benchmark_out=x.json)
+// Counters: FLOP/s for GEMM-like kernels (model FLOPs of the operation), bytes/s for memory-bound ones.
+#include "core/types.hpp"
+#include "kernels/adamw.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/layernorm.hpp"
+#include "kernels/linear.hpp"
+#include "parallel/runtime.hpp"
+
+#include <benchmark/benchmark.h>
+
+namespace trident {
+namespace {
+
+Buffer<float> randn(std::int64_t n, std::uint32_t stream) {
+  Buffer<float> b("bench", static_cast<size_t>(n));
+  fill_normal<float>(View1<float>(b.data(), b.extent(0)), 1, stream, 0, 1.0);
+  return b;
+}
+
+// Linear forward (N, C) x (OC, C)^T: args N, C, OC.
+void BM_LinearForward(benchmark::State& st) {
+  const int N = static_cast<int>(st.range(0)), C = static_cast<int>(st.range(1)), OC = static_cast<int>(st.range(2));
+  auto x = randn(static_cast<std::int64_t>(N) * C, 1), w = randn(static_cast<std::int64_t>(OC) * C, 2);
+  Buffer<float> y("y", static_cast<size_t>(N) * OC);
+  for (auto _ : st) {
+    linear_forward<float>(as_matrix(y.data(), N, OC), as_matrix<const float>(x.data(), N, C),
+                          as_matrix<const float>(w.data(), OC, C), View1<const float>());
+    Kokkos::fence();
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(2.0 * N * C * OC, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LinearForward)->Args({384, 128, 384})->Args({384, 128, 512})->Args({768, 512, 2048})->Unit(benchmark::kMicrosecond);
+
+// Attention forward + backward: args B, T, C, NH, fast (1) or reference (0).
+void BM_Attention(benchmark::State& st) {
+  const int B = static_cast<int>(st.range(0)), T = static_cast<int>(st.range(1)), C = static_cast<int>(st.range(2)),
+            NH = static_cast<int>(st.range(3));
+  const bool fast = st.range(4) != 0;
+  const std::int64_t btc = static_cast<std::int64_t>(B) * T * C, att = static_cast<std::int64_t>(B) * NH * T * T;
+  auto qkv = randn(3 * btc, 3), dout = randn(btc, 4);
+  Buffer<float> out("out", btc), a("att", att), dpre("dpre", att), dqkv("dqkv", 3 * btc), ws("ws", 7 * btc);
+  AttentionScratch<float> s;
+  View1<float>* parts[] = {&s.q, &s.k, &s.v, &s.y, &s.dq, &s.dk, &s.dv};
+  for (int i = 0; i < 7; ++i) *parts[i] = View1<float>(ws.data() + i * btc, static_cast<size_t>(btc));
+  AttentionDropout drop;
+  drop.n_head_total = NH;
+  auto q = as_matrix<const float>(qkv.data(), static_cast<std::int64_t>(B) * T, 3 * C);
+  auto o = as_matrix(out.data(), static_cast<std::int64_t>(B) * T, C);
+  auto d = as_matrix(dqkv.data(), static_cast<std::int64_t>(B) * T, 3 * C);
+  auto g = as_matrix<const float>(dout.data(), static_cast<std::int64_t>(B) * T, C);
+  View1<float> av(a.data(), a.extent(0)), pv(dpre.data(), dpre.extent(0));
+  for (auto _ : st) {
+    if (fast) {
+      attention_forward<float>(o, av, q, B, T, NH, drop, s);
+      attention_backward<float>(d, pv, g, q, av, B, T, NH, drop, s);
+    } else {
+      attention_forward_ref<float>(o, av, q, B, T, NH, drop);
+      attention_backward_ref<float>(d, pv, g, q, av, B, T, NH, drop);
+    }
+    Kokkos::fence();
+  }
+  // Model FLOPs of causal attention forward + backward: 3 x (2 matmuls of B*NH*T*T*HS, halved by the mask) x 2.
+  st.counters["FLOP/s"] =
+      benchmark::Counter(3.0 * 2.0 * 2.0 * static_cast<double>(B) * T * T * C / 2.0, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Attention)
+    ->ArgsProduct({{6}, {64}, {128}, {4}, {0, 1}})
+    ->ArgsProduct({{4}, {256}, {256}, {8}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+
+// LayerNorm forward + backward: args N, C.
+void BM_LayerNorm(benchmark::State& st) {
+  const int N = static_cast<int>(st.range(0)), C = static_cast<int>(st.range(1));
+  auto x = randn(static_cast<std::int64_t>(N) * C, 5), w = randn(C, 6), dy = randn(static_cast<std::int64_t>(N) * C, 7);
+  Buffer<float> y("y", static_cast<size_t>(N) * C), dx("dx", static_cast<size_t>(N) * C), m("m", N), r("r", N),
+      dw("dw", C), db("db", C);
+  for (auto _ : st) {
+    layernorm_forward<float>(as_matrix(y.data(), N, C), View1<float>(m.data(), N), View1<float>(r.data(), N),
+                             as_matrix<const float>(x.data(), N, C), View1<const float>(w.data(), C), View1<const float>());
+    layernorm_backward<float>(as_matrix(dx.data(), N, C), View1<float>(dw.data(), C), View1<float>(),
+                              as_matrix<const float>(dy.data(), N, C), as_matrix<const float>(x.data(), N, C),
+                              View1<const float>(w.data(), C), View1<const float>(m.data(), N),
+                              View1<const float>(r.data(), N));
+    Kokkos::fence();
+  }
+  st.counters["bytes/s"] =
+      benchmark::Counter(4.0 * 6 * N * C, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
+}
+BENCHMARK(BM_LayerNorm)->Args({384, 128})->Args({8192, 768})->Unit(benchmark::kMicrosecond);
+
+// GELU forward + backward over n elements.
+void BM_Gelu(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  auto x = randn(n, 8), dy = randn(n, 9);
+  Buffer<float> y("y", n), dx("dx", n);
+  for (auto _ : st) {
+    gelu_forward<float>(View1<float>(y.data(), n), View1<const float>(x.data(), n));
+    gelu_backward<float>(View1<float>(dx.data(), n), View1<const float>(dy.data(), n), View1<const float>(x.data(), n));
+    Kokkos::fence();
+  }
+  st.counters["elements/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Gelu)->Arg(384 * 512)->Unit(benchmark::kMicrosecond);
+
+// AdamW update + gradient norm over n parameters (the optimizer's share of a step).
+void BM_AdamW(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  auto p = randn(n, 10), g = randn(n, 11);
+  Buffer<float> m("m", n), v("v", n);
+  AdamWStep s;
+  s.lr = 1e-3;
+  for (auto _ : st) {
+    benchmark::DoNotOptimize(sum_squares<float>(View1<const float>(g.data(), n)));
+    adamw_update<float>(View1<float>(p.data(), n), View1<const float>(g.data(), n), View1<float>(m.data(), n),
+                        View1<float>(v.data(), n), s);
+    Kokkos::fence();
+  }
+  st.counters["params/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AdamW)->Arg(804096)->Arg(16 << 20)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace trident
+
+int main(int argc, char** argv) {
+  trident::Runtime rt(argc, argv);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
