@@ -92,11 +92,11 @@ pid_of() {
 }
 
 stop_one() {
-  local name="$1" pid i
+  local name="$1" pid
   pid="$(pid_of "$name")" || { rm -f "$(pidfile_of "$name")"; return 0; }
   say "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
-  for i in $(seq 1 50); do
+  for _ in $(seq 1 50); do
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
@@ -193,7 +193,7 @@ new_key() {  # new_key PATH: a fresh key owned by munge, mode 0600
   chmod 0600 "$k"
 }
 start_munged() {  # start_munged DIR KEYFILE: munged with socket/pid/log/seed in DIR
-  local d="$1" key="$2" i
+  local d="$1" key="$2"
   mkdir -p "$d"
   chown munge:munge "$d"
   chmod 0755 "$d"   # munged: the socket's directory must be searchable by all
@@ -205,7 +205,7 @@ start_munged() {  # start_munged DIR KEYFILE: munged with socket/pid/log/seed in
         --log-file="$d/munged.log" --seed-file="$d/munged.seed" 2>"$state/log/munged.start.err"; then
     return 1
   fi
-  for i in $(seq 1 50); do
+  for _ in $(seq 1 50); do
     [ -S "$sock" ] && pid_of munged >/dev/null && return 0
     sleep 0.1
   done
@@ -305,7 +305,7 @@ while :; do
   if [ $(( $(date +%s) - t0 )) -ge "$timeout_s" ]; then
     say "node state after ${timeout_s}s: '${st:-no answer from slurmctld}'"
     for d in munged slurmctld slurmd; do
-      pid_of "$d" >/dev/null && say "$d running" || say "$d NOT running"
+      if pid_of "$d" >/dev/null; then say "$d running"; else say "$d NOT running"; fi
     done
     fail "the node did not become idle within ${timeout_s}s (SLURM_LOCAL_TIMEOUT)"
   fi

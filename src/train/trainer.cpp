@@ -359,6 +359,11 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
             cfg.train.peak_tflops > 0 ? "[train] peak_tflops" : "GEMM probe",
             static_cast<long long>(cfg.train.max_steps), cfg.train.out_dir.c_str());
+  if (cfg.train.stop_at_step > 0 && trainer.step() >= cfg.train.stop_at_step) {
+    log::info("nothing to do: the run is at step %lld and [train] stop_at_step = %lld (raise it to continue)",
+              static_cast<long long>(trainer.step()), static_cast<long long>(cfg.train.stop_at_step));
+    return 0;
+  }
   if (trainer.step() >= cfg.train.max_steps) {
     log::info("the run is already complete: step %lld of max_steps %lld", static_cast<long long>(trainer.step()),
               static_cast<long long>(cfg.train.max_steps));

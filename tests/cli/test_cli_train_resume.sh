@@ -13,6 +13,9 @@ tiny_deck "$WORK/b.ini" "$WORK/b" "$WORK/tok.h5"
 expect_exit 0 "step +6/6 .*loss" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/a.ini"
 expect_exit 0 "stopping after step 3 as \[train\] stop_at_step asks" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/b.ini" --train.stop_at_step=3
+expect_exit 0 "nothing to do: the run is at step 3 and \[train\] stop_at_step = 3" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/b.ini" --train.stop_at_step=3 --resume
+check "a stop_at_step already reached trains no step" test ! -f "$WORK/b/checkpoints/step_00000004.h5"
 expect_exit 0 "resumed from .*step_00000003.h5 at step 3" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/b.ini" --resume
 
