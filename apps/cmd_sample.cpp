@@ -73,8 +73,8 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   if (rt.world_rank() != 0) return 0;  // generation is serial; other ranks only helped open the file
   const ParamLayout layout = ParamLayout::gpt(m);
   Gpt<float> gpt(m, layout, 1, m.block_size);
-  auto w = bind_weights(cm.store->params().data(), layout, m);
-  const auto out = generate(gpt, w, m, ids, opt);
+  FlatProvider<float> params(layout, cm.store->params().data(), cm.store->grads().data());
+  const auto out = generate(gpt, params, m, ids, opt);
   std::fputs(tok.decode(out).c_str(), stdout);
   std::fputs("\n", stdout);
   return 0;

@@ -3,7 +3,10 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/token_file.hpp"
 #include "train/trainer.hpp"
+
+#include <cstdlib>
 
 #include <cstdio>
 
@@ -24,6 +27,8 @@ options:
                          checkpoint (starting at step 0 when there is none yet, so a job script
                          can always pass --resume)
   --print-config         print the resolved deck for this number of ranks and exit
+  --dry-run [N]          print the predicted per-rank memory by category for N ranks (default: this
+                         job's), next to the ZeRO paper's formula, and exit without allocating
   -h, --help             this text
 
 deck keys and defaults:)";
@@ -34,6 +39,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   std::vector<std::string> overrides;
   TrainRunOptions opt;
   bool print_config = false;
+  int dry_run_ranks = -1;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value_of = [&](const std::string& name) -> std::string {
@@ -54,6 +60,12 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
       opt.resume_path = a.substr(9);
     } else if (a == "--print-config") {
       print_config = true;
+    } else if (a == "--dry-run") {
+      dry_run_ranks = rt.world_size();
+      if (i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) {
+        dry_run_ranks = std::atoi(args[++i].c_str());
+        if (dry_run_ranks < 1) throw ConfigError("--dry-run N: N must be a positive number of ranks");
+      }
     } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
       // --section.key=value or --section.key value
       if (a.find('=') != std::string::npos) overrides.push_back(a);
@@ -65,7 +77,12 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   }
   if (deck.empty()) throw ConfigError("no input deck: give --config DECK (try `trident train --help`)");
   Config cfg = parse_deck(deck, overrides);
-  validate(cfg, rt.world_size());
+  validate(cfg, dry_run_ranks > 0 ? dry_run_ranks : rt.world_size());
+  if (dry_run_ranks > 0) {
+    if (cfg.model.vocab_size == 0) resolve_vocab(cfg, TokenFileReader(cfg.data.path).info());
+    if (rt.world_rank() == 0) print_memory_prediction(cfg);
+    return 0;
+  }
   if (print_config) {
     if (rt.world_rank() == 0) std::printf("%s", cfg.to_ini().c_str());
     return 0;

@@ -55,6 +55,16 @@ class Schema {
     add("parallel", "dp", &dp_text_, "data-parallel size, or auto = ranks / (tp * pp)");
     add("parallel", "tp", &c.parallel.tp, "tensor-parallel size");
     add("parallel", "pp", &c.parallel.pp, "pipeline-parallel size");
+    add("parallel", "zero_stage", &c.parallel.zero_stage,
+        "ZeRO stage over dp: 0 replicated, 1 + optimizer state sharded, 2 + gradients sharded, 3 + parameters "
+        "sharded (FSDP)");
+    add("parallel", "shard_group_size", &c.parallel.shard_group_size,
+        "HSDP: shard over groups of this many dp ranks and replicate across groups; 0 = all of dp");
+    add("parallel", "unit_blocks", &c.parallel.unit_blocks,
+        "transformer blocks per sharding unit (gathered/reduced together); 0 = the whole model is one unit");
+    add("parallel", "prefetch", &c.parallel.prefetch, "stage 3: all-gather the next unit while this one computes");
+    add("parallel", "overlap_reduce", &c.parallel.overlap_reduce,
+        "stages 2-3: reduce-scatter each unit's gradient while the backward of earlier units runs");
     TrainConfig& t = c.train;
     add("train", "global_batch_size", &t.global_batch_size, "sequences per optimizer step, over all dp ranks");
     add("train", "micro_batch_size", &t.micro_batch_size,
@@ -76,7 +86,13 @@ class Schema {
     add("train", "seed", &t.seed, "seed of initialisation, data order and dropout (>= 0)");
     add("train", "log_interval", &t.log_interval, "print a log line every this many steps");
     add("train", "out_dir", &t.out_dir, "run directory; empty = runs/<deck name>");
-    add("train", "dtype", &t.dtype, "compute type: float or double");
+    add("train", "dtype", &t.dtype, "compute and master-weight type: float or double");
+    add("train", "param_dtype", &t.param_dtype,
+        "storage and communication type of the working parameters: float, or bf16 (mixed precision: fp32 master "
+        "weights and moments, kernels still compute in float)");
+    add("train", "reduce_dtype", &t.reduce_dtype, "type in which gradients are summed over dp: float or bf16");
+    add("train", "activation_checkpointing", &t.activation_checkpointing,
+        "none, or block: keep only each block's input and recompute its forward during backward");
     add("train", "peak_tflops", &t.peak_tflops,
         "peak TFLOP/s per rank for MFU; 0 = measure with a GEMM probe at start-up");
     add("data", "path", &c.data.path, "HDF5 token file written by `trident prep`");
@@ -85,6 +101,8 @@ class Schema {
     add("checkpoint", "interval", &c.checkpoint.interval,
         "write a checkpoint every this many steps; 0 = only at the end");
     add("checkpoint", "keep", &c.checkpoint.keep, "number of committed checkpoints to keep");
+    add("checkpoint", "save_final", &c.checkpoint.save_final,
+        "write a checkpoint at the end of the run and when stopping early (false: benchmarks only)");
   }
 
   const po::options_description& desc() const { return desc_; }
@@ -255,6 +273,16 @@ void validate(Config& c, int world_size) {
                                            " does not divide [model] n_head = " + format_value(m.n_head));
   require_config(m.n_layer >= p.pp, kv("parallel", "pp", format_value(p.pp)) +
                                         " is larger than [model] n_layer = " + format_value(m.n_layer));
+  require_config(p.zero_stage >= 0 && p.zero_stage <= 3,
+                 kv("parallel", "zero_stage", format_value(p.zero_stage)) + " must be 0, 1, 2 or 3");
+  require_at_least(p.shard_group_size, 0, "parallel", "shard_group_size");
+  if (p.shard_group_size == 0) p.shard_group_size = p.dp;
+  require_config(p.dp % p.shard_group_size == 0, kv("parallel", "shard_group_size", format_value(p.shard_group_size)) +
+                                                     " does not divide dp = " + std::to_string(p.dp));
+  require_config(p.zero_stage > 0 || p.shard_group_size == p.dp,
+                 kv("parallel", "shard_group_size", format_value(p.shard_group_size)) +
+                     ": hybrid sharding needs [parallel] zero_stage >= 1");
+  require_at_least(p.unit_blocks, 0, "parallel", "unit_blocks");
 
   TrainConfig& t = c.train;
   require_at_least<std::int64_t>(t.global_batch_size, 1, "train", "global_batch_size");
@@ -288,6 +316,14 @@ void validate(Config& c, int world_size) {
   require_config(t.dtype == "float" || t.dtype == "double",
                  kv("train", "dtype", t.dtype) + ": expected float or double");
   require_at_least(t.peak_tflops, 0.0, "train", "peak_tflops");
+  require_config(t.param_dtype == "float" || t.param_dtype == "bf16",
+                 kv("train", "param_dtype", t.param_dtype) + ": expected float or bf16");
+  require_config(t.reduce_dtype == "float" || t.reduce_dtype == "bf16",
+                 kv("train", "reduce_dtype", t.reduce_dtype) + ": expected float or bf16");
+  require_config((t.param_dtype == "float" && t.reduce_dtype == "float") || t.dtype == "float",
+                 "[train] param_dtype/reduce_dtype = bf16 needs [train] dtype = float");
+  require_config(t.activation_checkpointing == "none" || t.activation_checkpointing == "block",
+                 kv("train", "activation_checkpointing", t.activation_checkpointing) + ": expected none or block");
 
   require_config(!c.data.path.empty(), "[data] path is not set: give the HDF5 token file written by `trident prep`");
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");

@@ -29,6 +29,11 @@ struct ParallelConfig {
   int dp = 0;
   int tp = 1;
   int pp = 1;
+  int zero_stage = 0;        ///< 0 replicated, 1 + optimizer state sharded, 2 + gradients, 3 + parameters (FSDP)
+  int shard_group_size = 0;  ///< HSDP: shard within groups of this many dp ranks, replicate across; 0 = dp
+  int unit_blocks = 1;       ///< transformer blocks per sharding unit; 0 = the whole model is one unit
+  bool prefetch = true;      ///< stage 3: all-gather the next unit while this one computes
+  bool overlap_reduce = true;  ///< stages 2-3: reduce-scatter a unit's gradient while earlier units compute
 };
 
 struct TrainConfig {
@@ -50,7 +55,10 @@ struct TrainConfig {
   std::int64_t seed = 1337;
   std::int64_t log_interval = 1;
   std::string out_dir;          ///< empty: runs/<deck name>
-  std::string dtype = "float";  ///< float | double
+  std::string dtype = "float";  ///< float | double: compute and master-weight type
+  std::string param_dtype = "float";   ///< float | bf16: storage/communication type of the working parameters
+  std::string reduce_dtype = "float";  ///< float | bf16: type in which gradients are reduced over dp
+  std::string activation_checkpointing = "none";  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
 };
 
@@ -62,6 +70,7 @@ struct DataConfig {
 struct CheckpointConfig {
   std::int64_t interval = 0;  ///< 0: only at the end of the run (and on early stop)
   std::int64_t keep = 3;      ///< how many committed checkpoints to keep
+  bool save_final = true;     ///< write a checkpoint at the end of the run and on an early stop
 };
 
 /// The whole input deck.

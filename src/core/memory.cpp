@@ -14,7 +14,7 @@ std::int64_t g_total_peak = 0;
 }  // namespace
 
 const char* mem_category_name(MemCategory c) {
-  static const char* names[kCats] = {"params", "grads", "optimizer", "activations", "comm", "data", "other"};
+  static const char* names[kCats] = {"params", "grads", "optimizer", "gathered", "activations", "comm", "data", "other"};
   return names[static_cast<int>(c)];
 }
 

@@ -15,7 +15,11 @@
 
 namespace trident {
 
-enum class MemCategory : int { params = 0, grads, optimizer, activations, comm, data, other, count_ };
+/// params: the working parameters a rank keeps (all of them, or its shard at ZeRO-3);
+/// grads: the gradient a rank keeps (all, or its shard at ZeRO-2/3); optimizer: fp32 master weights
+/// and AdamW moments; gathered: unsharded copies of units being computed (ZeRO-3, bf16 casts);
+/// activations: saved activations and kernel scratch; comm: communication staging buffers.
+enum class MemCategory : int { params = 0, grads, optimizer, gathered, activations, comm, data, other, count_ };
 
 /// Name of a category as it appears in logs and metrics.csv ("params", "grads", ...).
 const char* mem_category_name(MemCategory c);

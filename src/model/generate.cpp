@@ -10,7 +10,7 @@
 namespace trident {
 
 template <class T>
-std::vector<std::int32_t> generate(Gpt<T>& gpt, const GptWeights<T>& w, const ModelConfig& m,
+std::vector<std::int32_t> generate(Gpt<T>& gpt, UnitProvider<T>& params, const ModelConfig& m,
                                    std::vector<std::int32_t> ids, const SampleOptions& opt) {
   if (ids.empty()) throw Error("generate: the prompt is empty");
   Kokkos::View<token_t*, MemSpace> tok("trident::generate::tokens", static_cast<size_t>(m.block_size));
@@ -22,8 +22,8 @@ std::vector<std::int32_t> generate(Gpt<T>& gpt, const GptWeights<T>& w, const Mo
     const int len = static_cast<int>(std::min<size_t>(ids.size(), static_cast<size_t>(m.block_size)));
     std::copy(ids.end() - len, ids.end(), tok_h.data());
     Kokkos::deep_copy(tok, tok_h);
-    gpt.forward(w, View1<const token_t>(tok.data(), static_cast<size_t>(len)), View1<const token_t>(), 1, len,
-                ForwardContext{});
+    gpt.forward(params, View1<const token_t>(tok.data(), static_cast<size_t>(len)), View1<const token_t>(), 1, len,
+                ForwardContext{}, /*for_backward=*/false);
     auto logits = gpt.logits();
     auto row = Kokkos::create_mirror_view_and_copy(
         HostSpace(), Kokkos::subview(logits, static_cast<size_t>(len - 1), Kokkos::ALL()));
@@ -56,9 +56,9 @@ std::vector<std::int32_t> generate(Gpt<T>& gpt, const GptWeights<T>& w, const Mo
   return ids;
 }
 
-template std::vector<std::int32_t> generate<float>(Gpt<float>&, const GptWeights<float>&, const ModelConfig&,
+template std::vector<std::int32_t> generate<float>(Gpt<float>&, UnitProvider<float>&, const ModelConfig&,
                                                    std::vector<std::int32_t>, const SampleOptions&);
-template std::vector<std::int32_t> generate<double>(Gpt<double>&, const GptWeights<double>&, const ModelConfig&,
+template std::vector<std::int32_t> generate<double>(Gpt<double>&, UnitProvider<double>&, const ModelConfig&,
                                                     std::vector<std::int32_t>, const SampleOptions&);
 
 }  // namespace trident

@@ -22,7 +22,7 @@ struct SampleOptions {
 /// block_size tokens. `gpt` must be built with max_B >= 1 and max_T = block_size. Local.
 /// Throws Error if `ids` is empty.
 template <class T>
-std::vector<std::int32_t> generate(Gpt<T>& gpt, const GptWeights<T>& w, const ModelConfig& m,
+std::vector<std::int32_t> generate(Gpt<T>& gpt, UnitProvider<T>& params, const ModelConfig& m,
                                    std::vector<std::int32_t> ids, const SampleOptions& opt);
 
 }  // namespace trident

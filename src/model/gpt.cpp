@@ -10,86 +10,156 @@
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 
+#include <algorithm>
+
 namespace trident {
 
-template <class T>
-GptWeights<T> bind_weights(T* base, const ParamLayout& layout, const ModelConfig& m) {
-  auto v1 = [&](const std::string& name) {
-    const int i = layout.find(name);
-    if (i < 0) return View1<T>();
-    const TensorSpec& t = layout.tensors()[i];
-    return View1<T>(base + t.offset, static_cast<size_t>(t.numel));
-  };
-  auto v2 = [&](const std::string& name) {
-    const TensorSpec& t = layout.tensors()[layout.at(name)];
-    return as_matrix(base + t.offset, t.shape[0], t.shape[1]);
-  };
-  GptWeights<T> w;
-  w.wte = v2("transformer.wte.weight");
-  w.wpe = v2("transformer.wpe.weight");
-  for (int i = 0; i < m.n_layer; ++i) {
-    const std::string p = "transformer.h." + std::to_string(i) + ".";
-    BlockWeights<T> b;
-    b.ln1_w = v1(p + "ln_1.weight");
-    b.ln1_b = v1(p + "ln_1.bias");
-    b.attn_w = v2(p + "attn.c_attn.weight");
-    b.attn_b = v1(p + "attn.c_attn.bias");
-    b.proj_w = v2(p + "attn.c_proj.weight");
-    b.proj_b = v1(p + "attn.c_proj.bias");
-    b.ln2_w = v1(p + "ln_2.weight");
-    b.ln2_b = v1(p + "ln_2.bias");
-    b.fc_w = v2(p + "mlp.c_fc.weight");
-    b.fc_b = v1(p + "mlp.c_fc.bias");
-    b.fcp_w = v2(p + "mlp.c_proj.weight");
-    b.fcp_b = v1(p + "mlp.c_proj.bias");
-    w.h.push_back(b);
-  }
-  w.lnf_w = v1("transformer.ln_f.weight");
-  w.lnf_b = v1("transformer.ln_f.bias");
-  return w;
+namespace {
+std::vector<int> uniq(std::vector<int> v) {
+  std::vector<int> out;
+  for (int u : v)
+    if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+  return out;
 }
+bool contains(const std::vector<int>& v, int u) { return std::find(v.begin(), v.end(), u) != v.end(); }
 
-template <class T>
-Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T) : m_(m), max_B_(max_B), max_T_(max_T) {
-  if (max_T > m.block_size) throw Error("Gpt: max_T exceeds block_size");
+// Dropout sites: 8 per block, the embedding dropout after the last block's.
+constexpr std::uint32_t kSiteAttn = 0, kSiteAttnResid = 1, kSiteMlpResid = 2;
+std::uint32_t site(int layer, std::uint32_t kind) { return static_cast<std::uint32_t>(layer) * 8u + kind; }
+
+const char* kBlockTensors[12] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
+                                 "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",       "ln_2.bias",
+                                 "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+/// Sizes of every activation buffer of a Gpt, in allocation order (one place for the
+/// constructor and for memory planning).
+std::vector<std::int64_t> activation_plan(const ModelConfig& m, int max_B, int max_T, bool recompute) {
   const std::int64_t BT = static_cast<std::int64_t>(max_B) * max_T, C = m.n_embd, V = m.vocab_size;
   const std::int64_t att = static_cast<std::int64_t>(max_B) * m.n_head * max_T * max_T;
-  // One allocation for every activation; the views below carve it up.
-  std::vector<std::pair<View1<T>*, std::int64_t>> plan;
-  res_.resize(m.n_layer + 1);
-  for (auto& r : res_) plan.push_back({&r, BT * C});
-  layers_.resize(m.n_layer);
-  for (auto& l : layers_) {
-    plan.insert(plan.end(), {{&l.ln1, BT * C}, {&l.ln1_mean, BT}, {&l.ln1_rstd, BT}, {&l.qkv, BT * 3 * C},
-                             {&l.att, att}, {&l.atty, BT * C}, {&l.res_mid, BT * C}, {&l.ln2, BT * C},
-                             {&l.ln2_mean, BT}, {&l.ln2_rstd, BT}, {&l.fch, BT * 4 * C}, {&l.fch_gelu, BT * 4 * C}});
+  std::vector<std::int64_t> plan;
+  for (int l = 0; l <= m.n_layer; ++l) plan.push_back(BT * C);  // residual stream
+  const int stored_layers = recompute ? 1 : m.n_layer;
+  for (int l = 0; l < stored_layers; ++l)
+    plan.insert(plan.end(), {BT * C, BT, BT, BT * 3 * C, att, BT * C, BT * C, BT * C, BT, BT, BT * 4 * C, BT * 4 * C});
+  plan.insert(plan.end(), {BT * C, BT, BT, BT * V, BT, BT * C,                          // ln_f .. proj
+                           BT * C, BT * C, BT * C, BT * 3 * C, BT * 4 * C, att, BT * C,  // backward scratch
+                           BT * C, BT * C, BT * C, BT * C, BT * C, BT * C, BT * C,       // attention q k v y dq dk dv
+                           m.dropout > 0.0 ? att : 0});                                  // attention pdrop
+  return plan;
+}
+}  // namespace
+
+GptSchedule GptSchedule::make(const ParamLayout& layout, const ModelConfig& m) {
+  GptSchedule s;
+  const int L = m.n_layer;
+  const int E = layout.unit_of("transformer.wte.weight"), H = layout.unit_of("transformer.ln_f.weight");
+  s.fwd_params.push_back({E});
+  s.bwd_params.push_back({});
+  s.grads.push_back({E});
+  for (int l = 0; l < L; ++l) {
+    const int b = layout.unit_of("transformer.h." + std::to_string(l) + ".ln_1.weight");
+    s.fwd_params.push_back({b});
+    s.bwd_params.push_back({b});
+    s.grads.push_back({b});
   }
-  plan.insert(plan.end(), {{&lnf_, BT * C}, {&lnf_mean_, BT}, {&lnf_rstd_, BT}, {&logits_, BT * V}, {&losses_, BT},
-                           {&proj_, BT * C}, {&dres_, BT * C}, {&dln_, BT * C}, {&datty_, BT * C},
-                           {&dqkv_, BT * 3 * C}, {&dfch_, BT * 4 * C}, {&dpre_, att}, {&dproj_, BT * C},
-                           {&attn_ws_.q, BT * C}, {&attn_ws_.k, BT * C}, {&attn_ws_.v, BT * C},
-                           {&attn_ws_.y, BT * C}, {&attn_ws_.dq, BT * C}, {&attn_ws_.dk, BT * C},
-                           {&attn_ws_.dv, BT * C}, {&attn_ws_.pdrop, m.dropout > 0.0 ? att : 0}});
+  s.fwd_params.push_back(uniq({H, E}));
+  s.bwd_params.push_back(uniq({H, E}));
+  s.grads.push_back(uniq({H, E}));
+  s.last_grad_segment.assign(layout.units().size(), -1);
+  for (int seg = L + 1; seg >= 0; --seg)
+    for (int u : s.grads[static_cast<size_t>(seg)]) s.last_grad_segment[static_cast<size_t>(u)] = seg;
+  // Simulate the holding rule of Gpt::hold/drop to list the acquisitions of each pass.
+  std::vector<int> held;
+  auto visit = [&](const std::vector<int>& need, const std::vector<int>& next, std::vector<int>& order) {
+    for (int u : need)
+      if (!contains(held, u)) {
+        order.push_back(u);
+        held.push_back(u);
+      }
+    std::vector<int> kept;
+    for (int u : held)
+      if (contains(next, u)) kept.push_back(u);
+    held = kept;
+  };
+  for (int seg = 0; seg <= L + 1; ++seg)
+    visit(s.fwd_params[static_cast<size_t>(seg)],
+          s.fwd_params[static_cast<size_t>(std::min(seg + 1, L + 1))], s.forward_order);
+  for (int seg = L + 1; seg >= 0; --seg)
+    visit(s.bwd_params[static_cast<size_t>(seg)], seg > 0 ? s.bwd_params[static_cast<size_t>(seg - 1)] : std::vector<int>{},
+          s.backward_order);
+  return s;
+}
+
+template <class T>
+std::int64_t Gpt<T>::activation_elements(const ModelConfig& m, int max_B, int max_T, bool recompute) {
+  std::int64_t n = 0;
+  for (auto e : activation_plan(m, max_B, max_T, recompute)) n += e;
+  return n;
+}
+
+template <class T>
+Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T, bool recompute)
+    : m_(m), layout_(layout), sched_(GptSchedule::make(layout, m)), max_B_(max_B), max_T_(max_T), recompute_(recompute) {
+  if (max_T > m.block_size) throw Error("Gpt: max_T exceeds block_size");
+  const auto sizes = activation_plan(m, max_B, max_T, recompute);
+  res_.resize(m.n_layer + 1);
+  layers_.resize(recompute ? 1 : m.n_layer);
+  std::vector<View1<T>*> views;
+  for (auto& r : res_) views.push_back(&r);
+  for (auto& l : layers_)
+    views.insert(views.end(), {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.att, &l.atty, &l.res_mid, &l.ln2,
+                               &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fch_gelu});
+  views.insert(views.end(), {&lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &losses_, &proj_, &dres_, &dln_, &datty_,
+                             &dqkv_, &dfch_, &dpre_, &dproj_, &attn_ws_.q, &attn_ws_.k, &attn_ws_.v, &attn_ws_.y,
+                             &attn_ws_.dq, &attn_ws_.dk, &attn_ws_.dv, &attn_ws_.pdrop});
   std::int64_t total = 0;
-  for (auto& p : plan) total += p.second;
+  for (auto e : sizes) total += e;
   acts_ = TrackedBuffer<T>("trident::Gpt::activations", total, MemCategory::activations);
   std::int64_t off = 0;
-  for (auto& p : plan) {
-    *p.first = acts_.slice(off, p.second);
-    off += p.second;
+  for (size_t i = 0; i < views.size(); ++i) {
+    *views[i] = acts_.slice(off, sizes[i]);
+    off += sizes[i];
   }
+  t_wte_ = layout.at("transformer.wte.weight");
+  t_wpe_ = layout.at("transformer.wpe.weight");
+  t_lnf_w_ = layout.at("transformer.ln_f.weight");
+  t_lnf_b_ = layout.find("transformer.ln_f.bias");
+  for (int l = 0; l < m.n_layer; ++l) {
+    std::array<int, 12> idx{};
+    for (int k = 0; k < 12; ++k) idx[k] = layout.find("transformer.h." + std::to_string(l) + "." + kBlockTensors[k]);
+    t_block_.push_back(idx);
+  }
+  held_.assign(layout.units().size(), nullptr);
 }
 
 template <class T>
-View2<T> Gpt<T>::mat(const View1<T>& v, std::int64_t cols, std::int64_t rows) const {
-  return as_matrix(v.data(), rows, cols);
+View1<T> Gpt<T>::vec(const T* unit_base, int tensor) const {
+  if (tensor < 0) return View1<T>();
+  const TensorSpec& t = layout_.tensors()[static_cast<size_t>(tensor)];
+  T* base = const_cast<T*>(unit_base) + (t.offset - layout_.units()[static_cast<size_t>(t.unit)].offset);
+  return View1<T>(base, static_cast<size_t>(t.numel));
 }
 
 template <class T>
-DropoutKey Gpt<T>::key(std::uint32_t site) const {
+View2<T> Gpt<T>::mat2(const T* unit_base, int tensor) const {
+  const TensorSpec& t = layout_.tensors()[static_cast<size_t>(tensor)];
+  T* base = const_cast<T*>(unit_base) + (t.offset - layout_.units()[static_cast<size_t>(t.unit)].offset);
+  return as_matrix(base, t.shape[0], t.shape[1]);
+}
+
+template <class T>
+typename Gpt<T>::BlockW Gpt<T>::block_weights(const T* base, int l) const {
+  const auto& i = t_block_[static_cast<size_t>(l)];
+  return BlockW{vec(base, i[0]), vec(base, i[1]),  mat2(base, i[2]),  vec(base, i[3]),
+                mat2(base, i[4]), vec(base, i[5]), vec(base, i[6]),   vec(base, i[7]),
+                mat2(base, i[8]), vec(base, i[9]), mat2(base, i[10]), vec(base, i[11])};
+}
+
+template <class T>
+DropoutKey Gpt<T>::key(std::uint32_t s) const {
   DropoutKey k;
   k.seed = ctx_.seed;
-  k.site = site;
+  k.site = s;
   k.step = ctx_.step;
   k.p = (ctx_.train && m_.dropout > 0.0) ? m_.dropout : 0.0;
   // Element index of (b, t, c) is ((sample_offset + b) * T + t) * C + c: global, layout-free.
@@ -97,97 +167,156 @@ DropoutKey Gpt<T>::key(std::uint32_t site) const {
   return k;
 }
 
-namespace {
-// Dropout sites: 8 per block, the embedding dropout after the last block's.
-constexpr std::uint32_t kSiteAttn = 0, kSiteAttnResid = 1, kSiteMlpResid = 2;
-std::uint32_t site(int layer, std::uint32_t kind) { return static_cast<std::uint32_t>(layer) * 8u + kind; }
-}  // namespace
+template <class T>
+void Gpt<T>::hold(UnitProvider<T>& p, const std::vector<int>& need) {
+  for (int u : need)
+    if (held_[static_cast<size_t>(u)] == nullptr) held_[static_cast<size_t>(u)] = p.acquire(u);
+}
 
 template <class T>
-double Gpt<T>::forward(const GptWeights<T>& w, View1<const token_t> tokens, View1<const token_t> targets, int B,
-                       int seq_len, const ForwardContext& ctx) {
+void Gpt<T>::drop(UnitProvider<T>& p, const std::vector<int>& keep) {
+  for (size_t u = 0; u < held_.size(); ++u)
+    if (held_[u] != nullptr && !contains(keep, static_cast<int>(u))) {
+      p.release(static_cast<int>(u));
+      held_[u] = nullptr;
+    }
+}
+
+template <class T>
+void Gpt<T>::block_forward(int l, const BlockW& bw) {
+  const std::int64_t BT = static_cast<std::int64_t>(B_) * T_, C = m_.n_embd;
+  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
+  auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
+  LayerActs& a = acts(l);
+  AttentionDropout adrop;
+  adrop.sample_offset = ctx_.sample_offset;
+  adrop.n_head_total = m_.n_head;
+  adrop.key = key(site(l, kSiteAttn));
+  layernorm_forward<T>(mat(a.ln1, C), a.ln1_mean, a.ln1_rstd, mat(res_[l], C), bw.ln1_w, bw.ln1_b);
+  linear_forward<T>(mat(a.qkv, 3 * C), mat(a.ln1, C), bw.attn_w, bw.attn_b);
+  attention_forward<T>(mat(a.atty, C), a.att, mat(a.qkv, 3 * C), B_, T_, m_.n_head, adrop, attn_ws_);
+  linear_forward<T>(mat(proj_, C), mat(a.atty, C), bw.proj_w, bw.proj_b);
+  dropout_apply<T>(sub(proj_, C), key(site(l, kSiteAttnResid)));
+  residual_forward<T>(sub(a.res_mid, C), sub(res_[l], C), sub(proj_, C));
+  layernorm_forward<T>(mat(a.ln2, C), a.ln2_mean, a.ln2_rstd, mat(a.res_mid, C), bw.ln2_w, bw.ln2_b);
+  linear_forward<T>(mat(a.fch, 4 * C), mat(a.ln2, C), bw.fc_w, bw.fc_b);
+  gelu_forward<T>(sub(a.fch_gelu, 4 * C), sub(a.fch, 4 * C));
+  linear_forward<T>(mat(proj_, C), mat(a.fch_gelu, 4 * C), bw.fcp_w, bw.fcp_b);
+  dropout_apply<T>(sub(proj_, C), key(site(l, kSiteMlpResid)));
+  residual_forward<T>(sub(res_[l + 1], C), sub(a.res_mid, C), sub(proj_, C));
+}
+
+template <class T>
+void Gpt<T>::block_backward(int l, const BlockW& bw, const BlockW& bg) {
+  // On entry dres holds d x_{l+1}; on exit d x_l.
+  const std::int64_t BT = static_cast<std::int64_t>(B_) * T_, C = m_.n_embd;
+  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
+  auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
+  LayerActs& a = acts(l);
+  Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
+  dropout_apply<T>(sub(dproj_, C), key(site(l, kSiteMlpResid)));
+  linear_backward<T>(mat(dfch_, 4 * C), bg.fcp_w, bg.fcp_b, mat(dproj_, C), mat(a.fch_gelu, 4 * C), bw.fcp_w);
+  gelu_backward<T>(sub(dfch_, 4 * C), sub(dfch_, 4 * C), sub(a.fch, 4 * C));
+  linear_backward<T>(mat(dln_, C), bg.fc_w, bg.fc_b, mat(dfch_, 4 * C), mat(a.ln2, C), bw.fc_w);
+  layernorm_backward<T>(mat(dres_, C), bg.ln2_w, bg.ln2_b, mat(dln_, C), mat(a.res_mid, C), bw.ln2_w, a.ln2_mean,
+                        a.ln2_rstd);
+  Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
+  dropout_apply<T>(sub(dproj_, C), key(site(l, kSiteAttnResid)));
+  linear_backward<T>(mat(datty_, C), bg.proj_w, bg.proj_b, mat(dproj_, C), mat(a.atty, C), bw.proj_w);
+  AttentionDropout adrop;
+  adrop.sample_offset = ctx_.sample_offset;
+  adrop.n_head_total = m_.n_head;
+  adrop.key = key(site(l, kSiteAttn));
+  attention_backward<T>(mat(dqkv_, 3 * C), dpre_, mat(datty_, C), mat(a.qkv, 3 * C), a.att, B_, T_, m_.n_head, adrop,
+                        attn_ws_);
+  linear_backward<T>(mat(dln_, C), bg.attn_w, bg.attn_b, mat(dqkv_, 3 * C), mat(a.ln1, C), bw.attn_w);
+  layernorm_backward<T>(mat(dres_, C), bg.ln1_w, bg.ln1_b, mat(dln_, C), mat(res_[l], C), bw.ln1_w, a.ln1_mean,
+                        a.ln1_rstd);
+}
+
+template <class T>
+double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<const token_t> targets, int B,
+                       int seq_len, const ForwardContext& ctx, bool for_backward) {
   if (B > max_B_ || seq_len > max_T_ || B < 1 || seq_len < 1) throw Error("Gpt::forward: batch shape exceeds the allocation");
   B_ = B;
   T_ = seq_len;
   ctx_ = ctx;
   tokens_ = tokens;
   targets_ = targets;
+  const int L = m_.n_layer;
   const std::int64_t BT = static_cast<std::int64_t>(B) * seq_len, C = m_.n_embd, V = m_.vocab_size;
-  auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
+  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
+  drop(p, {});  // a forward without backward may have left the head held
+  p.begin_pass(Pass::forward, sched_.forward_order);
 
-  embedding_forward<T>(mat(res_[0], C, BT), tokens, w.wte, w.wpe, B, seq_len);
-  dropout_apply<T>(sub(res_[0], C), key(site(m_.n_layer, 0)));
+  hold(p, sched_.fwd_params[0]);
+  const T* E = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wte_)].unit)];
+  embedding_forward<T>(mat(res_[0], C), tokens, mat2(E, t_wte_), mat2(E, t_wpe_), B, seq_len);
+  dropout_apply<T>(View1<T>(res_[0].data(), static_cast<size_t>(BT * C)), key(site(L, 0)));
+  drop(p, sched_.fwd_params[1]);
 
-  AttentionDropout adrop;
-  adrop.sample_offset = ctx.sample_offset;
-  adrop.n_head_total = m_.n_head;
-  for (int l = 0; l < m_.n_layer; ++l) {
-    const BlockWeights<T>& bw = w.h[l];
-    LayerActs& a = layers_[l];
-    adrop.key = key(site(l, kSiteAttn));
-    layernorm_forward<T>(mat(a.ln1, C, BT), a.ln1_mean, a.ln1_rstd, mat(res_[l], C, BT), bw.ln1_w, bw.ln1_b);
-    linear_forward<T>(mat(a.qkv, 3 * C, BT), mat(a.ln1, C, BT), bw.attn_w, bw.attn_b);
-    attention_forward<T>(mat(a.atty, C, BT), a.att, mat(a.qkv, 3 * C, BT), B, seq_len, m_.n_head, adrop, attn_ws_);
-    linear_forward<T>(mat(proj_, C, BT), mat(a.atty, C, BT), bw.proj_w, bw.proj_b);
-    dropout_apply<T>(sub(proj_, C), key(site(l, kSiteAttnResid)));
-    residual_forward<T>(sub(a.res_mid, C), sub(res_[l], C), sub(proj_, C));
-
-    layernorm_forward<T>(mat(a.ln2, C, BT), a.ln2_mean, a.ln2_rstd, mat(a.res_mid, C, BT), bw.ln2_w, bw.ln2_b);
-    linear_forward<T>(mat(a.fch, 4 * C, BT), mat(a.ln2, C, BT), bw.fc_w, bw.fc_b);
-    gelu_forward<T>(sub(a.fch_gelu, 4 * C), sub(a.fch, 4 * C));
-    linear_forward<T>(mat(proj_, C, BT), mat(a.fch_gelu, 4 * C, BT), bw.fcp_w, bw.fcp_b);
-    dropout_apply<T>(sub(proj_, C), key(site(l, kSiteMlpResid)));
-    residual_forward<T>(sub(res_[l + 1], C), sub(a.res_mid, C), sub(proj_, C));
+  for (int l = 0; l < L; ++l) {
+    const auto& need = sched_.fwd_params[static_cast<size_t>(l + 1)];
+    hold(p, need);
+    block_forward(l, block_weights(held_[static_cast<size_t>(need[0])], l));
+    drop(p, sched_.fwd_params[static_cast<size_t>(l + 2)]);
+    p.progress();
   }
-  layernorm_forward<T>(mat(lnf_, C, BT), lnf_mean_, lnf_rstd_, mat(res_[m_.n_layer], C, BT), w.lnf_w, w.lnf_b);
-  linear_forward<T>(mat(logits_, V, BT), mat(lnf_, C, BT), w.wte, View1<const T>());
-  if (targets.extent(0) == 0) return 0.0;
-  return cross_entropy_forward<T>(sub(losses_, 1), mat(logits_, V, BT), targets);
+  hold(p, sched_.fwd_params[static_cast<size_t>(L + 1)]);
+  const T* Hb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit)];
+  E = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wte_)].unit)];
+  layernorm_forward<T>(mat(lnf_, C), lnf_mean_, lnf_rstd_, mat(res_[L], C), vec(Hb, t_lnf_w_), vec(Hb, t_lnf_b_));
+  linear_forward<T>(mat(logits_, V), mat(lnf_, C), mat2(E, t_wte_), View1<const T>());
+  double loss = 0.0;
+  if (targets.extent(0) > 0)
+    loss = cross_entropy_forward<T>(View1<T>(losses_.data(), static_cast<size_t>(BT)), mat(logits_, V), targets);
+  drop(p, for_backward ? sched_.fwd_params[static_cast<size_t>(L + 1)] : std::vector<int>{});
+  return loss;
 }
 
 template <class T>
-void Gpt<T>::backward(const GptWeights<T>& w, const GptWeights<T>& g, T dloss) {
+void Gpt<T>::backward(UnitProvider<T>& p, T dloss) {
   if (targets_.extent(0) == 0) throw Error("Gpt::backward: the last forward computed no loss");
-  const int B = B_, seq_len = T_;
-  const std::int64_t BT = static_cast<std::int64_t>(B) * seq_len, C = m_.n_embd, V = m_.vocab_size;
+  const int L = m_.n_layer;
+  const std::int64_t BT = static_cast<std::int64_t>(B_) * T_, C = m_.n_embd, V = m_.vocab_size;
+  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
   auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
+  auto done = [&](int seg) {
+    for (int u : sched_.grads[static_cast<size_t>(seg)])
+      if (sched_.last_grad_segment[static_cast<size_t>(u)] == seg) p.grads_done(u);
+  };
+  p.begin_pass(Pass::backward, sched_.backward_order);
 
   // Head: dlogits in place of the logits, then through the tied embedding and ln_f.
-  cross_entropy_backward<T>(mat(logits_, V, BT), mat(logits_, V, BT), targets_, dloss);
-  linear_backward<T>(mat(dln_, C, BT), g.wte, View1<T>(), mat(logits_, V, BT), mat(lnf_, C, BT), w.wte);
+  hold(p, sched_.bwd_params[static_cast<size_t>(L + 1)]);
+  const int uE = layout_.tensors()[static_cast<size_t>(t_wte_)].unit, uH = layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit;
+  const T* E = held_[static_cast<size_t>(uE)];
+  const T* Hb = held_[static_cast<size_t>(uH)];
+  T* gE = p.grads(uE);
+  T* gH = p.grads(uH);
+  cross_entropy_backward<T>(mat(logits_, V), mat(logits_, V), targets_, dloss);
+  linear_backward<T>(mat(dln_, C), mat2(gE, t_wte_), View1<T>(), mat(logits_, V), mat(lnf_, C), mat2(E, t_wte_));
   fill<T>(sub(dres_, C), T(0));
-  layernorm_backward<T>(mat(dres_, C, BT), g.lnf_w, g.lnf_b, mat(dln_, C, BT), mat(res_[m_.n_layer], C, BT), w.lnf_w,
-                        lnf_mean_, lnf_rstd_);
+  layernorm_backward<T>(mat(dres_, C), vec(gH, t_lnf_w_), vec(gH, t_lnf_b_), mat(dln_, C), mat(res_[L], C),
+                        vec(Hb, t_lnf_w_), lnf_mean_, lnf_rstd_);
+  done(L + 1);
+  drop(p, sched_.bwd_params[static_cast<size_t>(L)]);
 
-  AttentionDropout adrop;
-  adrop.sample_offset = ctx_.sample_offset;
-  adrop.n_head_total = m_.n_head;
-  for (int l = m_.n_layer - 1; l >= 0; --l) {
-    const BlockWeights<T>& bw = w.h[l];
-    const BlockWeights<T>& bg = g.h[l];
-    LayerActs& a = layers_[l];
-    // MLP branch: dres holds d x_{l+1}.
-    Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
-    dropout_apply<T>(sub(dproj_, C), key(site(l, kSiteMlpResid)));
-    linear_backward<T>(mat(dfch_, 4 * C, BT), bg.fcp_w, bg.fcp_b, mat(dproj_, C, BT), mat(a.fch_gelu, 4 * C, BT),
-                       bw.fcp_w);
-    gelu_backward<T>(sub(dfch_, 4 * C), sub(dfch_, 4 * C), sub(a.fch, 4 * C));
-    linear_backward<T>(mat(dln_, C, BT), bg.fc_w, bg.fc_b, mat(dfch_, 4 * C, BT), mat(a.ln2, C, BT), bw.fc_w);
-    layernorm_backward<T>(mat(dres_, C, BT), bg.ln2_w, bg.ln2_b, mat(dln_, C, BT), mat(a.res_mid, C, BT), bw.ln2_w,
-                          a.ln2_mean, a.ln2_rstd);
-    // Attention branch: dres now holds d x_mid.
-    Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
-    dropout_apply<T>(sub(dproj_, C), key(site(l, kSiteAttnResid)));
-    linear_backward<T>(mat(datty_, C, BT), bg.proj_w, bg.proj_b, mat(dproj_, C, BT), mat(a.atty, C, BT), bw.proj_w);
-    adrop.key = key(site(l, kSiteAttn));
-    attention_backward<T>(mat(dqkv_, 3 * C, BT), dpre_, mat(datty_, C, BT), mat(a.qkv, 3 * C, BT), a.att, B, seq_len,
-                          m_.n_head, adrop, attn_ws_);
-    linear_backward<T>(mat(dln_, C, BT), bg.attn_w, bg.attn_b, mat(dqkv_, 3 * C, BT), mat(a.ln1, C, BT), bw.attn_w);
-    layernorm_backward<T>(mat(dres_, C, BT), bg.ln1_w, bg.ln1_b, mat(dln_, C, BT), mat(res_[l], C, BT), bw.ln1_w,
-                          a.ln1_mean, a.ln1_rstd);
+  for (int l = L - 1; l >= 0; --l) {
+    const auto& need = sched_.bwd_params[static_cast<size_t>(l + 1)];
+    hold(p, need);
+    const BlockW w = block_weights(held_[static_cast<size_t>(need[0])], l);
+    if (recompute_) block_forward(l, w);  // same kernels, same dropout keys: bitwise the saved values
+    block_backward(l, w, block_weights(p.grads(need[0]), l));
+    done(l + 1);
+    drop(p, sched_.bwd_params[static_cast<size_t>(l)]);
+    p.progress();
   }
-  dropout_apply<T>(sub(dres_, C), key(site(m_.n_layer, 0)));
-  embedding_backward<T>(g.wte, g.wpe, mat(dres_, C, BT), tokens_, B, seq_len);
+  dropout_apply<T>(sub(dres_, C), key(site(L, 0)));
+  T* gE0 = p.grads(uE);
+  embedding_backward<T>(mat2(gE0, t_wte_), mat2(gE0, t_wpe_), mat(dres_, C), tokens_, B_, T_);
+  done(0);
+  drop(p, {});
 }
 
 template <class T>
@@ -195,10 +324,7 @@ View2<const T> Gpt<T>::logits() const {
   return as_matrix<const T>(logits_.data(), static_cast<std::int64_t>(B_) * T_, m_.vocab_size);
 }
 
-#define TRIDENT_INST(T)                                                                          \
-  template GptWeights<T> bind_weights<T>(T*, const ParamLayout&, const ModelConfig&);           \
-  template class Gpt<T>;
-TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
-#undef TRIDENT_INST
+template class Gpt<float>;
+template class Gpt<double>;
 
 }  // namespace trident

@@ -1,6 +1,10 @@
 #include "model/param_layout.hpp"
 
 #include "core/error.hpp"
+#include "core/rng.hpp"
+#include "kernels/elementwise.hpp"
+
+#include <algorithm>
 
 #include <cmath>
 
@@ -35,17 +39,20 @@ void ParamLayout::add(const std::string& name, std::vector<std::int64_t> shape, 
   tensors_.push_back(std::move(t));
 }
 
-ParamLayout ParamLayout::gpt(const ModelConfig& m) {
+ParamLayout ParamLayout::gpt(const ModelConfig& m, int unit_blocks) {
   if (m.vocab_size <= 0) throw Error("ParamLayout::gpt: vocab_size is not resolved");
   ParamLayout L;
   const std::int64_t C = m.n_embd, V = m.vocab_size;
   const double s = 0.02, s_proj = 0.02 / std::sqrt(2.0 * m.n_layer);
-  L.begin_unit("embed");
+  L.begin_unit(unit_blocks == 0 ? "model" : "embed");
   L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0);
   L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
   for (int i = 0; i < m.n_layer; ++i) {
+    if (unit_blocks > 0 && i % unit_blocks == 0) {
+      const int last = std::min(m.n_layer, i + unit_blocks) - 1;
+      L.begin_unit("h." + std::to_string(i) + (last > i ? "-" + std::to_string(last) : ""));
+    }
     const std::string p = "transformer.h." + std::to_string(i) + ".";
-    L.begin_unit("h." + std::to_string(i));
     L.add(p + "ln_1.weight", {C}, false, InitKind::ones, 0, -1);
     if (m.bias) L.add(p + "ln_1.bias", {C}, false, InitKind::zeros, 0, -1);
     L.add(p + "attn.c_attn.weight", {3 * C, C}, true, InitKind::normal, s, 0, 3);
@@ -59,11 +66,24 @@ ParamLayout ParamLayout::gpt(const ModelConfig& m) {
     L.add(p + "mlp.c_proj.weight", {C, 4 * C}, true, InitKind::normal, s_proj, 1);
     if (m.bias) L.add(p + "mlp.c_proj.bias", {C}, false, InitKind::zeros, 0, -1);
   }
-  L.begin_unit("head");
+  if (unit_blocks > 0) L.begin_unit("head");
   L.add("transformer.ln_f.weight", {C}, false, InitKind::ones, 0, -1);
   if (m.bias) L.add("transformer.ln_f.bias", {C}, false, InitKind::zeros, 0, -1);
   return L;
 }
+
+template <class T>
+void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, std::uint64_t seed) {
+  switch (t.init) {
+    case InitKind::normal:
+      fill_normal<T>(dst, seed, stream_id(t.name), static_cast<std::uint64_t>(begin), t.init_std);
+      break;
+    case InitKind::ones: fill<T>(dst, T(1)); break;
+    case InitKind::zeros: fill<T>(dst, T(0)); break;
+  }
+}
+template void init_tensor_range<float>(View1<float>, const TensorSpec&, std::int64_t, std::uint64_t);
+template void init_tensor_range<double>(View1<double>, const TensorSpec&, std::int64_t, std::uint64_t);
 
 int ParamLayout::find(const std::string& name) const {
   for (size_t i = 0; i < tensors_.size(); ++i)

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "core/types.hpp"
 
 #include <cstdint>
 #include <string>
@@ -47,16 +48,21 @@ struct UnitSpec {
 class ParamLayout {
  public:
   /// Layout of the full GPT-2 model for `m` (vocab_size must be resolved, > 0).
-  /// Order: unit "embed" (wte, wpe), units "h.i" (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
-  /// mlp.c_proj; biases only when m.bias), unit "head" (ln_f). Init as GPT-2: N(0, 0.02), the
-  /// residual projections c_proj N(0, 0.02 / sqrt(2 n_layer)) (Radford et al. 2019, sec. 2.3).
-  static ParamLayout gpt(const ModelConfig& m);
+  /// Tensor order: wte, wpe; per block ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj
+  /// (biases only when m.bias); ln_f. Units: "embed" (wte, wpe), then groups of `unit_blocks`
+  /// blocks ("h.0" for one block, "h.0-1" for two, ...), then "head" (ln_f); unit_blocks = 0 makes
+  /// the whole model one unit "model". Tensor offsets do not depend on unit_blocks.
+  /// Init as GPT-2: N(0, 0.02), the residual projections c_proj N(0, 0.02 / sqrt(2 n_layer))
+  /// (Radford et al. 2019, sec. 2.3).
+  static ParamLayout gpt(const ModelConfig& m, int unit_blocks = 1);
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   const std::vector<UnitSpec>& units() const { return units_; }
   std::int64_t numel() const { return numel_; }
   /// Index of the tensor called `name`, or -1.
   int find(const std::string& name) const;
+  /// Unit holding tensor `name` (which must exist).
+  int unit_of(const std::string& name) const { return tensors_[static_cast<size_t>(at(name))].unit; }
   /// Index of `name`; throws trident::Error if absent.
   int at(const std::string& name) const;
 
@@ -69,6 +75,12 @@ class ParamLayout {
   std::vector<UnitSpec> units_;
   std::int64_t numel_ = 0;
 };
+
+/// Writes elements [begin, begin + dst.extent(0)) of tensor t's initial value into dst: a pure
+/// function of (seed, t.name, element index), so any piece of a tensor can be initialised alone
+/// (a ZeRO-3 shard never materialises the whole tensor). Local.
+template <class T>
+void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, std::uint64_t seed);
 
 /// Model FLOPs per token for one forward + backward, for MFU: 6 N + 12 L C T, where N counts
 /// every parameter except the position embedding (Chowdhery et al. 2022, "PaLM", appendix B;

@@ -1,6 +1,5 @@
 #include "model/param_store.hpp"
 
-#include "core/rng.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/instantiate.hpp"
 
@@ -29,15 +28,8 @@ View1<T> ParamStore<T>::grad(int i) const {
 
 template <class T>
 void ParamStore<T>::initialize(std::uint64_t seed) {
-  for (size_t i = 0; i < layout_.tensors().size(); ++i) {
-    const TensorSpec& t = layout_.tensors()[i];
-    View1<T> v = param(static_cast<int>(i));
-    switch (t.init) {
-      case InitKind::normal: fill_normal<T>(v, seed, stream_id(t.name), 0, t.init_std); break;
-      case InitKind::ones: fill<T>(v, T(1)); break;
-      case InitKind::zeros: fill<T>(v, T(0)); break;
-    }
-  }
+  for (size_t i = 0; i < layout_.tensors().size(); ++i)
+    init_tensor_range<T>(param(static_cast<int>(i)), layout_.tensors()[i], 0, seed);
 }
 
 template <class T>

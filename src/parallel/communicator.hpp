@@ -24,7 +24,9 @@
 
 namespace trident {
 
-enum class DataType : int { u8 = 0, i32, i64, u64, f32, f64 };
+/// Element types of messages. bf16 is 16-bit brain floating point stored as uint16 (its sum is
+/// computed in float and rounded back, see kernels/convert.hpp).
+enum class DataType : int { u8 = 0, i32, i64, u64, f32, f64, bf16 };
 enum class ReduceOp : int { sum = 0, max, min };
 enum class CommOp : int { all_reduce = 0, reduce_scatter, all_gather, broadcast, send, recv, barrier, count_ };
 
@@ -41,6 +43,7 @@ constexpr DataType dtype_of() {
   else if constexpr (std::is_same_v<T, std::int64_t>) return DataType::i64;
   else if constexpr (std::is_same_v<T, std::uint64_t>) return DataType::u64;
   else if constexpr (std::is_same_v<T, std::uint8_t> || std::is_same_v<T, char>) return DataType::u8;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return DataType::bf16;  // bf16 storage
   else static_assert(sizeof(T) == 0, "no DataType for this type");
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 
 namespace trident {
@@ -16,6 +17,7 @@ std::size_t dtype_size(DataType t) {
     case DataType::u64: return 8;
     case DataType::f32: return 4;
     case DataType::f64: return 8;
+    case DataType::bf16: return 2;
   }
   return 0;
 }
@@ -38,6 +40,8 @@ std::int64_t CommStats::total_calls() const {
 
 namespace {
 
+MPI_Op mpi_op(ReduceOp op);
+
 MPI_Datatype mpi_type(DataType t) {
   switch (t) {
     case DataType::u8: return MPI_UINT8_T;
@@ -46,8 +50,43 @@ MPI_Datatype mpi_type(DataType t) {
     case DataType::u64: return MPI_UINT64_T;
     case DataType::f32: return MPI_FLOAT;
     case DataType::f64: return MPI_DOUBLE;
+    case DataType::bf16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
+}
+
+// bf16 sum: MPI has no bfloat16, so a user-defined operation adds in float and rounds to nearest
+// even (the same rounding as kernels/convert.hpp).
+float bf16_to_float(std::uint16_t h) {
+  std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::uint16_t float_to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
+MPI_Op mpi_op(ReduceOp op, DataType t) {
+  if (t == DataType::bf16) {
+    if (op != ReduceOp::sum) throw Error("bf16 reductions support sum only");
+    static MPI_Op bf16_op = [] {
+      MPI_Op o;
+      MPI_Op_create(&bf16_sum, /*commute=*/1, &o);
+      return o;
+    }();
+    return bf16_op;
+  }
+  return mpi_op(op);
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -105,14 +144,14 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
   do {  // one call even for count == 0, so every rank issues the same sequence of collectives
     const std::size_t n = std::min(kChunk, count - off);
     const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + off * es;
-    MPI_Allreduce(s, static_cast<char*>(recv) + off * es, static_cast<int>(n), mpi_type(t), mpi_op(op), comm_);
+    MPI_Allreduce(s, static_cast<char*>(recv) + off * es, static_cast<int>(n), mpi_type(t), mpi_op(op, t), comm_);
     off += n;
   } while (off < count);
   record(CommOp::all_reduce, ring_bytes(size_, count, t, 2.0));
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
-  MPI_Reduce_scatter_block(send, recv, as_int(recv_count, "reduce_scatter"), mpi_type(t), mpi_op(op), comm_);
+  MPI_Reduce_scatter_block(send, recv, as_int(recv_count, "reduce_scatter"), mpi_type(t), mpi_op(op, t), comm_);
   record(CommOp::reduce_scatter, ring_bytes(size_, recv_count * static_cast<std::size_t>(size_), t, 1.0));
 }
 
@@ -150,14 +189,14 @@ void MpiCommunicator::barrier() {
 Request MpiCommunicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) {
   auto r = std::make_unique<MpiRequest>();
   const void* s = send == recv ? MPI_IN_PLACE : send;
-  MPI_Iallreduce(s, recv, as_int(count, "iall_reduce"), mpi_type(t), mpi_op(op), comm_, &r->req);
+  MPI_Iallreduce(s, recv, as_int(count, "iall_reduce"), mpi_type(t), mpi_op(op, t), comm_, &r->req);
   record(CommOp::all_reduce, ring_bytes(size_, count, t, 2.0));
   return Request(std::move(r));
 }
 
 Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
   auto r = std::make_unique<MpiRequest>();
-  MPI_Ireduce_scatter_block(send, recv, as_int(recv_count, "ireduce_scatter"), mpi_type(t), mpi_op(op), comm_, &r->req);
+  MPI_Ireduce_scatter_block(send, recv, as_int(recv_count, "ireduce_scatter"), mpi_type(t), mpi_op(op, t), comm_, &r->req);
   record(CommOp::reduce_scatter, ring_bytes(size_, recv_count * static_cast<std::size_t>(size_), t, 1.0));
   return Request(std::move(r));
 }

@@ -1,31 +1,41 @@
-// train/optimizer.hpp: AdamW over one contiguous range of the flat parameter buffer.
+// train/optimizer.hpp: AdamW over the pieces of the flat parameter buffer a rank owns.
 //
 // Layer: train. Local (the gradient must already be reduced over dp).
-// The owned range is [begin, end) of the flat buffer: the whole buffer when the optimizer state is
-// replicated (ZeRO stage 0), this rank's dp shard when it is sharded. Weight decay applies per
-// tensor (TensorSpec::decay: 2-D weights and embeddings, never LayerNorm gains or biases, as
-// nanoGPT's configure_optimizers), also where a range boundary cuts through a tensor.
-// Invariants: exp_avg and exp_avg_sq have end - begin elements, element i belonging to flat
-// element begin + i; step_count() is the number of updates applied (PyTorch's state["step"]).
+// A piece is `count` consecutive elements of the flat buffer starting at flat_offset, stored at
+// local_offset of the caller's *local* arrays (master weights, gradient, and this optimizer's
+// moments). Replicated optimizer state (ZeRO-0) uses one piece per unit with local = flat offsets;
+// sharded state (ZeRO-1/2/3) uses this rank's piece of every unit, packed with padding. Weight
+// decay applies per tensor (TensorSpec::decay: 2-D weights and embeddings, never LayerNorm gains or
+// biases, as nanoGPT's configure_optimizers), also where a piece boundary cuts through a tensor.
+// Padding elements of the local arrays belong to no piece and are never read or written.
+// Invariants: step_count() is the number of updates applied (PyTorch's state["step"]).
 #pragma once
 
 #include "core/config.hpp"
 #include "core/memory.hpp"
 #include "model/param_layout.hpp"
 
+#include <vector>
+
 namespace trident {
+
+/// `count` elements of the flat buffer from flat_offset, kept at local_offset of local arrays.
+struct Piece {
+  std::int64_t flat_offset = 0;
+  std::int64_t count = 0;
+  std::int64_t local_offset = 0;
+};
 
 template <class T>
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, std::int64_t begin, std::int64_t end, const TrainConfig& cfg);
+  /// Moments for a local array of local_size elements covering `pieces`.
+  AdamW(const ParamLayout& layout, const std::vector<Piece>& pieces, std::int64_t local_size, const TrainConfig& cfg);
 
-  /// One update of params[begin, end) from grads[begin, end) (flat views of the whole buffer) with
-  /// learning rate lr; grads are multiplied by grad_scale first (clipping). Local.
-  void step(View1<T> params, View1<const T> grads, double lr, double grad_scale);
+  /// One update of the master weights from the gradient (both local arrays) with learning rate lr;
+  /// the gradient is multiplied by grad_scale first (clipping). Local.
+  void step(T* master, const T* grads, double lr, double grad_scale);
 
-  std::int64_t begin() const { return begin_; }
-  std::int64_t end() const { return end_; }
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t s) { step_count_ = s; }
   const TrackedBuffer<T>& exp_avg() const { return exp_avg_; }
@@ -33,11 +43,10 @@ class AdamW {
 
  private:
   struct Range {
-    std::int64_t offset, count;  // flat offset and length
+    std::int64_t local_offset, count;
     bool decay;
   };
   std::vector<Range> ranges_;
-  std::int64_t begin_, end_;
   double beta1_, beta2_, eps_, weight_decay_;
   std::int64_t step_count_ = 0;
   TrackedBuffer<T> exp_avg_, exp_avg_sq_;

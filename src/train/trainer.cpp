@@ -9,10 +9,11 @@
 #include "train/checkpoint_dir.hpp"
 #include "train/metrics.hpp"
 #include "train/perf.hpp"
-#include "train/sharding.hpp"
 #include "trident_version.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <numeric>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -49,20 +50,45 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
     : cfg_(cfg),
       grid_(grid),
       data_(data),
-      layout_((check_trainable_layout(cfg), ParamLayout::gpt(cfg.model))),
-      store_(layout_),
-      gpt_(cfg.model, layout_, static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size),
+      layout_((check_trainable_layout(cfg), ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks))),
+      gpt_(cfg.model, layout_, static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size,
+           cfg.train.activation_checkpointing == "block"),
       sampler_(static_cast<std::uint64_t>(cfg.train.seed), data.size("train"), cfg.model.block_size),
       tokens_("trident::tokens", static_cast<size_t>(cfg.train.micro_batch_size * cfg.model.block_size)),
       targets_("trident::targets", static_cast<size_t>(cfg.train.micro_batch_size * cfg.model.block_size)) {
-  store_.initialize(static_cast<std::uint64_t>(cfg.train.seed));
-  opt_ = std::make_unique<AdamW<T>>(layout_, 0, layout_.numel(), cfg.train);
-  w_ = bind_weights(store_.params().data(), layout_, cfg.model);
-  g_ = bind_weights(store_.grads().data(), layout_, cfg.model);
+  // HSDP: groups of S consecutive dp ranks share the pieces of a unit (shard_comm); the ranks at
+  // the same position of every group hold the same pieces (replicate_comm).
+  const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : grid.dp_size();
+  const int d = grid.dp_rank();
+  shard_comm_ = grid.dp_comm().split(d / S, d, "dp_shard");
+  replicate_comm_ = grid.dp_comm().split(d % S, d, "dp_replicate");
+  engine_ = std::make_unique<ZeroEngine<T>>(layout_, gpt_.schedule(), cfg.train, ZeroOptions::from(cfg), *shard_comm_,
+                                            *replicate_comm_);
+  engine_->initialize(static_cast<std::uint64_t>(cfg.train.seed));
   schedule_.lr = cfg.train.lr;
   schedule_.min_lr = cfg.train.min_lr;
   schedule_.warmup_steps = cfg.train.warmup_steps;
   schedule_.max_steps = cfg.train.max_steps;
+}
+
+template <class T>
+std::vector<T> Trainer<T>::master_copy() const {
+  return std::vector<T>(engine_->master(), engine_->master() + engine_->local_size());
+}
+template <class T>
+std::vector<T> Trainer<T>::exp_avg_copy() const {
+  const auto& b = engine_->optimizer().exp_avg();
+  return std::vector<T>(b.data(), b.data() + b.size());
+}
+template <class T>
+std::vector<T> Trainer<T>::exp_avg_sq_copy() const {
+  const auto& b = engine_->optimizer().exp_avg_sq();
+  return std::vector<T>(b.data(), b.data() + b.size());
+}
+template <class T>
+std::int64_t Trainer<T>::comm_bytes() const {
+  return grid_.dp_comm().stats().total_bytes() + shard_comm_->stats().total_bytes() +
+         replicate_comm_->stats().total_bytes();
 }
 
 template <class T>
@@ -73,7 +99,8 @@ StepResult Trainer<T>::train_step() {
   const int dp = grid_.dp_size();
   const std::int64_t per_rank = G / dp, n_micro = per_rank / mb;
   const T dloss = static_cast<T>(1.0 / (static_cast<double>(G) * T_));
-  store_.zero_grads();
+  ZeroEngine<T>& zero = *engine_;
+  zero.begin_step();
 
   auto tok_h = Kokkos::create_mirror_view(tokens_);
   auto tgt_h = Kokkos::create_mirror_view(targets_);
@@ -91,17 +118,16 @@ StepResult Trainer<T>::train_step() {
     ctx.sample_offset = static_cast<std::uint64_t>(first);
     ctx.train = true;
     View1<const token_t> tv(tokens_.data(), tokens_.extent(0)), gv(targets_.data(), targets_.extent(0));
-    loss_sum += gpt_.forward(w_, tv, gv, static_cast<int>(mb), T_, ctx);
-    gpt_.backward(w_, g_, dloss);
+    loss_sum += gpt_.forward(zero, tv, gv, static_cast<int>(mb), T_, ctx);
+    gpt_.backward(zero, dloss);
+    zero.end_micro_batch();
   }
-  // Data parallelism: sum the gradients (each already scaled by 1 / tokens of the global batch).
-  Communicator& dp_comm = grid_.dp_comm();
-  dp_comm.all_reduce(store_.grads().data(), static_cast<std::size_t>(layout_.numel()));
-  loss_sum = dp_comm.all_reduce_value(loss_sum);
+  zero.finish_gradients();
+  loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
 
   StepResult r;
   r.loss = loss_sum / (static_cast<double>(G) * T_);
-  r.grad_norm = std::sqrt(sum_squares<T>(View1<const T>(store_.grads().data(), static_cast<size_t>(layout_.numel()))));
+  r.grad_norm = zero.grad_norm();
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     throw Error("training diverged at step " + std::to_string(step_ + 1) + ": loss " + std::to_string(r.loss) +
                     ", gradient norm " + std::to_string(r.grad_norm) +
@@ -111,8 +137,7 @@ StepResult Trainer<T>::train_step() {
   double scale = 1.0;
   if (cfg_.train.grad_clip > 0.0) scale = std::min(1.0, cfg_.train.grad_clip / (r.grad_norm + 1e-6));
   r.lr = schedule_.at(step_);
-  opt_->step(store_.params().all(), View1<const T>(store_.grads().data(), static_cast<size_t>(layout_.numel())), r.lr,
-             scale);
+  zero.step(r.lr, scale);
   ++step_;
   consumed_samples_ += G;
   Kokkos::fence();
@@ -140,20 +165,30 @@ EvalResult Trainer<T>::evaluate() {
       for (std::int64_t i = 0; i < n; ++i) windows.push_back(s.offset(i));
     }
   }
-  // This dp rank's contiguous share of the windows.
+  // This dp rank's contiguous share of the windows. Every rank runs the same number of forward
+  // passes (a rank with fewer windows runs an empty-target batch), because at ZeRO-3 each
+  // forward all-gathers over dp.
   const auto n = static_cast<std::int64_t>(windows.size());
   const std::int64_t begin = n * d / dp, end = n * (d + 1) / dp;
+  const std::int64_t most = (n + dp - 1) / dp, passes = (most + mb - 1) / mb;
   auto tok_h = Kokkos::create_mirror_view(tokens_);
   auto tgt_h = Kokkos::create_mirror_view(targets_);
   double loss_sum = 0.0;
-  for (std::int64_t i = begin; i < end; i += mb) {
-    const std::int64_t B = std::min(mb, end - i);
-    std::vector<std::int64_t> offsets(windows.begin() + i, windows.begin() + i + B);
+  for (std::int64_t k = 0; k < passes; ++k) {
+    const std::int64_t i = begin + k * mb;
+    const std::int64_t B = std::max<std::int64_t>(0, std::min(mb, end - i));
+    std::vector<std::int64_t> offsets;
+    if (B > 0) offsets.assign(windows.begin() + i, windows.begin() + i + B);
+    else offsets.assign(1, 0);  // a dummy window whose loss is not counted
     data_.load_batch("val", offsets, T_, tok_h.data(), tgt_h.data());
+    if (B == 0)
+      for (int t = 0; t < T_; ++t) tgt_h(t) = -1;
     Kokkos::deep_copy(tokens_, tok_h);
     Kokkos::deep_copy(targets_, tgt_h);
-    View1<const token_t> tv(tokens_.data(), static_cast<size_t>(B * T_)), gv(targets_.data(), static_cast<size_t>(B * T_));
-    loss_sum += gpt_.forward(w_, tv, gv, static_cast<int>(B), T_, ForwardContext{});
+    const auto rows = static_cast<size_t>(std::max<std::int64_t>(B, 1) * T_);
+    View1<const token_t> tv(tokens_.data(), rows), gv(targets_.data(), rows);
+    loss_sum += gpt_.forward(*engine_, tv, gv, static_cast<int>(std::max<std::int64_t>(B, 1)), T_, ForwardContext{},
+                             /*for_backward=*/false);
   }
   loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
   res.tokens = n * T_;
@@ -165,13 +200,14 @@ EvalResult Trainer<T>::evaluate() {
 template <class T>
 void Trainer<T>::write_checkpoint(const std::string& path) {
   const ModelConfig& m = cfg_.model;
+  ZeroEngine<T>& zero = *engine_;
   CheckpointWrite w;
   for (const TensorSpec& t : layout_.tensors()) w.tensors.push_back(CkptTensor{t.name, t.shape, t.split_dim, t.split_groups});
   w.kinds = {"param", "exp_avg", "exp_avg_sq"};
   w.dtype = dtype_of<T>();
   w.int_attrs = {{"step", step_},
                  {"consumed_samples", consumed_samples_},
-                 {"adam_step", opt_->step_count()},
+                 {"adam_step", zero.optimizer().step_count()},
                  {"seed", cfg_.train.seed},
                  {"max_steps", cfg_.train.max_steps},
                  {"warmup_steps", cfg_.train.warmup_steps},
@@ -180,7 +216,8 @@ void Trainer<T>::write_checkpoint(const std::string& path) {
                  {"tp", grid_.tp_size()},
                  {"pp", grid_.pp_size()},
                  {"world_size", grid_.world_size()},
-                 {"zero_stage", 0},
+                 {"zero_stage", cfg_.parallel.zero_stage},
+                 {"shard_group_size", shard_comm_->size()},
                  {"model_n_layer", m.n_layer},
                  {"model_n_head", m.n_head},
                  {"model_n_embd", m.n_embd},
@@ -198,38 +235,42 @@ void Trainer<T>::write_checkpoint(const std::string& path) {
                     {"model_dropout", m.dropout}};
   w.string_attrs = {{"code_version", std::string(TRIDENT_VERSION_STRING) + " (git " + TRIDENT_GIT_COMMIT + ")"},
                     {"deck_name", cfg_.deck_name},
-                    {"tokenizer", data_.info().tokenizer}};
+                    {"tokenizer", data_.info().tokenizer},
+                    {"param_dtype", cfg_.train.param_dtype}};
   w.texts = {{"config", cfg_.to_ini()}};
   if (!data_.info().vocab.empty()) w.int_arrays["tokenizer/vocab"] = data_.info().vocab;
   w.rank_state_columns = {"consumed_samples", "data_seed", "rng_seed", "rng_step"};
   w.rank_state = {consumed_samples_, cfg_.train.seed, cfg_.train.seed, step_};
 
-  // This rank's shard: its dp piece of every unit, parameters and both moments alike.
+  // This rank's shard: the pieces it writes (each element of the model by exactly one rank), of
+  // the fp32 master weights and both moments alike.
   w.shard.world_rank = grid_.world_rank();
   w.shard.pp = grid_.pp_rank();
   w.shard.dp = grid_.dp_rank();
   w.shard.tp = grid_.tp_rank();
-  const auto ranges = dp_shard_ranges(layout_, grid_.dp_size(), grid_.dp_rank());
+  const std::vector<Piece> pieces = zero.checkpoint_pieces(grid_.dp_size(), grid_.dp_rank());
   std::int64_t len = 0;
-  for (const FlatRange& r : ranges) {
+  for (const Piece& p : pieces) {
     for (size_t i = 0; i < layout_.tensors().size(); ++i) {
       const TensorSpec& t = layout_.tensors()[i];
-      const std::int64_t a = std::max(r.offset, t.offset), b = std::min(r.offset + r.count, t.offset + t.numel);
-      if (a < b) w.segments.push_back(CkptSegment{static_cast<std::int32_t>(i), grid_.tp_rank(), 0, a - t.offset, len + (a - r.offset), b - a});
+      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
+      if (a < b)
+        w.segments.push_back(CkptSegment{static_cast<std::int32_t>(i), grid_.tp_rank(), 0, a - t.offset,
+                                         len + (a - p.flat_offset), b - a});
     }
-    len += r.count;
+    len += p.count;
   }
   w.shard.length = len;
   std::vector<T> param(static_cast<size_t>(len)), m1(static_cast<size_t>(len)), m2(static_cast<size_t>(len));
-  auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), store_.params().view());
-  auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), opt_->exp_avg().view());
-  auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), opt_->exp_avg_sq().view());
+  auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
+  auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg().view());
+  auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg_sq().view());
   std::int64_t pos = 0;
-  for (const FlatRange& r : ranges) {
-    std::copy(p_h.data() + r.offset, p_h.data() + r.offset + r.count, param.begin() + pos);
-    std::copy(m_h.data() + r.offset, m_h.data() + r.offset + r.count, m1.begin() + pos);
-    std::copy(v_h.data() + r.offset, v_h.data() + r.offset + r.count, m2.begin() + pos);
-    pos += r.count;
+  for (const Piece& p : pieces) {
+    std::copy(p_h.data() + p.local_offset, p_h.data() + p.local_offset + p.count, param.begin() + pos);
+    std::copy(m_h.data() + p.local_offset, m_h.data() + p.local_offset + p.count, m1.begin() + pos);
+    std::copy(v_h.data() + p.local_offset, v_h.data() + p.local_offset + p.count, m2.begin() + pos);
+    pos += p.count;
   }
   w.arrays = {param.data(), m1.data(), m2.data()};
   write_checkpoint_file(path, grid_.world_comm(), w);
@@ -239,6 +280,7 @@ template <class T>
 void Trainer<T>::load_checkpoint(const std::string& path) {
   CheckpointReader rd(path, grid_.world_comm());
   const ModelConfig& m = cfg_.model;
+  ZeroEngine<T>& zero = *engine_;
   run_agreed(grid_.world_comm(), "cannot resume from '" + path + "'", [&] {
     const std::pair<const char*, std::int64_t> model_keys[] = {
         {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
@@ -272,27 +314,77 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
                 static_cast<long long>(cfg_.train.global_batch_size));
   });
   run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
-    // Stage 0 holds everything on every rank: read each tensor whole, wherever its pieces are.
-    auto p_h = Kokkos::create_mirror_view(store_.params().view());
-    auto m_h = Kokkos::create_mirror_view(opt_->exp_avg().view());
-    auto v_h = Kokkos::create_mirror_view(opt_->exp_avg_sq().view());
-    for (const TensorSpec& t : layout_.tensors()) {
-      const int k = rd.find_tensor(t.name);
-      rd.read("param", k, grid_.tp_rank(), 0, t.numel, dtype_of<T>(), p_h.data() + t.offset);
-      rd.read("exp_avg", k, grid_.tp_rank(), 0, t.numel, dtype_of<T>(), m_h.data() + t.offset);
-      rd.read("exp_avg_sq", k, grid_.tp_rank(), 0, t.numel, dtype_of<T>(), v_h.data() + t.offset);
-    }
-    Kokkos::deep_copy(store_.params().view(), p_h);
-    Kokkos::deep_copy(opt_->exp_avg().view(), m_h);
-    Kokkos::deep_copy(opt_->exp_avg_sq().view(), v_h);
+    // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
+    // put them (the index maps tensors to shards), so any dp size and ZeRO stage can resume.
+    auto p_h = Kokkos::create_mirror_view(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
+    auto m_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg().view());
+    auto v_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg_sq().view());
+    for (const Piece& p : zero.owned())
+      for (const TensorSpec& t : layout_.tensors()) {
+        const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
+        if (a >= b) continue;
+        const int k = rd.find_tensor(t.name);
+        const std::int64_t dst = p.local_offset + (a - p.flat_offset);
+        rd.read("param", k, grid_.tp_rank(), a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
+        rd.read("exp_avg", k, grid_.tp_rank(), a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
+        rd.read("exp_avg_sq", k, grid_.tp_rank(), a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
+      }
+    Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
+    Kokkos::deep_copy(zero.optimizer().exp_avg().view(), m_h);
+    Kokkos::deep_copy(zero.optimizer().exp_avg_sq().view(), v_h);
     step_ = rd.attr_int("step");
     consumed_samples_ = rd.attr_int("consumed_samples");
-    opt_->set_step_count(rd.attr_int("adam_step"));
+    zero.optimizer().set_step_count(rd.attr_int("adam_step"));
   });
+  zero.refresh_params();
 }
 
 template class Trainer<float>;
 template class Trainer<double>;
+
+MemoryBytes predict_memory(const Config& cfg) {
+  const ParamLayout layout = ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks);
+  const GptSchedule sched = GptSchedule::make(layout, cfg.model);
+  const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
+  const bool dbl = cfg.train.dtype == "double";
+  MemoryBytes b = dbl ? ZeroEngine<double>::plan(layout, sched, ZeroOptions::from(cfg), S, 0)
+                      : ZeroEngine<float>::plan(layout, sched, ZeroOptions::from(cfg), S, 0);
+  const bool recompute = cfg.train.activation_checkpointing == "block";
+  const std::int64_t acts = dbl ? Gpt<double>::activation_elements(cfg.model, static_cast<int>(cfg.train.micro_batch_size),
+                                                                   cfg.model.block_size, recompute)
+                                : Gpt<float>::activation_elements(cfg.model, static_cast<int>(cfg.train.micro_batch_size),
+                                                                  cfg.model.block_size, recompute);
+  b[static_cast<size_t>(MemCategory::activations)] += acts * (dbl ? 8 : 4);
+  return b;
+}
+
+void print_memory_prediction(const Config& cfg) {
+  const MemoryBytes b = predict_memory(cfg);
+  const ParamLayout layout = ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks);
+  const double psi = static_cast<double>(layout.numel()), mib = 1024.0 * 1024.0;
+  const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
+  const int z = cfg.parallel.zero_stage;
+  std::printf("predicted memory per rank for %s: dp=%d (shard groups of %d) tp=%d pp=%d, ZeRO stage %d, %s params\n",
+              cfg.deck_name.c_str(), cfg.parallel.dp, S, cfg.parallel.tp, cfg.parallel.pp, z,
+              cfg.train.param_dtype.c_str());
+  std::printf("model: %.0f parameters (%.2fM), micro-batch %lld x %d tokens, activation checkpointing %s\n", psi,
+              psi / 1e6, static_cast<long long>(cfg.train.micro_batch_size), cfg.model.block_size,
+              cfg.train.activation_checkpointing.c_str());
+  std::int64_t total = 0;
+  for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
+    std::printf("  %-12s %12.2f MiB\n", mem_category_name(static_cast<MemCategory>(c)),
+                static_cast<double>(b[static_cast<size_t>(c)]) / mib);
+    total += b[static_cast<size_t>(c)];
+  }
+  std::printf("  %-12s %12.2f MiB\n", "total", static_cast<double>(total) / mib);
+  // ZeRO paper, sec. 3/5: with mixed precision 2 + 2 + 12 bytes per parameter; stage 1 divides
+  // the 12, stage 2 also the gradient's 2, stage 3 everything, by the sharding degree.
+  const double p = 2, g = 2, k = 12;
+  const double zero_paper = psi * ((z >= 3 ? p / S : p) + (z >= 2 ? g / S : g) + (z >= 1 ? k / S : k));
+  std::printf("ZeRO paper formula (2+2+12 bytes/param, shard %d): %.2f MiB of model states\n", S, zero_paper / mib);
+  std::printf("Trident model states (params + grads + optimizer above): %.2f MiB\n",
+              static_cast<double>(b[0] + b[1] + b[2]) / mib);
+}
 
 // ---------------------------------------------------------------------------------------------
 
@@ -370,9 +462,21 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     return 0;
   }
 
+  {
+    const MemoryBytes pred = predict_memory(cfg);
+    std::string cats;
+    for (int c = 0; c < static_cast<int>(MemCategory::data); ++c)
+      cats += log::format("%s%s %.1f", c ? ", " : "", mem_category_name(static_cast<MemCategory>(c)),
+                          static_cast<double>(MemoryLedger::current(static_cast<MemCategory>(c))) / (1024.0 * 1024.0));
+    log::info("memory per rank (MiB): %s | ZeRO stage %d%s%s, predicted total %.1f MiB", cats.c_str(),
+              cfg.parallel.zero_stage, cfg.train.param_dtype == "bf16" ? ", bf16 params" : "",
+              cfg.train.activation_checkpointing == "block" ? ", recompute" : "",
+              static_cast<double>(std::accumulate(pred.begin(), pred.end(), std::int64_t{0})) / (1024.0 * 1024.0));
+  }
   std::int64_t last_saved = resume_from.empty() ? -1 : trainer.step();
   double last_save_seconds = 0.0, step_seconds_avg = 0.0;
   auto save = [&](const char* why) {
+    if (!cfg.checkpoint.save_final && std::string(why) != "interval") return;
     Timer t;
     const std::string p = ckdir.commit(
         trainer.step(), world, [&](const std::string& tmp) { trainer.write_checkpoint(tmp); }, cfg.checkpoint.keep);
@@ -385,7 +489,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   const std::int64_t first_step = trainer.step();
   double last_val = std::nan("");
   while (trainer.step() < cfg.train.max_steps) {
+    const std::int64_t bytes_before = trainer.comm_bytes();
     StepResult r = trainer.train_step();
+    const double comm_mib = static_cast<double>(trainer.comm_bytes() - bytes_before) / (1024.0 * 1024.0);
     const double tps = tokens_per_step / r.seconds;
     const double mfu = fpt * tps / grid.world_size() / peak;
     const double mem_mib = static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0);
@@ -399,10 +505,14 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     row.ms_per_step = r.seconds * 1e3;
     row.mfu = mfu;
     row.peak_mem_mib = mem_mib;
+    for (int c = 0; c < 6; ++c)
+      row.mem_mib[c] = static_cast<double>(MemoryLedger::peak(static_cast<MemCategory>(c))) / (1024.0 * 1024.0);
+    row.comm_mib = comm_mib;
     if (r.step % cfg.train.log_interval == 0 || r.step == first_step + 1 || r.step == cfg.train.max_steps)
-      log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB",
+      log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB | "
+                "comm %.2f MiB",
                 static_cast<long long>(r.step), static_cast<long long>(cfg.train.max_steps), r.loss, r.lr, r.grad_norm,
-                r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, mem_mib);
+                r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, mem_mib, comm_mib);
     const bool last = r.step == cfg.train.max_steps;
     if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
       EvalResult e = trainer.evaluate();

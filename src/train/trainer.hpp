@@ -2,11 +2,12 @@
 // AdamW, clipping, evaluation and sharded checkpoints.
 //
 // Layer: train.
-// Data parallelism (ZeRO stage 0, as PyTorch DDP): parameters and optimizer state replicated over
-// dp; each dp rank runs its micro-batches of the global batch, gradients are summed with one
-// all-reduce over dp_comm, and the objective is the mean token loss of the whole global batch
-// (each micro-batch's backward is scaled by 1 / (global_batch_size * T)), so a dp = N run computes
-// the same loss and gradient as one rank with the same global batch, up to summation order.
+// Data parallelism: each dp rank runs its micro-batches of the global batch; the ZeroEngine
+// (train/zero.hpp) holds parameters, gradients and optimizer state replicated or sharded as
+// [parallel] zero_stage says and does all dp communication. The objective is the mean token loss
+// of the whole global batch (each micro-batch's backward is scaled by 1 / (global_batch_size * T)),
+// so a dp = N run computes the same loss and gradient as one rank with the same global batch, up
+// to summation order, at every ZeRO stage.
 //
 // Invariants: step() optimizer steps are done; consumed_samples() = sum of global batch sizes of
 // those steps, the position of the data stream; a checkpoint taken after step s and loaded into a
@@ -18,10 +19,9 @@
 #include "data/sampler.hpp"
 #include "data/token_dataset.hpp"
 #include "model/gpt.hpp"
-#include "model/param_store.hpp"
 #include "parallel/process_grid.hpp"
 #include "train/lr_schedule.hpp"
-#include "train/optimizer.hpp"
+#include "train/zero.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -54,9 +54,14 @@ class Trainer {
   std::int64_t step() const { return step_; }
   std::int64_t consumed_samples() const { return consumed_samples_; }
   const Config& config() const { return cfg_; }
-  const ParamStore<T>& store() const { return store_; }
-  const AdamW<T>& optimizer() const { return *opt_; }
   const ParamLayout& layout() const { return layout_; }
+  ZeroEngine<T>& engine() { return *engine_; }
+  /// This rank's master weights, AdamW moments (local arrays of the engine), for tests.
+  std::vector<T> master_copy() const;
+  std::vector<T> exp_avg_copy() const;
+  std::vector<T> exp_avg_sq_copy() const;
+  /// Bytes this rank sent over the dp communicators since construction (ring model).
+  std::int64_t comm_bytes() const;
 
   /// One optimizer step over the next global batch. Collective over the grid (all-reduce of
   /// gradients and loss over dp_comm). Throws Error if the loss or gradient is not finite.
@@ -79,10 +84,9 @@ class Trainer {
   const ProcessGrid& grid_;
   const TokenDataset& data_;
   ParamLayout layout_;
-  ParamStore<T> store_;
-  std::unique_ptr<AdamW<T>> opt_;
   Gpt<T> gpt_;
-  GptWeights<T> w_, g_;
+  std::unique_ptr<Communicator> shard_comm_, replicate_comm_;
+  std::unique_ptr<ZeroEngine<T>> engine_;
   Sampler sampler_;
   LrSchedule schedule_;
   Kokkos::View<token_t*, MemSpace> tokens_, targets_;
@@ -90,11 +94,19 @@ class Trainer {
   std::int64_t consumed_samples_ = 0;
 };
 
+/// Predicted per-rank memory (bytes by category) of a run of `cfg` (validated, vocab resolved):
+/// the ZeroEngine's buffers for dp shard rank 0 plus the model's activations. Local, allocates nothing.
+MemoryBytes predict_memory(const Config& cfg);
+
 /// How `trident train` was asked to start.
 struct TrainRunOptions {
   bool resume = false;           ///< --resume given
   std::string resume_path;       ///< --resume PATH (empty: the run's latest checkpoint)
 };
+
+/// `trident train --dry-run`: prints the predicted per-rank memory by category for `cfg`
+/// (validated for the layout of interest) next to the ZeRO paper's formula. Local, allocates nothing.
+void print_memory_prediction(const Config& cfg);
 
 /// The whole `trident train` job: run directory, data, (resumed) trainer, training loop with a log
 /// line per step, metrics.csv, evaluation, periodic and final checkpoints, stop_at_step and

@@ -27,6 +27,16 @@ expect_exit 2 "does not match the number of ranks \(2\)" -- \
 expect_exit 2 "micro-batches must be whole" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.micro_batch_size=3
 expect_exit 2 "data parallelism only" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.tp=2
+expect_exit 2 "zero_stage = 4 must be 0, 1, 2 or 3" -- "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=4
+expect_exit 2 "shard_group_size = 3 does not divide dp = 2" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=3 --parallel.shard_group_size=3
+expect_exit 2 "param_dtype = fp16: expected float or bf16" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.param_dtype=fp16
+expect_exit 2 "activation_checkpointing = all: expected none or block" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.activation_checkpointing=all
+expect_exit 0 "optimizer .* MiB" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run 8 --parallel.zero_stage=3
+expect_exit 0 "ZeRO paper formula" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run
+check "--dry-run allocates nothing and writes no run directory" test ! -e "$WORK/run"
 expect_exit 1 "token file '$WORK/missing.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/missing.h5"
 expect_exit 1 "not an HDF5 file" -- "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/text.txt"

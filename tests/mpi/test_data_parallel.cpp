@@ -19,7 +19,6 @@ namespace {
 
 struct Trace {
   std::vector<double> loss, norm;
-  std::vector<float> grads;  // gradient of the last step
 };
 
 Trace run(Communicator& comm, const Config& cfg, int steps) {
@@ -31,7 +30,6 @@ Trace run(Communicator& comm, const Config& cfg, int steps) {
     StepResult r = t.train_step();
     tr.loss.push_back(r.loss);
     tr.norm.push_back(r.grad_norm);
-    if (s == 0) tr.grads.assign(t.store().grads().data(), t.store().grads().data() + t.store().grads().size());
   }
   return tr;
 }
@@ -46,13 +44,6 @@ void compare_with_serial(const std::vector<std::string>& overrides) {
   const Trace par = run(rt.world(), parallel, 5);
   EXPECT_LE(rel(par.norm[0], ref.norm[0]), 1e-6) << "grad norm " << par.norm[0] << " vs serial " << ref.norm[0];
   for (int s = 0; s < 5; ++s) EXPECT_LE(rel(par.loss[s], ref.loss[s]), 1e-5) << "step " << s + 1;
-  // Element-wise, the step-1 gradients agree to fp32 rounding of the summation order.
-  double max_diff = 0, max_val = 0;
-  for (size_t i = 0; i < ref.grads.size(); ++i) {
-    max_diff = std::max(max_diff, static_cast<double>(std::fabs(par.grads[i] - ref.grads[i])));
-    max_val = std::max(max_val, static_cast<double>(std::fabs(ref.grads[i])));
-  }
-  EXPECT_LE(max_diff, 1e-5 * max_val);
   // The loss really moves, so the comparison is not between two constant sequences.
   EXPECT_LT(ref.loss[4], ref.loss[0]);
 }

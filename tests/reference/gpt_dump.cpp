@@ -86,9 +86,8 @@ int run(trident::Runtime& rt, const Options& o) {
   const ParamLayout& layout = store.layout();
   store.zero_grads();
   Gpt<float> gpt(m, layout, B, T);
-  const auto w = bind_weights(store.params().data(), layout, m);
-  const auto g = bind_weights(store.grads().data(), layout, m);
-  const double loss_sum = gpt.forward(w, View1<const token_t>(tok_d.data(), tok_d.extent(0)),
+  FlatProvider<float> flat(layout, store.params().data(), store.grads().data());
+  const double loss_sum = gpt.forward(flat, View1<const token_t>(tok_d.data(), tok_d.extent(0)),
                                       View1<const token_t>(tgt_d.data(), tgt_d.extent(0)), B, T, ForwardContext{});
   std::vector<NamedArray> out;
   out.push_back({"tokens", {B, T}, std::vector<double>(tok.begin(), tok.end())});
@@ -102,7 +101,7 @@ int run(trident::Runtime& rt, const Options& o) {
       for (std::int64_t c = 0; c < V; ++c) a.data[static_cast<size_t>(r * V + c)] = lg(r, c);
     out.push_back(std::move(a));
   }
-  gpt.backward(w, g, 1.0f / static_cast<float>(BT));
+  gpt.backward(flat, 1.0f / static_cast<float>(BT));
   auto g_h = Kokkos::create_mirror_view_and_copy(HostSpace(), store.grads().view());
   for (const TensorSpec& t : layout.tensors())
     out.push_back({"grad/" + t.name, t.shape, std::vector<double>(g_h.data() + t.offset, g_h.data() + t.offset + t.numel)});

@@ -36,8 +36,7 @@ void check_model_gradient(bool bias, double dropout) {
   }
   tgt(4) = -1;  // a position without loss
   Gpt<double> gpt(m, layout, B, m.block_size);
-  auto w = bind_weights(store.params().data(), layout, m);
-  auto g = bind_weights(store.grads().data(), layout, m);
+  FlatProvider<double> flat(layout, store.params().data(), store.grads().data());
   ForwardContext ctx;
   ctx.seed = 99;
   ctx.step = 4;
@@ -45,11 +44,11 @@ void check_model_gradient(bool bias, double dropout) {
   ctx.train = true;
   const double scale = 1.0 / (B * T);
   View1<const token_t> tokv(tok.data(), B * T), tgtv(tgt.data(), B * T);
-  auto loss = [&] { return scale * gpt.forward(w, tokv, tgtv, B, T, ctx); };
+  auto loss = [&] { return scale * gpt.forward(flat, tokv, tgtv, B, T, ctx); };
   const double l0 = loss();
   EXPECT_GT(l0, 0.0);
   store.zero_grads();
-  gpt.backward(w, g, scale);
+  gpt.backward(flat, scale);
   for (size_t i = 0; i < layout.tensors().size(); ++i) {
     const TensorSpec& t = layout.tensors()[i];
     test::expect_gradient(t.name, store.param(static_cast<int>(i)).data(), store.grad(static_cast<int>(i)).data(), t.numel,
