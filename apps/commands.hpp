@@ -13,5 +13,6 @@ namespace trident::app {
 int cmd_prep(Runtime& rt, const std::vector<std::string>& args);
 int cmd_train(Runtime& rt, const std::vector<std::string>& args);
 int cmd_sample(Runtime& rt, const std::vector<std::string>& args);
+int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args);
 
 }  // namespace trident::app

@@ -17,6 +17,7 @@ commands:
   prep     turn text files or llm.c token shards into an HDF5 token file
   train    train a model from an input deck; resume from a checkpoint
   sample   generate text from a checkpoint
+  ckpt     inspect checkpoints: ls, verify, diff, export (safetensors)
 
 options:
   -h, --help     this text; `trident <command> --help` documents each command
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     if (cmd == "prep") return trident::app::cmd_prep(rt, args);
     if (cmd == "train") return trident::app::cmd_train(rt, args);
     if (cmd == "sample") return trident::app::cmd_sample(rt, args);
+    if (cmd == "ckpt") return trident::app::cmd_ckpt(rt, args);
     throw trident::ConfigError("unknown command '" + cmd + "' (try `trident --help`)");
   } catch (const trident::Error& e) {
     // A collective error is raised identically on every rank: report it once and end cleanly.

@@ -1,0 +1,207 @@
+// apps/cmd_ckpt.cpp: `trident ckpt ls|verify|diff|export`, checkpoint inspection and export.
+// Thin driver: parses the subcommand's options, calls train/checkpoint_tools.hpp or
+// train/checkpoint_export.hpp (collective over the world), prints from rank 0. Exit status:
+// 0 fine, 1 a problem found (or a runtime error), 2 usage.
+#include "apps/commands.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "train/checkpoint_export.hpp"
+#include "train/checkpoint_tools.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+namespace trident::app {
+
+namespace po = boost::program_options;
+
+namespace {
+
+const char* kCkptUsage = R"(usage: trident ckpt <subcommand> [options]
+
+Inspects and exports checkpoints (docs/checkpoint-format.md). Every subcommand runs on any
+number of MPI ranks (the work is spread over them) and prints from rank 0.
+
+subcommands:
+  ls PATH              list the checkpoints of a run directory, checkpoint directory or file
+  verify FILE          check format, index, metadata and every shard dataset's checksum
+  diff A B             per-tensor max |a-b| and max relative difference of two checkpoints
+  export --format safetensors --output DIR FILE
+                       write the parameters as Hugging Face GPT-2 safetensors files
+
+`trident ckpt <subcommand> --help` documents its options.
+Exit status: 0 fine, 1 a problem or difference found (or a runtime error), 2 bad usage.
+)";
+
+/// Parses `args` with `desc` and one or more positional arguments named `positional`.
+/// Returns false when --help was asked for (after printing it on rank 0).
+bool parse(Runtime& rt, const std::vector<std::string>& args, po::options_description& desc,
+           const std::string& positional, int max_positional, po::variables_map& vm, const std::string& sub) {
+  po::positional_options_description pos;
+  pos.add(positional.c_str(), max_positional);
+  try {
+    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(std::string(e.what()) + " (try `trident ckpt " + sub + " --help`)");
+  }
+  if (vm.count("help")) {
+    if (rt.world_rank() == 0) std::cout << desc << "\n";
+    return false;
+  }
+  return true;
+}
+
+void print0(Runtime& rt, const std::string& s) {
+  if (rt.world_rank() != 0) return;
+  std::fputs(s.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+int ckpt_ls(Runtime& rt, const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  po::options_description desc(
+      "usage: trident ckpt ls [--verify] PATH\n\n"
+      "Lists the checkpoints of PATH (a run directory, its checkpoints/ directory, or one checkpoint\n"
+      "file), one line each: step, file, size in MiB, layout (dp x tp x pp, ZeRO stage), dtype,\n"
+      "creation time and status. 'ok' means the file opens, its index covers every tensor's tp\n"
+      "pieces exactly once and every shard dataset exists with the elements the index needs;\n"
+      "'incomplete (uncommitted)' marks a *.tmp leftover of an interrupted save (never read by a\n"
+      "resume). The checkpoint `latest` names is marked '<- latest'. Exits 1 when a committed\n"
+      "checkpoint is not ok.\n\noptions");
+  desc.add_options()("help,h", "this text")("verify", "also recompute every shard dataset's checksum (reads all data)")(
+      "path", po::value<std::vector<std::string>>(&paths), "run directory, checkpoint directory or checkpoint file");
+  po::variables_map vm;
+  if (!parse(rt, args, desc, "path", -1, vm, "ls")) return 0;
+  if (paths.size() != 1) throw ConfigError("ckpt ls takes one PATH (try `trident ckpt ls --help`)");
+  const CheckpointListing l = list_checkpoints(paths[0], rt.world(), vm.count("verify") > 0);
+  print0(rt, format_listing(l));
+  return l.ok() ? 0 : 1;
+}
+
+int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  po::options_description desc(
+      "usage: trident ckpt verify FILE\n\n"
+      "Checks one checkpoint completely: format and version; the index (segments inside their\n"
+      "shards and tensors, every tp piece of every tensor covered exactly once, no shard element\n"
+      "used twice); the restart metadata (required attributes, layout, /config parses as a deck\n"
+      "and matches the model fingerprint, the fingerprint gives exactly the indexed tensors and\n"
+      "shapes, tokenizer vocabulary); and the XXH64 checksum, length and presence of every shard\n"
+      "dataset (the reading is spread over the ranks). FILE may be a run or checkpoint directory\n"
+      "(its latest checkpoint). Prints each problem; exits 1 if there is any.\n\noptions");
+  desc.add_options()("help,h", "this text")("file", po::value<std::vector<std::string>>(&paths), "checkpoint file");
+  po::variables_map vm;
+  if (!parse(rt, args, desc, "file", -1, vm, "verify")) return 0;
+  if (paths.size() != 1) throw ConfigError("ckpt verify takes one FILE (try `trident ckpt verify --help`)");
+  const VerifyResult r = verify_checkpoint(paths[0], rt.world());
+  std::string out;
+  for (const auto& p : r.problems) out += "problem: " + p + "\n";
+  out += r.problems.empty() ? "ok: " + r.file + " is intact\n"
+                            : "FAILED: " + r.file + " has the problems listed above\n";
+  print0(rt, out);
+  return r.problems.empty() ? 0 : 1;
+}
+
+int ckpt_diff(Runtime& rt, const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  std::string kinds;
+  DiffOptions opt;
+  po::options_description desc(
+      "usage: trident ckpt diff [--kind K] [--tolerance T] [--all] A B\n\n"
+      "Compares two checkpoints tensor by tensor (through their indexes, so their dp layouts may\n"
+      "differ): for each array, max |a-b| and the max relative difference max |a-b| / max |b|;\n"
+      "also the attributes step, consumed_samples and adam_step, the dtype, and tensors or kinds\n"
+      "present on one side only. Like diff(1): exits 0 when identical, 1 when anything differs.\n\n"
+      "options");
+  desc.add_options()("help,h", "this text")(
+      "kind", po::value<std::string>(&kinds)->default_value("all"),
+      "arrays to compare: all, or a comma-separated list of param, exp_avg, exp_avg_sq")(
+      "tolerance", po::value<double>(&opt.tolerance)->default_value(0.0),
+      "an array whose max |a-b| is at most this counts as equal (attributes must still match)")(
+      "all", "list every compared array, not only those that differ")(
+      "files", po::value<std::vector<std::string>>(&paths), "the two checkpoints A and B");
+  po::variables_map vm;
+  if (!parse(rt, args, desc, "files", -1, vm, "diff")) return 0;
+  if (paths.size() != 2) throw ConfigError("ckpt diff takes two checkpoints A B (try `trident ckpt diff --help`)");
+  if (!(opt.tolerance >= 0)) throw ConfigError("--tolerance must be >= 0");
+  if (kinds != "all") {
+    opt.kinds.clear();
+    std::stringstream ss(kinds);
+    std::string k;
+    while (std::getline(ss, k, ',')) {
+      if (k != "param" && k != "exp_avg" && k != "exp_avg_sq")
+        throw ConfigError("--kind '" + k + "' is not param, exp_avg or exp_avg_sq");
+      if (std::find(opt.kinds.begin(), opt.kinds.end(), k) == opt.kinds.end()) opt.kinds.push_back(k);
+    }
+    if (opt.kinds.empty()) throw ConfigError("--kind names no array kind");
+  }
+  const CheckpointDiff d = diff_checkpoints(paths[0], paths[1], rt.world(), opt);
+  print0(rt, format_diff(d, vm.count("all") > 0));
+  return d.identical() ? 0 : 1;
+}
+
+int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  std::string format;
+  SafetensorsExportOptions opt;
+  po::options_description desc(
+      "usage: trident ckpt export --format safetensors --output DIR [--shard-size-mb N]\n"
+      "                           [--dtype float32|bfloat16] FILE\n\n"
+      "Writes the parameters of checkpoint FILE (or a run/checkpoint directory's latest) as a\n"
+      "Hugging Face GPT-2 model: DIR/model-0000k-of-0000n.safetensors, DIR/model.safetensors.index.json\n"
+      "and DIR/config.json (model_type gpt2). Names follow HF's GPT2Model without the\n"
+      "'transformer.' prefix (wte.weight, h.0.attn.c_attn.weight, ln_f.weight, ...); the weights\n"
+      "of attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj are written transposed to (in, out),\n"
+      "HF's Conv1D layout; a model without biases has none (config.json: \"bias\": false). The LM\n"
+      "head is tied to wte and not written. Only tp = 1 checkpoints can be exported for now.\n"
+      "Rank 0 does all the work.\n\noptions");
+  desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format),
+                                            "output format; only 'safetensors' for now (required)")(
+      "output,o", po::value<std::string>(&opt.output_dir), "output directory, created if missing (required)")(
+      "shard-size-mb", po::value<double>(&opt.shard_size_mb)->default_value(5000.0),
+      "most MiB of tensor data per safetensors file (a larger tensor gets a file of its own)")(
+      "dtype", po::value<std::string>(&opt.dtype)->default_value("float32"),
+      "float32 (bitwise the checkpoint's float32 values) or bfloat16 (rounded to nearest even)")(
+      "file", po::value<std::vector<std::string>>(&paths), "checkpoint file");
+  po::variables_map vm;
+  if (!parse(rt, args, desc, "file", -1, vm, "export")) return 0;
+  if (paths.size() != 1) throw ConfigError("ckpt export takes one FILE (try `trident ckpt export --help`)");
+  if (format.empty()) throw ConfigError("no --format given; use --format safetensors");
+  if (format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format safetensors");
+  if (opt.output_dir.empty()) throw ConfigError("no --output directory given");
+  const SafetensorsExportResult r = export_safetensors(paths[0], rt.world(), opt);
+  std::string out = log::format("exported %lld tensors (%.2f MiB of %s) of step %lld from %s:\n",
+                                static_cast<long long>(r.n_tensors), static_cast<double>(r.total_size) / (1024.0 * 1024.0),
+                                opt.dtype.c_str(), static_cast<long long>(r.step), r.checkpoint.c_str());
+  for (const auto& f : r.files) out += "  " + f + "\n";
+  print0(rt, out);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args) {
+  if (args.empty()) {
+    if (rt.world_rank() == 0) std::fputs(kCkptUsage, stderr);
+    return 2;
+  }
+  const std::string sub = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (sub == "-h" || sub == "--help" || sub == "help") {
+    print0(rt, kCkptUsage);
+    return 0;
+  }
+  if (sub == "ls") return ckpt_ls(rt, rest);
+  if (sub == "verify") return ckpt_verify(rt, rest);
+  if (sub == "diff") return ckpt_diff(rt, rest);
+  if (sub == "export") return ckpt_export(rt, rest);
+  if (sub == "reshard") throw ConfigError("ckpt reshard is not implemented yet (planned)");
+  throw ConfigError("unknown ckpt subcommand '" + sub + "' (try `trident ckpt --help`)");
+}
+
+}  // namespace trident::app

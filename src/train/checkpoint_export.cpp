@@ -1,0 +1,303 @@
+#include "train/checkpoint_export.hpp"
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "io/checkpoint_file.hpp"
+#include "model/param_layout.hpp"
+#include "parallel/agree.hpp"
+#include "train/checkpoint_model.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace trident {
+
+namespace {
+
+/// JSON string literal of `s` (RFC 8259 escapes).
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\r': o += "\\r"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (c < 0x20) o += log::format("\\u%04x", c);
+        else o += static_cast<char>(c);
+    }
+  }
+  return o + "\"";
+}
+
+/// Shortest decimal that reads back as `v` (JSON has no NaN/inf; callers pass finite values).
+std::string json_num(double v) {
+  for (int prec = 6; prec <= 17; ++prec) {
+    std::string s = log::format("%.*g", prec, v);
+    if (std::strtod(s.c_str(), nullptr) == v) return s;
+  }
+  return log::format("%.17g", v);
+}
+
+std::string json_shape(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// One tensor of the export: where it comes from and where it goes.
+struct ExportTensor {
+  std::string name;                  ///< Trident (nanoGPT) name
+  std::string hf_name;
+  int row = 0;                       ///< row of /index/tensors
+  std::vector<std::int64_t> shape;   ///< as written (transposed where HF uses Conv1D)
+  bool transposed = false;
+  std::int64_t numel = 0;
+  std::int64_t bytes = 0;
+  int file = 0;                      ///< which output file
+  std::int64_t begin = 0;            ///< data_offsets within that file's byte buffer
+};
+
+void write_all(std::ofstream& out, const void* data, std::size_t n, const std::string& path) {
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+  if (!out) throw IoError("cannot write '" + path + "': " + std::strerror(errno));
+}
+
+/// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a file.
+void write_text_file(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
+    write_all(out, text.data(), text.size(), tmp);
+    out.close();
+    if (!out) throw IoError("cannot write '" + tmp + "': " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+}
+
+std::string hf_config_json(const ModelConfig& m, const std::string& tokenizer, const std::vector<std::int32_t>& vocab,
+                           const std::string& dtype, std::int64_t step, const std::string& checkpoint) {
+  std::string s = "{\n";
+  auto kv = [&](const std::string& k, const std::string& v) { s += "  " + json_str(k) + ": " + v + ",\n"; };
+  kv("architectures", "[\"GPT2LMHeadModel\"]");
+  kv("model_type", json_str("gpt2"));
+  kv("vocab_size", std::to_string(m.vocab_size));
+  kv("n_positions", std::to_string(m.block_size));
+  kv("n_ctx", std::to_string(m.block_size));
+  kv("n_embd", std::to_string(m.n_embd));
+  kv("n_layer", std::to_string(m.n_layer));
+  kv("n_head", std::to_string(m.n_head));
+  kv("n_inner", std::to_string(4 * m.n_embd));
+  // Trident's GELU is the exact erf form (nanoGPT's nn.GELU()); HF's "gelu" is that one.
+  kv("activation_function", json_str("gelu"));
+  kv("resid_pdrop", json_num(m.dropout));
+  kv("embd_pdrop", json_num(m.dropout));
+  kv("attn_pdrop", json_num(m.dropout));
+  kv("layer_norm_epsilon", "1e-05");
+  kv("initializer_range", "0.02");
+  kv("scale_attn_weights", "true");
+  kv("tie_word_embeddings", "true");
+  kv("bias", m.bias ? "true" : "false");
+  kv("torch_dtype", json_str(dtype));
+  if (tokenizer == "gpt2") {
+    kv("bos_token_id", "50256");
+    kv("eos_token_id", "50256");
+  }
+  kv("trident_tokenizer", json_str(tokenizer));
+  if (!vocab.empty()) {
+    std::string v = "[";
+    for (size_t i = 0; i < vocab.size(); ++i) v += (i ? "," : "") + std::to_string(vocab[i]);
+    kv("trident_vocab", v + "]");
+  }
+  kv("trident_step", std::to_string(step));
+  s += "  \"trident_checkpoint\": " + json_str(checkpoint) + "\n}\n";
+  return s;
+}
+
+}  // namespace
+
+std::string hf_gpt2_name(const std::string& name) {
+  const std::string prefix = "transformer.";
+  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+}
+
+bool hf_gpt2_transposed(const std::string& name) {
+  for (const char* tail : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+    const std::size_t n = std::strlen(tail);
+    if (name.size() >= n && name.compare(name.size() - n, n, tail) == 0) return true;
+  }
+  return false;
+}
+
+std::uint16_t to_bfloat16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+SafetensorsExportResult export_safetensors(const std::string& path, Communicator& comm,
+                                           const SafetensorsExportOptions& opt) {
+  require_config(!opt.output_dir.empty(), "no --output directory given");
+  require_config(opt.dtype == "float32" || opt.dtype == "bfloat16",
+                 "--dtype '" + opt.dtype + "' is not float32 or bfloat16");
+  require_config(opt.shard_size_mb > 0, "--shard-size-mb must be > 0");
+  SafetensorsExportResult res;
+  run_agreed(comm, "", [&] {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw CheckpointError("'" + path + "' does not exist");
+    res.checkpoint = resolve_checkpoint_path(path);
+  });
+  CheckpointReader rd(res.checkpoint, comm);
+
+  run_agreed(comm, "cannot export '" + res.checkpoint + "'", [&] {
+    // The plan (which tensor goes where) is computed on every rank from the index alone.
+    const std::int64_t tp = rd.has_attr("tp") ? rd.attr_int("tp") : 1;
+    if (tp != 1)
+      throw CheckpointError("it was written with tp = " + std::to_string(tp) +
+                            "; export supports tp = 1 checkpoints only (resharding is planned)");
+    ModelConfig m;
+    m.n_layer = static_cast<int>(rd.attr_int("model_n_layer"));
+    m.n_head = static_cast<int>(rd.attr_int("model_n_head"));
+    m.n_embd = static_cast<int>(rd.attr_int("model_n_embd"));
+    m.block_size = static_cast<int>(rd.attr_int("model_block_size"));
+    m.vocab_size = static_cast<int>(rd.attr_int("model_vocab_size"));
+    m.bias = rd.attr_int("model_bias") != 0;
+    m.dropout = rd.has_attr("model_dropout") ? rd.attr_double("model_dropout") : 0.0;
+    res.step = rd.attr_int("step");
+    const std::string tokenizer = rd.attr_string("tokenizer");
+    const ParamLayout layout = ParamLayout::gpt(m);
+    if (rd.tensors().size() != layout.tensors().size())
+      throw CheckpointError("it holds " + std::to_string(rd.tensors().size()) + " tensors, its model fingerprint " +
+                            std::to_string(layout.tensors().size()) + " (run `trident ckpt verify`)");
+
+    const std::size_t es = opt.dtype == "bfloat16" ? 2 : 4;
+    const std::int64_t limit = static_cast<std::int64_t>(opt.shard_size_mb * 1024.0 * 1024.0);
+    std::vector<ExportTensor> plan;
+    std::vector<std::int64_t> file_bytes;  // data bytes of each output file
+    for (const TensorSpec& spec : layout.tensors()) {
+      ExportTensor t;
+      t.name = spec.name;
+      t.hf_name = hf_gpt2_name(spec.name);
+      t.row = rd.find_tensor(spec.name);
+      if (t.row < 0 || rd.tensors()[t.row].shape != spec.shape)
+        throw CheckpointError("tensor '" + spec.name + "' is missing or has the wrong shape (run `trident ckpt verify`)");
+      t.transposed = hf_gpt2_transposed(spec.name) && spec.shape.size() == 2;
+      t.shape = t.transposed ? std::vector<std::int64_t>{spec.shape[1], spec.shape[0]} : spec.shape;
+      t.numel = spec.numel;
+      t.bytes = spec.numel * static_cast<std::int64_t>(es);
+      if (file_bytes.empty() || (file_bytes.back() > 0 && file_bytes.back() + t.bytes > limit)) file_bytes.push_back(0);
+      t.file = static_cast<int>(file_bytes.size()) - 1;
+      t.begin = file_bytes.back();
+      file_bytes.back() += t.bytes;
+      res.total_size += t.bytes;
+      plan.push_back(std::move(t));
+    }
+    res.n_tensors = static_cast<std::int64_t>(plan.size());
+    const int n_files = static_cast<int>(file_bytes.size());
+    std::vector<std::string> names;
+    for (int f = 0; f < n_files; ++f) names.push_back(log::format("model-%05d-of-%05d.safetensors", f + 1, n_files));
+    for (const auto& n : names) res.files.push_back((fs::path(opt.output_dir) / n).string());
+    res.files.push_back((fs::path(opt.output_dir) / "model.safetensors.index.json").string());
+    res.files.push_back((fs::path(opt.output_dir) / "config.json").string());
+    if (comm.rank() != 0) return;
+
+    std::error_code ec;
+    fs::create_directories(opt.output_dir, ec);
+    if (ec) throw IoError("cannot create output directory '" + opt.output_dir + "': " + ec.message());
+    const char* st_dtype = es == 2 ? "BF16" : "F32";
+    std::vector<float> values, transposed;
+    std::vector<unsigned char> bytes;
+    for (int f = 0; f < n_files; ++f) {
+      // Header: metadata first, then the tensors in data order.
+      std::string header = "{\"__metadata__\":{\"format\":\"pt\",\"trident_step\":" +
+                           json_str(std::to_string(res.step)) + "}";
+      for (const ExportTensor& t : plan)
+        if (t.file == f)
+          header += "," + json_str(t.hf_name) + ":{\"dtype\":\"" + st_dtype + "\",\"shape\":" + json_shape(t.shape) +
+                    ",\"data_offsets\":[" + std::to_string(t.begin) + "," + std::to_string(t.begin + t.bytes) + "]}";
+      header += "}";
+      header.resize((header.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
+      const std::string out_path = res.files[static_cast<size_t>(f)], tmp = out_path + ".tmp";
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
+      unsigned char len[8];
+      for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((header.size() >> (8 * b)) & 0xffu);
+      write_all(out, len, 8, tmp);
+      write_all(out, header.data(), header.size(), tmp);
+      for (const ExportTensor& t : plan) {
+        if (t.file != f) continue;
+        values.resize(static_cast<size_t>(t.numel));
+        rd.read("param", t.row, 0, 0, t.numel, DataType::f32, values.data());
+        const float* src = values.data();
+        if (t.transposed) {  // (out, in) -> (in, out): HF Conv1D layout
+          const std::int64_t rows = t.shape[1], cols = t.shape[0];  // source (rows, cols)
+          transposed.resize(values.size());
+          for (std::int64_t i = 0; i < rows; ++i)
+            for (std::int64_t j = 0; j < cols; ++j) transposed[j * rows + i] = values[i * cols + j];
+          src = transposed.data();
+        }
+        // Explicit little-endian bytes, whatever the host order.
+        bytes.resize(static_cast<size_t>(t.bytes));
+        for (std::int64_t i = 0; i < t.numel; ++i) {
+          if (es == 2) {
+            const std::uint16_t h = to_bfloat16(src[i]);
+            bytes[2 * i] = static_cast<unsigned char>(h & 0xffu);
+            bytes[2 * i + 1] = static_cast<unsigned char>(h >> 8);
+          } else {
+            std::uint32_t u;
+            std::memcpy(&u, &src[i], 4);
+            for (int b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<unsigned char>((u >> (8 * b)) & 0xffu);
+          }
+        }
+        write_all(out, bytes.data(), bytes.size(), tmp);
+      }
+      out.close();
+      if (!out) throw IoError("cannot write '" + tmp + "': " + std::strerror(errno));
+      if (std::rename(tmp.c_str(), out_path.c_str()) != 0)
+        throw IoError("cannot rename '" + tmp + "' to '" + out_path + "': " + std::strerror(errno));
+    }
+
+    std::map<std::string, std::string> weight_map;  // sorted by name, as transformers writes it
+    for (const ExportTensor& t : plan) weight_map[t.hf_name] = names[static_cast<size_t>(t.file)];
+    std::string index = "{\n  \"metadata\": {\n    \"total_size\": " + std::to_string(res.total_size) +
+                        "\n  },\n  \"weight_map\": {\n";
+    size_t i = 0;
+    for (const auto& [name, file] : weight_map)
+      index += "    " + json_str(name) + ": " + json_str(file) + (++i < weight_map.size() ? ",\n" : "\n");
+    index += "  }\n}\n";
+    write_text_file(res.files[static_cast<size_t>(n_files)], index);
+
+    std::vector<std::int32_t> vocab;
+    if (tokenizer != "gpt2") vocab = rd.int_array("tokenizer/vocab");
+    write_text_file(res.files[static_cast<size_t>(n_files) + 1],
+                    hf_config_json(m, tokenizer, vocab, opt.dtype, res.step, fs::path(res.checkpoint).filename().string()));
+
+    // Shards of an earlier export with another file count would shadow nothing (the index names
+    // the files) but confuse a reader globbing model-*.safetensors: say so.
+    const std::set<std::string> ours(names.begin(), names.end());
+    for (const auto& e : fs::directory_iterator(opt.output_dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("model-", 0) == 0 && n.size() > 12 && n.substr(n.size() - 12) == ".safetensors" && !ours.count(n))
+        log::warn("'%s' in the output directory is not part of this export", e.path().c_str());
+    }
+  });
+  return res;
+}
+
+}  // namespace trident

@@ -1,0 +1,69 @@
+// train/checkpoint_export.hpp: a checkpoint's parameters as a Hugging Face GPT-2 model directory
+// (`trident ckpt export --format safetensors`): model-0000k-of-0000n.safetensors shards, the
+// model.safetensors.index.json that maps each tensor to its shard, and a GPT-2 config.json.
+//
+// Layer: train (reads through io's CheckpointReader; the model fingerprint and tensor list come
+// from model's ParamLayout::gpt). Writes plain files with std::ofstream on world rank 0 only.
+//
+// Safetensors format (https://github.com/huggingface/safetensors, "Format"): an 8-byte
+// little-endian unsigned header length N, N bytes of UTF-8 JSON
+// {"__metadata__": {"format": "pt", ...}, NAME: {"dtype": "F32"|"BF16", "shape": [...],
+// "data_offsets": [begin, end]}, ...} padded with spaces so the data starts at a multiple of 8
+// bytes, then the tensors' raw little-endian bytes, row-major, back to back with no gaps
+// (offsets relative to the start of the data).
+//
+// Mapping onto Hugging Face's GPT2Model (transformers/models/gpt2/modeling_gpt2.py):
+//  - names lose nanoGPT's "transformer." prefix: transformer.wte.weight -> wte.weight,
+//    transformer.h.0.attn.c_attn.weight -> h.0.attn.c_attn.weight, transformer.ln_f.weight -> ln_f.weight;
+//    the LM head is tied to wte (tie_word_embeddings), as in Trident, and not written;
+//  - HF's attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj are Conv1D layers whose weight is
+//    (in, out), the transpose of nn.Linear's (out, in) that Trident stores: those four weights are
+//    written transposed, e.g. c_attn (3C, C) -> (C, 3C); wte, wpe, LayerNorms and biases are not;
+//  - a model without biases (nanoGPT bias = False) has no bias tensors: none are written and
+//    config.json says "bias": false (HF's GPT-2 always has biases; loading there fills them
+//    with zeros, which is the same model).
+// Invariants: only tp = 1 checkpoints (every tensor whole in one tp piece); every byte of every
+// tensor written exactly once; float32 export is bitwise the checkpoint's float32 parameters.
+#pragma once
+
+#include "parallel/communicator.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+struct SafetensorsExportOptions {
+  std::string output_dir;         ///< created if missing; files of the same names are replaced
+  double shard_size_mb = 5000.0;  ///< MiB of tensor data per file at most (a larger tensor gets a file of its own)
+  std::string dtype = "float32";  ///< float32 | bfloat16 (round to nearest even)
+};
+
+struct SafetensorsExportResult {
+  std::string checkpoint;           ///< the file exported
+  std::int64_t step = 0;
+  std::vector<std::string> files;   ///< every file written, model shards first
+  std::int64_t n_tensors = 0;
+  std::int64_t total_size = 0;      ///< bytes of tensor data (the index's metadata.total_size)
+};
+
+/// Hugging Face GPT-2 name of Trident tensor `name` (the "transformer." prefix removed). Local.
+std::string hf_gpt2_name(const std::string& name);
+
+/// True for the weights HF GPT-2 stores transposed (Conv1D: attn.c_attn, attn.c_proj, mlp.c_fc,
+/// mlp.c_proj weights). Local.
+bool hf_gpt2_transposed(const std::string& name);
+
+/// Bits of the bfloat16 nearest to `x` (ties to even; NaN stays a quiet NaN). Local.
+std::uint16_t to_bfloat16(float x);
+
+/// Writes the parameters of checkpoint `path` (a file, or a run/checkpoint directory meaning its
+/// latest checkpoint) to opt.output_dir as described above. Collective over comm (the file is
+/// opened through MPI-IO); world rank 0 reads and writes everything. Same result on every rank.
+/// Throws ConfigError (collective) for bad options, CheckpointError (collective) when the
+/// checkpoint cannot be read or has tp > 1, IoError (collective) when a file cannot be written.
+SafetensorsExportResult export_safetensors(const std::string& path, Communicator& comm,
+                                           const SafetensorsExportOptions& opt);
+
+}  // namespace trident

@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# `trident ckpt` on the checkpoints of a real 2-rank run: ls (status, latest, *.tmp leftovers),
+# verify (intact file, corrupted shard bytes, broken index, wrong fingerprint), diff (identical,
+# two steps, tolerance) and export to safetensors, read back with numpy by parsing the format by
+# hand (and with the safetensors package where installed) and compared bitwise with the
+# checkpoint's parameters read through its index with h5py (docs/checkpoint-format.md).
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+PY=/usr/bin/python3
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+tiny_deck "$WORK/deck.ini" "$WORK/run" "$WORK/tok.h5"
+expect_exit 0 "step +6/6 .*loss" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --checkpoint.interval=2
+ck="$WORK/run/checkpoints"
+c2="$ck/step_00000002.h5" c4="$ck/step_00000004.h5" c6="$ck/step_00000006.h5"
+
+# ---- usage ----------------------------------------------------------------------------------
+expect_exit 0 "subcommands:" -- "$TRIDENT" ckpt --help
+expect_exit 0 "ckpt +inspect checkpoints" -- "$TRIDENT" --help
+expect_exit 2 "usage: trident ckpt" -- "$TRIDENT" ckpt
+expect_exit 2 "unknown ckpt subcommand 'lss'" -- "$TRIDENT" ckpt lss
+for sub in ls verify diff export; do
+  expect_exit 0 "usage: trident ckpt $sub" -- "$TRIDENT" ckpt "$sub" --help
+done
+expect_exit 0 "--shard-size-mb" -- "$TRIDENT" ckpt export --help
+expect_exit 2 "takes two checkpoints" -- "$TRIDENT" ckpt diff "$c2"
+expect_exit 2 "--kind 'grad' is not param" -- "$TRIDENT" ckpt diff --kind grad "$c2" "$c4"
+expect_exit 2 "--format 'onnx' is not supported" -- "$TRIDENT" ckpt export --format onnx --output "$WORK/x" "$c6"
+expect_exit 2 "no --output" -- "$TRIDENT" ckpt export --format safetensors "$c6"
+expect_exit 2 "--dtype 'float16' is not float32 or bfloat16" -- \
+  "$TRIDENT" ckpt export --format safetensors --output "$WORK/x" --dtype float16 "$c6"
+expect_exit 1 "'$WORK/absent.h5' does not exist" -- "$TRIDENT" ckpt verify "$WORK/absent.h5"
+expect_exit 1 "'$WORK/absent' does not exist" -- "$TRIDENT" ckpt ls "$WORK/absent"
+
+# ---- ls ---------------------------------------------------------------------------------------
+printf 'half a checkpoint' > "$ck/step_00000099.h5.tmp"  # what an interrupted save leaves
+expect_exit 0 "step_00000006.h5 .* ok +<- latest" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt ls "$WORK/run"
+out="$("$TRIDENT" ckpt ls "$ck" 2>&1)"
+check "ls: steps 2, 4, 6 are ok" test "$(grep -cE 'step_0000000[246]\.h5 .* ok' <<<"$out")" -eq 3
+check "ls: only step 6 is marked latest" test "$(grep -c '<- latest' <<<"$out")" -eq 1
+check "ls: layout, zero stage and dtype" grep -qE 'step_00000002\.h5 .*2 x 1 x 1, zero 0 +float32' <<<"$out"
+check "ls: the .tmp leftover is incomplete" grep -qE 'step_00000099\.h5\.tmp .*incomplete \(uncommitted\)' <<<"$out"
+expect_exit 0 "step_00000004.h5 .* ok" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt ls --verify "$c4"
+
+# ---- verify -----------------------------------------------------------------------------------
+expect_exit 0 "ok: .*step_00000004.h5 is intact" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$c4"
+expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/run"
+
+# Corrupt 16 bytes in the middle of one shard dataset: HDF5 still reads it, only checksums notice.
+mkdir -p "$WORK/bad" && cp "$c4" "$WORK/bad/step_00000004.h5"
+"$PY" - "$WORK/bad/step_00000004.h5" <<'EOF'
+import sys, h5py
+path = sys.argv[1]
+with h5py.File(path, "r") as f:
+    ds = f["shards/exp_avg/pp0_dp1_tp0"]
+    offset, size = ds.id.get_offset(), ds.id.get_storage_size()
+with open(path, "r+b") as fh:
+    fh.seek(offset + size // 2)
+    fh.write(b"\xde\xad\xbe\xef" * 4)
+EOF
+expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$WORK/bad/step_00000004.h5"
+expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt verify "$WORK/bad/step_00000004.h5"
+expect_exit 0 "step_00000004.h5 .* ok" -- "$TRIDENT" ckpt ls "$WORK/bad"
+expect_exit 1 "BAD: .*pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt ls --verify "$WORK/bad"
+
+head -c 5000 "$c4" > "$WORK/bad/truncated.h5"
+expect_exit 1 "not an HDF5 file|truncated" -- "$TRIDENT" ckpt verify "$WORK/bad/truncated.h5"
+
+# An index segment one element short leaves a gap; a wrong fingerprint no longer matches the shapes.
+mkdir -p "$WORK/index" && cp "$c4" "$WORK/index/step_00000004.h5" && cp "$c4" "$WORK/fingerprint.h5"
+"$PY" - "$WORK/index/step_00000004.h5" "$WORK/fingerprint.h5" <<'EOF'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    seg = f["index/segments"][...]
+    seg["count"][0] -= 1
+    f["index/segments"][...] = seg
+with h5py.File(sys.argv[2], "r+") as f:
+    f.attrs["model_n_embd"] = np.int64(64)
+EOF
+expect_exit 1 "tensor 'transformer.wte.weight': elements \[[0-9]+, [0-9]+\) are not indexed" -- \
+  "$TRIDENT" ckpt verify "$WORK/index/step_00000004.h5"
+expect_exit 1 "BAD: tensor 'transformer.wte.weight': elements" -- "$TRIDENT" ckpt ls "$WORK/index"
+expect_exit 1 "tensor 'transformer.wte.weight' has shape \(94, 32\) in the index but \(94, 64\)" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$WORK/fingerprint.h5"
+
+# ---- diff -------------------------------------------------------------------------------------
+expect_exit 0 "identical: 45 arrays" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt diff "$c4" "$c4"
+expect_exit 1 "attribute step: 2 \| 6" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt diff "$c2" "$c6"
+out="$("$TRIDENT" ckpt diff --kind param "$c2" "$c6" 2>&1)"
+check "diff lists tensors that changed" grep -qE '^transformer\.wte\.weight +param ' <<<"$out"
+check "diff lists consumed_samples" grep -q "attribute consumed_samples: 16 | 48" <<<"$out"
+check "diff --kind param compares parameters only" test "$(grep -c 'exp_avg' <<<"$out")" -eq 0
+check "diff --kind param: 15 arrays differ" grep -q "15 of 15 arrays differ" <<<"$out"
+
+cp "$c4" "$WORK/nudged.h5"
+"$PY" - "$WORK/nudged.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    ds = f["shards/param/pp0_dp0_tp0"]
+    ds[5] = ds[5] + 1e-5
+EOF
+expect_exit 1 "1 of 45 arrays differ" -- "$TRIDENT" ckpt diff "$c4" "$WORK/nudged.h5"
+out="$("$TRIDENT" ckpt diff "$c4" "$WORK/nudged.h5" 2>&1)"
+check "diff names the nudged tensor" grep -qE '^transformer\.wte\.weight +param +3008 +1\.0[0-9]*e-05' <<<"$out"
+expect_exit 0 "equal within tolerance 0.001" -- "$TRIDENT" ckpt diff --tolerance 1e-3 "$c4" "$WORK/nudged.h5"
+
+# ---- export -----------------------------------------------------------------------------------
+cat > "$WORK/check_export.py" <<'EOF'
+# check_export.py CHECKPOINT OUT_DIR DTYPE: the export equals the checkpoint's parameters.
+import json, os, struct, sys
+import h5py, numpy as np
+
+ckpt, out, dtype = sys.argv[1:4]
+
+def load(path, kind="param"):  # docs/checkpoint-format.md, "Reading with h5py"
+    f = h5py.File(path, "r")
+    tensors, shards, segs = f["index/tensors"][...], f["index/shards"][...], f["index/segments"][...]
+    names = [f"pp{s['pp']}_dp{s['dp']}_tp{s['tp']}" for s in shards]
+    dt = f.attrs["dtype"]
+    dt = dt.decode() if isinstance(dt, bytes) else str(dt)
+    res = {}
+    for i, t in enumerate(tensors):
+        shape = tuple(int(d) for d in t["shape"][: t["ndim"]])
+        flat = np.empty(int(np.prod(shape)), dtype=dt)
+        for s in segs[(segs["tensor"] == i) & (segs["tp_rank"] == 0)]:
+            ds = f[f"shards/{kind}/{names[s['shard']]}"]
+            flat[s["tensor_offset"]: s["tensor_offset"] + s["count"]] = ds[s["shard_offset"]: s["shard_offset"] + s["count"]]
+        res[t["name"].decode()] = flat.reshape(shape)
+    return res, dict(f.attrs)
+
+def read_safetensors(path):  # the format by hand: u64 LE header length, JSON header, data
+    buf = open(path, "rb").read()
+    n = struct.unpack("<Q", buf[:8])[0]
+    assert buf[8:9] == b"{" and (8 + n) % 8 == 0, "header must start with '{' and keep the data 8-aligned"
+    header = json.loads(buf[8: 8 + n].decode("utf-8"))
+    assert header.pop("__metadata__")["format"] == "pt"
+    data = buf[8 + n:]
+    pos = 0
+    for b, e in sorted(v["data_offsets"] for v in header.values()):
+        assert b == pos, "holes or overlaps in the byte buffer"
+        pos = e
+    assert pos == len(data), "bytes after the last tensor"
+    np_dtype = {"F32": "<f4", "BF16": "<u2"}
+    return {k: np.frombuffer(data[v["data_offsets"][0]: v["data_offsets"][1]], dtype=np_dtype[v["dtype"]]).reshape(v["shape"])
+            for k, v in header.items()}
+
+index = json.load(open(os.path.join(out, "model.safetensors.index.json")))
+files = sorted(set(index["weight_map"].values()))
+assert len(files) >= 2, "--shard-size-mb should have split the export"
+assert files == [f"model-{k:05d}-of-{len(files):05d}.safetensors" for k in range(1, len(files) + 1)]
+got = {}
+for fn in files:
+    part = read_safetensors(os.path.join(out, fn))
+    assert all(index["weight_map"][k] == fn for k in part)
+    got.update(part)
+    try:
+        from safetensors.numpy import load_file
+        lib = load_file(os.path.join(out, fn))
+        assert set(lib) == set(part) and all(np.array_equal(lib[k].view(part[k].dtype), part[k]) for k in part)
+    except ImportError:
+        pass
+assert set(got) == set(index["weight_map"])
+
+ref, attrs = load(ckpt)
+conv1d = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+want = {k[len("transformer."):]: (v.T if k.endswith(conv1d) else v) for k, v in ref.items()}
+assert set(want) == set(got), sorted(set(want) ^ set(got))
+assert not any(k.endswith(".bias") for k in got), "bias = false: no bias tensors"
+total = 0
+for k, w in want.items():
+    w = np.ascontiguousarray(w, dtype=np.float32)
+    assert got[k].shape == w.shape, (k, got[k].shape, w.shape)
+    if dtype == "float32":
+        assert np.array_equal(got[k].view(np.uint32), w.view(np.uint32)), k + " differs"
+    else:  # bfloat16: round to nearest even from the float32 bits
+        u = w.view(np.uint32).astype(np.uint64)
+        assert np.array_equal(got[k], ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)), k + " differs"
+    total += got[k].nbytes
+assert index["metadata"]["total_size"] == total
+
+cfg = json.load(open(os.path.join(out, "config.json")))
+for key, attr in [("n_layer", "model_n_layer"), ("n_head", "model_n_head"), ("n_embd", "model_n_embd"),
+                  ("n_positions", "model_block_size"), ("vocab_size", "model_vocab_size")]:
+    assert cfg[key] == int(attrs[attr]), key
+assert cfg["model_type"] == "gpt2" and cfg["bias"] is False and cfg["trident_tokenizer"] == "char"
+assert cfg["torch_dtype"] == dtype
+print(f"export ok: {len(got)} tensors in {len(files)} files, {dtype}")
+EOF
+expect_exit 0 "exported 15 tensors .*float32" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt export --format safetensors \
+  --output "$WORK/hf" --shard-size-mb 0.05 "$c6"
+expect_exit 0 "export ok: 15 tensors in 3 files, float32" -- "$PY" "$WORK/check_export.py" "$c6" "$WORK/hf" float32
+expect_exit 0 "exported 15 tensors .*bfloat16" -- "$TRIDENT" ckpt export --format safetensors \
+  --output "$WORK/hf16" --shard-size-mb 0.03 --dtype bfloat16 "$WORK/run"
+expect_exit 0 "export ok: 15 tensors in [0-9]+ files, bfloat16" -- \
+  "$PY" "$WORK/check_export.py" "$c6" "$WORK/hf16" bfloat16
+
+cp "$c6" "$WORK/tp2.h5"
+"$PY" -c "import h5py, numpy as np, sys; f = h5py.File(sys.argv[1], 'r+'); f.attrs['tp'] = np.int64(2)" "$WORK/tp2.h5"
+expect_exit 1 "tp = 2; export supports tp = 1 checkpoints only" -- \
+  "$TRIDENT" ckpt export --format safetensors --output "$WORK/hf_tp2" "$WORK/tp2.h5"
+
+echo "$FAILED failed"
+exit "$FAILED"
