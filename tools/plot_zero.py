@@ -1,0 +1,50 @@
+#!/usr/bin/python3
+"""Plot tools/bench_zero.sh results: per-rank memory of model states against dp for each ZeRO stage.
+
+usage: /usr/bin/python3 tools/plot_zero.py [DIR]   (default runs/bench_zero; writes DIR/zero_memory.png)
+
+Measured (solid) and predicted by --dry-run (dashed) model-state memory (params + grads + optimizer)
+per rank, with the ZeRO paper's 2+2+12 bytes/parameter formula (dotted) for reference.
+"""
+import csv
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else "runs/bench_zero"
+    rows = list(csv.DictReader(open(f"{out}/zero_memory.csv")))
+    series = defaultdict(dict)
+    for r in rows:
+        series[(int(r["stage"]), r["source"])][int(r["dp"])] = (float(r["model_states"]), float(r["zero_paper"]))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = {0: "tab:blue", 1: "tab:orange", 2: "tab:green", 3: "tab:red"}
+    for stage in sorted({k[0] for k in series}):
+        for source, style in (("measured", "-o"), ("predicted", "--x")):
+            pts = sorted(series.get((stage, source), {}).items())
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1][0] for p in pts], style, color=colors[stage],
+                        label=f"stage {stage} {source}")
+        pts = sorted(series.get((stage, "predicted"), {}).items())
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1][1] for p in pts], ":", color=colors[stage], alpha=0.6,
+                    label=f"stage {stage} ZeRO paper (2+2+12)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("dp (ranks)")
+    ax.set_ylabel("model states per rank (MiB)")
+    ax.set_title("Trident ZeRO: memory per rank, 52M-parameter model (fp32)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(f"{out}/zero_memory.png", dpi=120)
+    print(f"wrote {out}/zero_memory.png")
+
+
+if __name__ == "__main__":
+    main()
