@@ -7,7 +7,10 @@
 #   trident_np1   mpiexec -n 1 trident train ... --parallel.dp=1                   (1 rank  x 1 thread)
 #   torch_t1      torch_peer.py --threads 1   (OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1)
 #   torch_t2      torch_peer.py --threads 2   (OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2)
+#   torch_t2_passive  as torch_t2 with OMP_WAIT_POLICY=PASSIVE (only with --with-passive)
 #   torch_ddp2    torch_peer.py --ddp 2 --threads 1 (gloo DDP, 2 processes x 1 thread; only with --with-ddp)
+# Measured on the 2-core project machine: torch_t2 is SLOWER than torch_t1 (spinning OpenMP and OpenBLAS
+# workers fight over 2 cores, ~2x the CPU time); OMP_WAIT_POLICY=PASSIVE removes most of that.
 # Trident runs with --train.out_dir=<out>/<run> --train.max_steps=<steps> --checkpoint.interval=0
 # (the peer saves nothing; Trident still writes its end-of-run checkpoint, which counts in wall_s only).
 #
@@ -15,8 +18,10 @@
 # (sum of per-step times: Trident's metrics.csv ms_per_step, the peer's train_loop_seconds; evaluation
 # excluded), tokens/s = arithmetic mean of the per-step tokens_per_sec over steps > 10 (Trident's
 # metrics.csv column; the peer's json tokens_per_sec_mean, the same statistic), its median, tokens/s per
-# core, and final train / val loss (val: the whole validation split, both sides). The 1-minute load
-# average before each run is recorded: on a busy machine the numbers mean little.
+# core, final train / val loss (val: the whole validation split, both sides), the run's own CPU
+# seconds, and "foreign CPU s": busy CPU time of the machine during the run minus the run's own, i.e.
+# what other processes used meanwhile (a warning names runs where it is clearly above zero; on a busy
+# machine the numbers mean little). The CSV also holds the 1-minute load average before each run.
 #
 # How to run (from anywhere; it works in the repository root):
 #   tools/compare_torch.sh                       # the full 2000-step comparison (~10+ minutes, quiet machine!)
@@ -42,6 +47,8 @@ options:
   --config PATH     the Trident deck (default: input/shakespeare_char.ini)
   --mpiexec CMD     the MPI launcher (default: mpiexec)
   --with-ddp        also run the peer as gloo DDP, 2 processes x 1 thread
+  --with-passive    also run the 2-thread peer with OMP_WAIT_POLICY=PASSIVE
+  --all             both of the above
   --skip-trident    run only the peer
   --skip-torch      run only Trident
   -h, --help        this text
@@ -61,6 +68,7 @@ DATA="/work/shared/data/tinyshakespeare.txt"
 CONFIG="input/shakespeare_char.ini"
 MPIEXEC="mpiexec"
 WITH_DDP=0
+WITH_PASSIVE=0
 DO_TRIDENT=1
 DO_TORCH=1
 
@@ -83,6 +91,8 @@ while [[ $# -gt 0 ]]; do
     --mpiexec) [[ $# -ge 2 ]] || die "--mpiexec needs a value"; MPIEXEC="$2"; shift 2 ;;
     --mpiexec=*) MPIEXEC="${1#*=}"; shift ;;
     --with-ddp) WITH_DDP=1; shift ;;
+    --with-passive) WITH_PASSIVE=1; shift ;;
+    --all) WITH_DDP=1; WITH_PASSIVE=1; shift ;;
     --skip-trident) DO_TRIDENT=0; shift ;;
     --skip-torch) DO_TORCH=0; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -115,6 +125,7 @@ fi
 if [[ -z "$OUT" ]]; then OUT="$(mktemp -d /tmp/compare_torch.XXXXXX)"; else mkdir -p "$OUT"; fi
 [[ -n "$RESULTS" ]] || RESULTS="$OUT/results.csv"
 mkdir -p "$(dirname "$RESULTS")"
+TIMES_FILE="$OUT/.times"
 ROWS="$OUT/rows.tsv"   # one line per finished run, turned into the table and CSV at the end
 : > "$ROWS"
 note "outputs in $OUT, results -> $RESULTS, $STEPS steps per run"
@@ -123,11 +134,30 @@ if [[ "$NCPU" != "?" && "$NCPU" -lt 2 ]]; then note "warning: only $NCPU core(s)
 
 now() { date +%s.%N; }
 load1() { cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo ""; }
+CLK_TCK="$(getconf CLK_TCK 2>/dev/null || echo 100)"
+# Busy CPU seconds of the whole machine (user+nice+system+irq+softirq+steal, all cores).
+machine_busy() { awk -v hz="$CLK_TCK" '/^cpu /{printf "%.3f", ($2+$3+$4+$7+$8+$9)/hz}' /proc/stat; }
+# CHILD_CPU = CPU seconds of this shell's finished children (`times` must run in this shell itself,
+# not inside $(...), whose subshell has no children of its own).
+CHILD_CPU=0
+children_cpu() {
+  times > "$TIMES_FILE"
+  CHILD_CPU="$(awk 'NR==2{s=0; for(i=1;i<=2;i++){split($i,a,/[ms]/); s+=a[1]*60+a[2]}; printf "%.3f", s}' "$TIMES_FILE")"
+}
+# Around a run: foreign_cpu_s = machine busy time - the run's own CPU time. Clearly above zero
+# (more than ~5% of the run's wall time) means other work shared the cores: the timing is suspect.
+measure_begin() { children_cpu; M_OWN0="$CHILD_CPU"; M_BUSY0="$(machine_busy)"; }
+measure_end() {
+  local busy1 own1
+  busy1="$(machine_busy)"; children_cpu; own1="$CHILD_CPU"
+  M_OWN="$(awk -v a="$M_OWN0" -v b="$own1" 'BEGIN{printf "%.2f", b - a}')"
+  M_FOREIGN="$(awk -v a="$M_BUSY0" -v b="$busy1" -v o="$M_OWN" 'BEGIN{f = b - a - o; printf "%.2f", f}')"
+}
 
-# record RUN IMPL PROCS THREADS CORES WALL LOAD KIND FILE: append one row (KIND=trident: FILE is
+# record RUN IMPL PROCS THREADS CORES WALL LOAD OWN_CPU FOREIGN_CPU KIND FILE: append one row (KIND=trident: FILE is
 # metrics.csv; KIND=torch: FILE is the peer's json).
 record() {
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$ROWS"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$ROWS"
 }
 
 # ---- Trident ---------------------------------------------------------------------------------------
@@ -136,15 +166,15 @@ run_trident() {  # run_trident NAME NP EXTRA...
   local dir="$OUT/$name" log="$OUT/$name.log" t0 t1 l0
   rm -rf "$dir"
   note "$name: $MPIEXEC -n $np $TRIDENT train --config $CONFIG $* (log $log)"
-  l0="$(load1)"; t0="$(now)"
+  l0="$(load1)"; measure_begin; t0="$(now)"
   if ! OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$MPIEXEC" -n "$np" "$TRIDENT" train --config "$CONFIG" \
         --train.out_dir="$dir" --train.max_steps="$STEPS" --checkpoint.interval=0 "$@" > "$log" 2>&1; then
     tail -n 20 "$log" >&2
     die "$name failed (full log: $log)"
   fi
-  t1="$(now)"
+  t1="$(now)"; measure_end
   [[ -s "$dir/metrics.csv" ]] || die "$name wrote no $dir/metrics.csv (log: $log)"
-  record "$name" trident "$np" 1 "$np" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')" "$l0" trident "$dir/metrics.csv"
+  record "$name" trident "$np" 1 "$np" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')" "$l0" "$M_OWN" "$M_FOREIGN" trident "$dir/metrics.csv"
 }
 
 if [[ $DO_TRIDENT -eq 1 ]]; then
@@ -162,24 +192,28 @@ if [[ $DO_TRIDENT -eq 1 ]]; then
 fi
 
 # ---- PyTorch peer ----------------------------------------------------------------------------------
+RUN_ENV=()  # extra VAR=VALUE settings for the next run_torch
 run_torch() {  # run_torch NAME THREADS PROCS EXTRA...
   local name="$1" thr="$2" procs="$3"; shift 3
   local log="$OUT/$name.log" json="$OUT/$name.json" csv="$OUT/$name.csv" t0 t1 l0
-  note "$name: OPENBLAS_NUM_THREADS=$thr OMP_NUM_THREADS=$thr $PY tools/torch_peer.py --threads $thr $* (log $log)"
-  l0="$(load1)"; t0="$(now)"
-  if ! OPENBLAS_NUM_THREADS="$thr" OMP_NUM_THREADS="$thr" "$PY" tools/torch_peer.py --data "$DATA" \
+  note "$name: ${RUN_ENV[*]:+${RUN_ENV[*]} }OPENBLAS_NUM_THREADS=$thr OMP_NUM_THREADS=$thr $PY tools/torch_peer.py --threads $thr $* (log $log)"
+  l0="$(load1)"; measure_begin; t0="$(now)"
+  if ! env ${RUN_ENV[@]+"${RUN_ENV[@]}"} OPENBLAS_NUM_THREADS="$thr" OMP_NUM_THREADS="$thr" "$PY" tools/torch_peer.py --data "$DATA" \
         --threads "$thr" --max-steps "$STEPS" --csv "$csv" --json "$json" "$@" > "$log" 2>&1; then
     tail -n 20 "$log" >&2
     die "$name failed (full log: $log)"
   fi
-  t1="$(now)"
+  t1="$(now)"; measure_end
   [[ -s "$json" ]] || die "$name wrote no $json (log: $log)"
-  record "$name" torch "$procs" "$thr" "$((procs * thr))" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')" "$l0" torch "$json"
+  record "$name" torch "$procs" "$thr" "$((procs * thr))" "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')" "$l0" "$M_OWN" "$M_FOREIGN" torch "$json"
 }
 
 if [[ $DO_TORCH -eq 1 ]]; then
   run_torch torch_t1 1 1
   run_torch torch_t2 2 1
+  if [[ $WITH_PASSIVE -eq 1 ]]; then
+    RUN_ENV=(OMP_WAIT_POLICY=PASSIVE); run_torch torch_t2_passive 2 1; RUN_ENV=()
+  fi
   if [[ $WITH_DDP -eq 1 ]]; then run_torch torch_ddp2 1 2 --ddp 2; fi
 fi
 
@@ -211,7 +245,7 @@ def torch_stats(path):
 out = []
 with open(rows_path) as fh:
     for line in fh:
-        name, impl, procs, thr, cores, wall, load, kind, path = line.rstrip("\n").split("\t")
+        name, impl, procs, thr, cores, wall, load, own, foreign, kind, path = line.rstrip("\n").split("\t")
         s = trident_stats(path) if kind == "trident" else torch_stats(path)
         cores_i = int(cores)
         out.append({"run": name, "impl": impl, "processes": int(procs), "threads_per_process": int(thr),
@@ -219,6 +253,7 @@ with open(rows_path) as fh:
                     "tokens_per_sec": s["tps"], "tokens_per_sec_median": s["tps_median"],
                     "tokens_per_sec_per_core": s["tps"] / cores_i,
                     "final_train_loss": s["train_loss"], "final_val_loss": s["val_loss"],
+                    "cpu_s": float(own), "foreign_cpu_s": float(foreign),
                     "load1_before": load, "source": path})
 
 cols = list(out[0].keys()) if out else []
@@ -228,15 +263,20 @@ with open(results_path, "w", newline="") as fh:
     for r in out:
         w.writerow({k: ("%.6g" % v if isinstance(v, float) else v) for k, v in r.items()})
 
-print("| run | procs x threads | cores | wall s | train s | tokens/s (mean, steps>10) | median | tokens/s/core | final train loss | final val loss | load before |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+print("| run | procs x threads | cores | wall s | train s | tokens/s (mean, steps>10) | median | tokens/s/core | final train loss | final val loss | CPU s | foreign CPU s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in out:
-    print("| %s | %d x %d | %d | %.1f | %.1f | %.0f | %.0f | %.0f | %.4f | %.4f | %s |" % (
+    print("| %s | %d x %d | %d | %.1f | %.1f | %.0f | %.0f | %.0f | %.4f | %.4f | %.1f | %.1f |" % (
         r["run"], r["processes"], r["threads_per_process"], r["cores"], r["wall_s"], r["train_s"],
         r["tokens_per_sec"], r["tokens_per_sec_median"], r["tokens_per_sec_per_core"],
-        r["final_train_loss"], r["final_val_loss"], r["load1_before"]))
+        r["final_train_loss"], r["final_val_loss"], r["cpu_s"], r["foreign_cpu_s"]))
 print()
 print("%d steps per run; tokens/s = mean of per-step tokens_per_sec over steps > 10 (evaluation excluded); "
       "wall s includes start-up, evaluation and Trident's end-of-run checkpoint; val loss on the whole "
-      "validation split. CSV: %s" % (steps, results_path))
+      "validation split; CPU s: the run's own CPU time; foreign CPU s: CPU time other processes used "
+      "meanwhile (clearly above 0: the timing is disturbed, rerun on a quiet machine). CSV: %s" % (steps, results_path))
+suspect = [r["run"] for r in out if r["foreign_cpu_s"] > 0.05 * r["wall_s"] + 0.5]
+if suspect:
+    print()
+    print("WARNING: other processes used the CPUs during %s: those timings are not trustworthy." % ", ".join(suspect))
 PYEOF

@@ -36,7 +36,13 @@ Outputs
     --json: summary: train_loop_seconds (sum of step times, evaluation excluded), eval_seconds,
       tokens_per_sec_mean (arithmetic mean of the per-step tokens_per_sec over steps > 10, the same
       statistic compare_torch.sh takes from Trident's metrics.csv), tokens_per_sec_aggregate (tokens
-      / time over steps > 10), final_val_loss (whole split), thread settings, torch version, ...
+      / time over steps > 10), tokens_per_sec_median, final_val_loss (whole split), thread settings,
+      torch version, cpu_seconds_train_loop and foreign_cpu_seconds_train_loop (CPU time the rest of
+      the machine used during the steps: clearly above 0 means the timing was disturbed), load average.
+
+Caveat measured on the project's 2-core machine: with 2 threads (OPENBLAS_NUM_THREADS=2
+OMP_NUM_THREADS=2) torch 1.13 can be SLOWER than with 1, because the spinning OpenMP and OpenBLAS
+worker threads fight over 2 cores; OMP_WAIT_POLICY=PASSIVE helps. The JSON records OMP_WAIT_POLICY.
 """
 
 import argparse
@@ -155,6 +161,24 @@ def openblas_threads():
         except OSError:
             continue
     return None
+
+
+_CLK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def machine_busy_seconds():
+    """Busy CPU seconds of the whole machine so far (all cores), from /proc/stat; None if unknown."""
+    try:
+        with open("/proc/stat") as fh:
+            f = fh.readline().split()
+        return (int(f[1]) + int(f[2]) + int(f[3]) + int(f[6]) + int(f[7]) + int(f[8])) / _CLK
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_cpu_seconds():
+    t = os.times()
+    return t.user + t.system
 
 
 def loadavg():
@@ -291,7 +315,10 @@ def get_lr(it, a):
 
 
 def launch_ddp(args):
-    """Run this script N times as ranks 0..N-1 of a gloo group on 127.0.0.1; return rank 0's status."""
+    """Run this script N times as ranks 0..N-1 of a gloo group on 127.0.0.1; return 0 when all succeed.
+
+    If a rank fails, the others are terminated (they would wait forever in a collective); ranks that
+    are still alive 120 s after the first clean exit are killed as hung."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -301,10 +328,26 @@ def launch_ddp(args):
         cmd = [sys.executable, os.path.abspath(__file__)] + argv + \
               ["--_rank", str(r), "--_world", str(args.ddp), "--_port", str(port)]
         procs.append(subprocess.Popen(cmd))
-    rcs = [p.wait() for p in procs]
-    bad = [(r, rc) for r, rc in enumerate(rcs) if rc != 0]
+    first_done, failed = None, False
+    while any(p.poll() is None for p in procs):
+        rcs = [p.poll() for p in procs]
+        if any(rc not in (None, 0) for rc in rcs) and not failed:
+            failed = True
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+        if first_done is None and any(rc == 0 for rc in rcs):
+            first_done = time.time()
+        if first_done is not None and time.time() - first_done > 120:
+            warn("ddp ranks still running 120 s after another finished: killing them as hung")
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            failed = True
+        time.sleep(0.1)
+    bad = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
     if bad:
-        print("torch_peer: ddp ranks failed: %s" % bad, file=sys.stderr)
+        print("torch_peer: ddp ranks failed (rank, exit status): %s" % bad, file=sys.stderr)
         return 1
     return 0
 
@@ -329,7 +372,8 @@ def main():
 
     torch.set_num_threads(args.threads)
     thread_rec.update({
-        "env_in_effect": {v: os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")},
+        "env_in_effect": {v: os.environ.get(v) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                                          "OMP_WAIT_POLICY", "GOMP_SPINCOUNT")},
         "torch_num_threads": torch.get_num_threads(),
         "torch_num_interop_threads": torch.get_num_interop_threads(),
         "openblas_num_threads": openblas_threads(),
@@ -413,7 +457,9 @@ def main():
     eval_secs, val_loss, evals = 0.0, float("nan"), []
     setup_seconds = time.perf_counter() - t_setup
     loop_t0 = time.perf_counter()
+    cpu_own, cpu_machine = 0.0, 0.0
     for step in range(1, args.max_steps + 1):
+        c0, m0 = process_cpu_seconds(), machine_busy_seconds()
         t0 = time.perf_counter()
         lr = get_lr(step - 1, args)
         for g in optimizer.param_groups:
@@ -431,6 +477,10 @@ def main():
             lossf /= world
         lossf = float(lossf)
         dt = time.perf_counter() - t0
+        m1 = machine_busy_seconds()
+        cpu_own += process_cpu_seconds() - c0
+        if m0 is not None and m1 is not None:
+            cpu_machine += m1 - m0
         step_secs.append(dt)
         rates.append(tokens_per_step / dt)
         vl = None
@@ -474,6 +524,11 @@ def main():
         "ms_per_step_median": sorted(step_secs)[len(step_secs) // 2] * 1e3 if step_secs else None,
         "tokens_per_sec_median": sorted(tail_rates)[len(tail_rates) // 2] if tail_rates else None,
         "loadavg_start": load_start, "loadavg_end": loadavg(),
+        "cpu_seconds_train_loop": cpu_own,
+        "foreign_cpu_seconds_train_loop": cpu_machine - cpu_own,
+        "foreign_cpu_note": "busy CPU time of the whole machine during the training steps minus this "
+                            "process's (with --ddp: includes the other ranks); clearly above 0 means other "
+                            "work shared the cores and the timing is disturbed",
         "final_train_loss": lossf if args.max_steps > 0 else None,
         "final_val_loss": val_loss,
         "val_windows": n_win, "val_tokens": n_win * T,
@@ -489,7 +544,12 @@ def main():
                                                    summary["tokens_per_sec_mean"] or float("nan"), val_loss),
               flush=True)
     if world > 1:
-        dist.destroy_process_group()
+        # torch 1.13 + gloo can deadlock in interpreter teardown (~ProcessGroupGloo joins a worker that
+        # waits for the GIL) and then spin on the vanished TCPStore: meet, flush, and leave without it.
+        dist.barrier()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 
