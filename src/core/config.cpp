@@ -65,6 +65,10 @@ class Schema {
     add("parallel", "prefetch", &c.parallel.prefetch, "stage 3: all-gather the next unit while this one computes");
     add("parallel", "overlap_reduce", &c.parallel.overlap_reduce,
         "stages 2-3: reduce-scatter each unit's gradient while the backward of earlier units runs");
+    add("parallel", "pp_schedule", &c.parallel.pp_schedule,
+        "pipeline schedule: 1f1b (at most pp micro-batches in flight) or gpipe (all forwards, then all backwards)");
+    add("parallel", "pp_layers", &c.parallel.pp_layers,
+        "blocks per pipeline stage, comma separated (e.g. 3,3,2,2); empty = as even as possible");
     TrainConfig& t = c.train;
     add("train", "global_batch_size", &t.global_batch_size, "sequences per optimizer step, over all dp ranks");
     add("train", "micro_batch_size", &t.micro_batch_size,
@@ -217,6 +221,29 @@ std::string Config::to_ini() const {
   return out.str();
 }
 
+std::vector<int> stage_layers(const ModelConfig& m, const ParallelConfig& p) {
+  std::vector<int> counts;
+  if (p.pp_layers.empty()) {
+    for (int s = 0; s < p.pp; ++s) counts.push_back(m.n_layer / p.pp + (s < m.n_layer % p.pp ? 1 : 0));
+    return counts;
+  }
+  std::stringstream ss(p.pp_layers);
+  std::string item;
+  int sum = 0;
+  while (std::getline(ss, item, ',')) {
+    int v = 0;
+    auto res = std::from_chars(item.data(), item.data() + item.size(), v);
+    require_config(res.ec == std::errc() && res.ptr == item.data() + item.size() && v >= 1,
+                   "[parallel] pp_layers = " + p.pp_layers + ": expected positive block counts, e.g. 3,3,2,2");
+    counts.push_back(v);
+    sum += v;
+  }
+  require_config(static_cast<int>(counts.size()) == p.pp && sum == m.n_layer,
+                 "[parallel] pp_layers = " + p.pp_layers + " must list pp = " + std::to_string(p.pp) +
+                     " counts summing to [model] n_layer = " + std::to_string(m.n_layer));
+  return counts;
+}
+
 std::string deck_help() {
   Config cfg;
   Schema schema(cfg);
@@ -283,6 +310,9 @@ void validate(Config& c, int world_size) {
                  kv("parallel", "shard_group_size", format_value(p.shard_group_size)) +
                      ": hybrid sharding needs [parallel] zero_stage >= 1");
   require_at_least(p.unit_blocks, 0, "parallel", "unit_blocks");
+  require_config(p.pp_schedule == "1f1b" || p.pp_schedule == "gpipe",
+                 kv("parallel", "pp_schedule", p.pp_schedule) + ": expected 1f1b or gpipe");
+  stage_layers(m, p);  // validates pp_layers
 
   TrainConfig& t = c.train;
   require_at_least<std::int64_t>(t.global_batch_size, 1, "train", "global_batch_size");

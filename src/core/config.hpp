@@ -34,7 +34,14 @@ struct ParallelConfig {
   int unit_blocks = 1;       ///< transformer blocks per sharding unit; 0 = the whole model is one unit
   bool prefetch = true;      ///< stage 3: all-gather the next unit while this one computes
   bool overlap_reduce = true;  ///< stages 2-3: reduce-scatter a unit's gradient while earlier units compute
+  std::string pp_schedule = "1f1b";  ///< pipeline schedule: 1f1b | gpipe
+  std::string pp_layers;             ///< blocks per stage, e.g. "3,3,2,2"; empty = balanced
 };
+
+/// Blocks of each pipeline stage: `p.pp_layers` parsed, or n_layer split as evenly as possible
+/// (earlier stages take the remainder). Throws ConfigError naming [parallel] pp_layers when it
+/// does not list pp positive counts summing to n_layer.
+std::vector<int> stage_layers(const ModelConfig& m, const ParallelConfig& p);
 
 struct TrainConfig {
   std::int64_t global_batch_size = 12;  ///< sequences per optimizer step, over all dp ranks

@@ -18,6 +18,16 @@ void linear_forward(View2<T> out, View2<const T> inp, View2<const T> weight, Vie
 }
 
 template <class T>
+void add_bias(View2<T> out, View1<const T> bias) {
+  if (bias.extent(0) == 0) return;
+  const int OC = static_cast<int>(out.extent(1));
+  Kokkos::parallel_for(
+      "trident::add_bias", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)), KOKKOS_LAMBDA(const size_t n) {
+        for (int o = 0; o < OC; ++o) out(n, o) += bias(o);
+      });
+}
+
+template <class T>
 void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
                      View2<const T> weight, bool accumulate_dinp) {
   if (dinp.extent(0) > 0) KokkosBlas::gemm("N", "N", T(1), dout, weight, accumulate_dinp ? T(1) : T(0), dinp);
@@ -35,6 +45,7 @@ void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<cons
 
 #define TRIDENT_INST(T)                                                                                   \
   template void linear_forward<T>(View2<T>, View2<const T>, View2<const T>, View1<const T>);             \
+  template void add_bias<T>(View2<T>, View1<const T>);                                                     \
   template void linear_backward<T>(View2<T>, View2<T>, View1<T>, View2<const T>, View2<const T>,          \
                                    View2<const T>, bool);
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)

@@ -20,4 +20,8 @@ template <class T>
 void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
                      View2<const T> weight, bool accumulate_dinp = false);
 
+/// out[n, :] += bias (the bias of a row-parallel linear, added once after the all-reduce).
+template <class T>
+void add_bias(View2<T> out, View1<const T> bias);
+
 }  // namespace trident

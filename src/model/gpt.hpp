@@ -1,7 +1,14 @@
 // model/gpt.hpp: the GPT-2 network (Radford et al. 2019; nanoGPT's model.py) with a hand-written
 // forward and backward over Kokkos kernels, executed one sharding unit at a time.
 //
-// Layer: model. Local: all communication happens inside the UnitProvider (ZeRO/FSDP engine).
+// Layer: model. Data-parallel communication happens inside the UnitProvider (ZeRO/FSDP engine);
+// tensor-parallel communication (Megatron-LM, Shoeybi et al. 2019, sec. 3) happens here, over the
+// tp communicator: one all-reduce after each row-parallel projection in forward (attention and
+// MLP outputs), one after each column-parallel input gradient in backward, a sum for the
+// vocab-parallel embedding, and the max / sum statistics of the vocab-parallel cross entropy.
+// Pipeline parallelism: a Gpt holds one stage (embedding on the first, its blocks, ln_f and the
+// tied head on the last); the trainer moves stage inputs/outputs and their gradients between
+// stages, and keeps several micro-batches in flight in *stashes* of activations.
 // Structure: token + position embedding, dropout; n_layer pre-LayerNorm blocks
 //   x = x + dropout(c_proj(attention(c_attn(ln_1(x)))));  x = x + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))
 // final LayerNorm; logits = ln_f(x) wte^T (LM head tied to the token embedding); cross entropy.
@@ -27,6 +34,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/dropout.hpp"
 #include "model/param_layout.hpp"
+#include "parallel/communicator.hpp"
 
 #include <array>
 #include <cstdint>
@@ -80,48 +88,80 @@ struct ForwardContext {
   bool train = false;               ///< dropout on (when model dropout > 0)
 };
 
-/// Which units each segment needs: segment 0 = embedding, 1..L = blocks, L+1 = head.
+/// Which units each segment of this stage needs. Segments: the embedding (first stage only), the
+/// stage's blocks, the head (last stage only).
 struct GptSchedule {
+  bool has_embed = false, has_head = false;
+  std::vector<int> layers;                   ///< global index of each block segment's block
   std::vector<std::vector<int>> fwd_params;  ///< units whose parameters a segment's forward reads
   std::vector<std::vector<int>> bwd_params;  ///< ... its backward reads (the embedding needs none)
   std::vector<std::vector<int>> grads;       ///< units whose gradients its backward writes
   std::vector<int> last_grad_segment;        ///< per unit: the backward segment that completes its gradient
   std::vector<int> forward_order;            ///< units in the order a forward acquires them
   std::vector<int> backward_order;           ///< ... a backward (after a training forward) acquires them
+  std::vector<int> special_units;            ///< units of the embedding and head segments (not blocks)
   static GptSchedule make(const ParamLayout& layout, const ModelConfig& m);
 };
 
 template <class T>
 class Gpt {
  public:
-  /// Allocates activations for micro-batches of up to max_B sequences of up to max_T tokens.
-  /// recompute: activation checkpointing per block.
-  Gpt(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T, bool recompute = false);
+  /// Allocates activations for `stashes` micro-batches in flight of up to max_B sequences of up
+  /// to max_T tokens, for the part of the model `layout` describes. tp_comm: the tensor-parallel
+  /// group (nullptr or size 1: none). recompute: activation checkpointing per block.
+  Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_comm, int max_B, int max_T,
+      bool recompute = false, int stashes = 1);
+  /// Single-rank convenience (no tensor parallelism, one stash).
+  Gpt(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T, bool recompute = false)
+      : Gpt(m, layout, nullptr, max_B, max_T, recompute, 1) {}
 
-  /// Forward pass over tokens (B*T) with targets (B*T; a target < 0 carries no loss, and an empty
-  /// targets view skips the loss entirely). Returns the sum of the token losses (natural log).
-  /// With for_backward, the head's units stay acquired for backward(). Local (the provider may
-  /// communicate). Requires B <= max_B, T <= max_T.
+  /// Forward pass of this stage over one micro-batch, kept in stash `stash`. The first stage reads
+  /// tokens (B*T); other stages read stage_input(stash), which the caller fills first. The last
+  /// stage computes the loss against targets (B*T; a target < 0 carries no loss, an empty view
+  /// skips the loss) and returns the sum of token losses (natural log); other stages return 0 and
+  /// leave stage_output(stash). With for_backward, the head's units stay acquired for backward().
+  /// Collective over the tp group (when tp > 1). Requires B <= max_B, T <= max_T.
   double forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<const token_t> targets, int B, int seq_len,
-                 const ForwardContext& ctx, bool for_backward = true);
+                 const ForwardContext& ctx, bool for_backward = true, int stash = 0);
 
-  /// Backward of the last forward(for_backward = true): adds d(objective)/d(parameter) to the
-  /// provider's gradient buffers, where the objective is dloss * sum of token losses (dloss =
-  /// 1 / tokens in the global batch gives the mean). Local (the provider may communicate).
-  void backward(UnitProvider<T>& p, T dloss);
+  /// Backward of the forward kept in `stash`: adds d(objective)/d(parameter) to the provider's
+  /// gradient buffers, where the objective is dloss * sum of token losses (dloss = 1 / tokens in
+  /// the global batch gives the mean). A non-last stage reads the gradient of its output from
+  /// output_grad(), which the caller fills first; a non-first stage leaves the gradient of its
+  /// input in input_grad(). Collective over the tp group.
+  void backward(UnitProvider<T>& p, T dloss, int stash = 0);
 
-  /// Logits (B*T, V) of the last forward() (before backward(), which overwrites them).
-  View2<const T> logits() const;
+  /// (B*T*C) input of a non-first stage for stash s (the previous stage's output).
+  View1<T> stage_input(int stash);
+  /// (B*T*C) output of a non-last stage for stash s, valid until the stash is reused.
+  View1<const T> stage_output(int stash) const;
+  /// (B*T*C) gradient of this stage's output, to fill before backward() on a non-last stage.
+  View1<T> output_grad();
+  /// (B*T*C) gradient of this stage's input after backward() on a non-first stage (until the next backward).
+  View1<const T> input_grad() const;
+  /// Last stage: this tp rank's logits (B*T, V_piece) of the stash's forward (before its backward,
+  /// which overwrites them). With tp = 1 these are all logits.
+  View2<const T> logits(int stash = 0) const;
 
   const GptSchedule& schedule() const { return sched_; }
+  int stashes() const { return static_cast<int>(stash_.size()); }
   /// Bytes of activations and scratch held by this model.
   std::int64_t activation_bytes() const { return acts_.bytes(); }
-  /// Elements of activation and scratch storage a Gpt(m, ..., max_B, max_T, recompute) allocates.
-  static std::int64_t activation_elements(const ModelConfig& m, int max_B, int max_T, bool recompute);
+  /// Elements of activation and scratch storage the constructor allocates.
+  static std::int64_t activation_elements(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T,
+                                          bool recompute, int stashes = 1);
 
  private:
-  struct LayerActs {  // views into acts_ for one block
+  struct LayerActs {  // one block's saved activations
     View1<T> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  };
+  struct Stash {  // one micro-batch in flight
+    std::vector<View1<T>> res;       // residual stream at the stage's block boundaries, each (B*T, C)
+    std::vector<LayerActs> layers;   // per block (empty with recompute)
+    View1<T> lnf, lnf_mean, lnf_rstd, logits, losses, row_max, stats;  // head (last stage)
+    int B = 0, seq = 0;  // micro-batch shape
+    ForwardContext ctx;
+    View1<const token_t> tokens, targets;
   };
   struct BlockW {
     View1<T> ln1_w, ln1_b;
@@ -137,34 +177,31 @@ class Gpt {
   };
   View1<T> vec(const T* unit_base, int tensor) const;
   View2<T> mat2(const T* unit_base, int tensor) const;
-  BlockW block_weights(const T* unit_base, int layer) const;
-  DropoutKey key(std::uint32_t site) const;
-  LayerActs& acts(int layer) { return layers_[recompute_ ? 0 : static_cast<size_t>(layer)]; }
-  void block_forward(int l, const BlockW& w);
-  void block_backward(int l, const BlockW& w, const BlockW& g);
-  /// Acquires what `need` lists and is not held yet.
+  BlockW block_weights(const T* unit_base, int local_layer) const;
+  DropoutKey key(const Stash& s, std::uint32_t site) const;
+  LayerActs& acts(Stash& s, int local_layer) { return recompute_ ? shared_layer_ : s.layers[static_cast<size_t>(local_layer)]; }
+  void block_forward(Stash& s, int local_layer, const BlockW& w);
+  void block_backward(Stash& s, int local_layer, const BlockW& w, const BlockW& g);
+  void tp_sum(View1<T> x);
   void hold(UnitProvider<T>& p, const std::vector<int>& need);
-  /// Releases held units not in `keep`.
   void drop(UnitProvider<T>& p, const std::vector<int>& keep);
 
   ModelConfig m_;
   const ParamLayout& layout_;
   GptSchedule sched_;
+  Communicator* tp_;
+  int tp_size_, tp_rank_;
+  int C_, Cl_, NHl_, Vp_, vocab_start_, vocab_rows_;  // full width, tp-local widths, vocab piece
+  int n_local_;
   int max_B_, max_T_;
   bool recompute_;
   TrackedBuffer<T> acts_;
-  std::vector<View1<T>> res_;  // residual stream x_0 .. x_L, each (B*T, C)
-  std::vector<LayerActs> layers_;
-  View1<T> lnf_, lnf_mean_, lnf_rstd_, logits_, losses_, proj_;
-  View1<T> dres_, dln_, datty_, dqkv_, dfch_, dpre_, dproj_;
+  std::vector<Stash> stash_;
+  LayerActs shared_layer_;  // with recompute: the one set of block activations, reused
+  View1<T> proj_, dres_, dln_, datty_, dqkv_, dfch_, dpre_, dproj_;
   AttentionScratch<T> attn_ws_;
-  // tensor indices
   int t_wte_, t_wpe_, t_lnf_w_, t_lnf_b_;
   std::vector<std::array<int, 12>> t_block_;
-  // state of the last forward
-  int B_ = 0, T_ = 0;
-  ForwardContext ctx_;
-  View1<const token_t> tokens_, targets_;
   std::vector<const T*> held_;  // per unit: acquired parameter base, or nullptr
 };
 

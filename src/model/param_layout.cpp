@@ -5,10 +5,53 @@
 #include "kernels/elementwise.hpp"
 
 #include <algorithm>
-
 #include <cmath>
 
 namespace trident {
+
+ModelPart ModelPart::make(const ModelConfig& m, const ParallelConfig& p, int tp_rank, int pp_rank) {
+  ModelPart part;
+  part.tp_size = p.tp;
+  part.tp_rank = tp_rank;
+  part.pp_size = p.pp;
+  part.pp_rank = pp_rank;
+  const std::vector<int> counts = stage_layers(m, p);
+  for (int s = 0; s < pp_rank; ++s) part.first_layer += counts[static_cast<size_t>(s)];
+  part.n_layers = counts[static_cast<size_t>(pp_rank)];
+  return part;
+}
+
+std::vector<std::int64_t> tp_piece_shape(const std::vector<std::int64_t>& g, int split_dim, int groups, int P) {
+  std::vector<std::int64_t> s = g;
+  if (split_dim < 0 || P == 1) return s;
+  const std::int64_t block = g[static_cast<size_t>(split_dim)] / groups;
+  s[static_cast<size_t>(split_dim)] = groups * ((block + P - 1) / P);
+  return s;
+}
+
+std::vector<Run> tp_runs(const std::vector<std::int64_t>& g, int split_dim, int groups, int P, int r) {
+  std::int64_t numel = 1;
+  for (auto d : g) numel *= d;
+  if (split_dim < 0 || P == 1) return {Run{0, 0, numel}};
+  const std::int64_t d = g[static_cast<size_t>(split_dim)];
+  if (d % groups != 0) throw Error("tp_runs: dimension does not divide into its groups");
+  const std::int64_t block = d / groups;
+  if ((groups > 1 || split_dim > 0) && block % P != 0)
+    throw Error("tp_runs: a split dimension of " + std::to_string(block) + " does not divide by tp = " + std::to_string(P));
+  const std::int64_t q = (block + P - 1) / P;
+  std::int64_t inner = 1;  // elements after split_dim
+  for (size_t i = static_cast<size_t>(split_dim) + 1; i < g.size(); ++i) inner *= g[i];
+  std::int64_t outer = 1;  // elements before split_dim
+  for (size_t i = 0; i < static_cast<size_t>(split_dim); ++i) outer *= g[i];
+  const std::int64_t lo = std::min(block, r * q), hi = std::min(block, (r + 1) * q), rows = hi - lo;
+  std::vector<Run> runs;
+  if (rows <= 0) return runs;
+  const std::int64_t local_dim = groups * q;  // the piece's extent along split_dim (padded)
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t k = 0; k < groups; ++k)
+      runs.push_back(Run{(o * local_dim + k * q) * inner, (o * d + k * block + lo) * inner, rows * inner});
+  return runs;
+}
 
 void ParamLayout::begin_unit(const std::string& name) {
   UnitSpec u;
@@ -19,12 +62,15 @@ void ParamLayout::begin_unit(const std::string& name) {
 }
 
 void ParamLayout::add(const std::string& name, std::vector<std::int64_t> shape, bool decay, InitKind init, double std_,
-                      int split_dim, int split_groups) {
+                      int split_dim, int split_groups, bool tied_copy) {
   TensorSpec t;
   t.name = name;
-  t.shape = std::move(shape);
+  t.global_shape = std::move(shape);
+  t.shape = tp_piece_shape(t.global_shape, split_dim, split_groups, part_.tp_size);
   t.numel = 1;
   for (auto d : t.shape) t.numel *= d;
+  t.valid = 0;
+  for (const Run& r : tp_runs(t.global_shape, split_dim, split_groups, part_.tp_size, part_.tp_rank)) t.valid += r.count;
   t.offset = numel_;
   t.unit = static_cast<int>(units_.size()) - 1;
   t.decay = decay;
@@ -32,6 +78,8 @@ void ParamLayout::add(const std::string& name, std::vector<std::int64_t> shape, 
   t.init_std = std_;
   t.split_dim = split_dim;
   t.split_groups = split_groups;
+  t.tied_copy = tied_copy;
+  t.canonical = !tied_copy && (split_dim >= 0 || part_.tp_rank == 0);
   numel_ += t.numel;
   UnitSpec& u = units_.back();
   u.numel += t.numel;
@@ -39,18 +87,37 @@ void ParamLayout::add(const std::string& name, std::vector<std::int64_t> shape, 
   tensors_.push_back(std::move(t));
 }
 
-ParamLayout ParamLayout::gpt(const ModelConfig& m, int unit_blocks) {
+ParamLayout ParamLayout::gpt(const ModelConfig& m, int unit_blocks, const ModelPart& part_in) {
   if (m.vocab_size <= 0) throw Error("ParamLayout::gpt: vocab_size is not resolved");
   ParamLayout L;
+  L.part_ = part_in;
+  if (L.part_.n_layers < 0) L.part_.n_layers = m.n_layer - L.part_.first_layer;
+  const ModelPart& part = L.part_;
   const std::int64_t C = m.n_embd, V = m.vocab_size;
   const double s = 0.02, s_proj = 0.02 / std::sqrt(2.0 * m.n_layer);
-  L.begin_unit(unit_blocks == 0 ? "model" : "embed");
-  L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0);
-  L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
-  for (int i = 0; i < m.n_layer; ++i) {
-    if (unit_blocks > 0 && i % unit_blocks == 0) {
-      const int last = std::min(m.n_layer, i + unit_blocks) - 1;
+  const bool tied = part.pp_size > 1;
+  auto special = [&L] {
+    return L.units_.empty() || L.units_.back().name == "wte" || L.units_.back().name == "wpe";
+  };
+  if (part.first_stage()) {
+    if (tied) {
+      L.begin_unit("wte");
+      L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0);
+      L.begin_unit("wpe");
+      L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
+    } else {
+      L.begin_unit(unit_blocks == 0 ? "model" : "embed");
+      L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0);
+      L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
+    }
+  }
+  const int first = part.first_layer, end = part.first_layer + part.n_layers;
+  for (int i = first; i < end; ++i) {
+    if (unit_blocks > 0 && (i - first) % unit_blocks == 0) {
+      const int last = std::min(end, i + unit_blocks) - 1;
       L.begin_unit("h." + std::to_string(i) + (last > i ? "-" + std::to_string(last) : ""));
+    } else if (unit_blocks == 0 && special()) {
+      L.begin_unit("model");
     }
     const std::string p = "transformer.h." + std::to_string(i) + ".";
     L.add(p + "ln_1.weight", {C}, false, InitKind::ones, 0, -1);
@@ -66,24 +133,17 @@ ParamLayout ParamLayout::gpt(const ModelConfig& m, int unit_blocks) {
     L.add(p + "mlp.c_proj.weight", {C, 4 * C}, true, InitKind::normal, s_proj, 1);
     if (m.bias) L.add(p + "mlp.c_proj.bias", {C}, false, InitKind::zeros, 0, -1);
   }
-  if (unit_blocks > 0) L.begin_unit("head");
-  L.add("transformer.ln_f.weight", {C}, false, InitKind::ones, 0, -1);
-  if (m.bias) L.add("transformer.ln_f.bias", {C}, false, InitKind::zeros, 0, -1);
+  if (part.last_stage()) {
+    if (unit_blocks > 0 || special()) L.begin_unit(unit_blocks > 0 ? "head" : "model");
+    L.add("transformer.ln_f.weight", {C}, false, InitKind::ones, 0, -1);
+    if (m.bias) L.add("transformer.ln_f.bias", {C}, false, InitKind::zeros, 0, -1);
+    if (tied) {
+      L.begin_unit("wte");
+      L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0, 1, /*tied_copy=*/true);
+    }
+  }
   return L;
 }
-
-template <class T>
-void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, std::uint64_t seed) {
-  switch (t.init) {
-    case InitKind::normal:
-      fill_normal<T>(dst, seed, stream_id(t.name), static_cast<std::uint64_t>(begin), t.init_std);
-      break;
-    case InitKind::ones: fill<T>(dst, T(1)); break;
-    case InitKind::zeros: fill<T>(dst, T(0)); break;
-  }
-}
-template void init_tensor_range<float>(View1<float>, const TensorSpec&, std::int64_t, std::uint64_t);
-template void init_tensor_range<double>(View1<double>, const TensorSpec&, std::int64_t, std::uint64_t);
 
 int ParamLayout::find(const std::string& name) const {
   for (size_t i = 0; i < tensors_.size(); ++i)
@@ -93,13 +153,49 @@ int ParamLayout::find(const std::string& name) const {
 
 int ParamLayout::at(const std::string& name) const {
   int i = find(name);
-  if (i < 0) throw Error("parameter '" + name + "' does not exist in this model");
+  if (i < 0) throw Error("parameter '" + name + "' does not exist in this part of the model");
   return i;
 }
 
+int ParamLayout::tied_unit() const {
+  if (part_.pp_size == 1) return -1;
+  for (const TensorSpec& t : tensors_)
+    if (t.name == "transformer.wte.weight") return t.unit;
+  return -1;
+}
+
+template <class T>
+void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, int tp_size, int tp_rank,
+                       std::uint64_t seed) {
+  const auto count = static_cast<std::int64_t>(dst.extent(0));
+  fill<T>(dst, T(0));  // padding stays zero
+  for (const Run& r : tp_runs(t.global_shape, t.split_dim, t.split_groups, tp_size, tp_rank)) {
+    const std::int64_t a = std::max(begin, r.local), b = std::min(begin + count, r.local + r.count);
+    if (a >= b) continue;
+    View1<T> part(dst.data() + (a - begin), static_cast<size_t>(b - a));
+    switch (t.init) {
+      case InitKind::normal:
+        fill_normal<T>(part, seed, stream_id(t.name), static_cast<std::uint64_t>(r.global + (a - r.local)), t.init_std);
+        break;
+      case InitKind::ones: fill<T>(part, T(1)); break;
+      case InitKind::zeros: break;
+    }
+  }
+}
+
+template <class T>
+void init_tensor(View1<T> dst, const TensorSpec& t, int tp_size, int tp_rank, std::uint64_t seed) {
+  init_tensor_range<T>(dst, t, 0, tp_size, tp_rank, seed);
+}
+
+template void init_tensor_range<float>(View1<float>, const TensorSpec&, std::int64_t, int, int, std::uint64_t);
+template void init_tensor_range<double>(View1<double>, const TensorSpec&, std::int64_t, int, int, std::uint64_t);
+template void init_tensor<float>(View1<float>, const TensorSpec&, int, int, std::uint64_t);
+template void init_tensor<double>(View1<double>, const TensorSpec&, int, int, std::uint64_t);
+
 double flops_per_token(const ModelConfig& m) {
   ParamLayout L = ParamLayout::gpt(m);
-  const double n = static_cast<double>(L.numel() - L.tensors()[L.at("transformer.wpe.weight")].numel);
+  const double n = static_cast<double>(L.numel() - L.tensors()[static_cast<size_t>(L.at("transformer.wpe.weight"))].numel);
   return 6.0 * n + 12.0 * m.n_layer * m.n_embd * static_cast<double>(m.block_size);
 }
 

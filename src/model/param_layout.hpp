@@ -1,16 +1,23 @@
-// model/param_layout.hpp: where every parameter tensor lives in the flat parameter buffer.
+// model/param_layout.hpp: which parameter tensors this rank holds, their shapes, and where each
+// lives in the rank's flat parameter buffer.
 //
 // Layer: model. Local (pure bookkeeping, no allocation).
-// The parameters of a model are one flat buffer; each tensor is a contiguous range of it, and
-// consecutive tensors are grouped into *sharding units* (the embedding, each transformer block,
-// the final LayerNorm), each a contiguous range too. This is what FSDP-style sharding slices
-// (a dp shard is a slice of a unit) and what a checkpoint indexes (DESIGN-NOTES.md).
+// A rank holds the tensors of its pipeline stage (embedding on the first stage, its blocks, the
+// final LayerNorm and a copy of the tied embedding on the last), each cut to its tensor-parallel
+// piece (Megatron-LM, Shoeybi et al. 2019, sec. 3): split_dim 0 = column-parallel rows (QKV and
+// MLP-up, whose heads/columns are divided over tp) or vocab-parallel rows (wte); split_dim 1 =
+// row-parallel columns (attention and MLP output projections); -1 = replicated over tp (LayerNorms,
+// row-parallel biases, wpe). split_groups = 3 for c_attn: its dim 0 holds [q | k | v], each block
+// split over tp separately, so a tp rank gets whole heads of q, k and v.
 //
-// Tensor names, shapes and the [q|k|v] order of c_attn follow nanoGPT's model.py, so a checkpoint
-// maps onto a PyTorch GPT without renaming. Each tensor records how tensor parallelism would
-// split it (Megatron-LM, Shoeybi et al. 2019, sec. 3): split_dim -1 = replicated over tp, 0 =
-// column-parallel rows / vocab-parallel, 1 = row-parallel columns; split_groups = 3 for c_attn,
-// whose dim 0 holds three blocks (q, k, v) that are each split over tp.
+// The tensors are one flat buffer; each tensor is a contiguous range, and consecutive tensors form
+// *sharding units* (what ZeRO slices and gathers). Tensor names and global shapes follow nanoGPT's
+// model.py, so a checkpoint maps onto a PyTorch GPT without renaming.
+//
+// Invariants: all split dimensions divide by tp except the vocabulary, whose pieces are
+// ceil(V / tp) rows with the padding at the end of the last pieces (zero, never trained, never
+// checkpointed); initial values are a pure function of (seed, name, global element index), so any
+// layout initialises the same model.
 #pragma once
 
 #include "core/config.hpp"
@@ -24,63 +31,107 @@ namespace trident {
 
 enum class InitKind { normal, zeros, ones };
 
+/// This rank's part of the model: its tensor-parallel piece and its pipeline stage's blocks.
+struct ModelPart {
+  int tp_size = 1, tp_rank = 0;
+  int pp_size = 1, pp_rank = 0;
+  int first_layer = 0;  ///< first block of this stage
+  int n_layers = -1;    ///< blocks of this stage (-1: all)
+  bool first_stage() const { return pp_rank == 0; }
+  bool last_stage() const { return pp_rank == pp_size - 1; }
+  /// The part of rank (tp_rank, pp_rank): blocks split over stages as `pp_layers` says (comma
+  /// separated counts), or as evenly as possible with the earlier stages taking the remainder.
+  /// Throws ConfigError if pp_layers does not list pp positive counts summing to n_layer.
+  static ModelPart make(const ModelConfig& m, const ParallelConfig& p, int tp_rank, int pp_rank);
+};
+
 struct TensorSpec {
-  std::string name;                  ///< nanoGPT name, e.g. "transformer.h.0.attn.c_attn.weight"
-  std::vector<std::int64_t> shape;   ///< global shape (PyTorch order, row-major)
-  std::int64_t offset = 0;           ///< first element in the flat buffer
-  std::int64_t numel = 0;
-  int unit = 0;                      ///< index of its sharding unit
-  bool decay = false;                ///< AdamW weight decay applies (2-D weights and embeddings)
+  std::string name;                       ///< nanoGPT name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<std::int64_t> global_shape; ///< shape of the whole tensor (PyTorch order, row-major)
+  std::vector<std::int64_t> shape;        ///< shape of this rank's tp piece (vocab pieces padded)
+  std::int64_t offset = 0;                ///< first element in the flat buffer
+  std::int64_t numel = 0;                 ///< elements of the local piece (padding included)
+  std::int64_t valid = 0;                 ///< leading elements of the piece that are real (numel but for vocab padding)
+  int unit = 0;                           ///< index of its sharding unit
+  bool decay = false;                     ///< AdamW weight decay applies (2-D weights and embeddings)
   InitKind init = InitKind::zeros;
-  double init_std = 0.0;             ///< for InitKind::normal
-  int split_dim = -1;                ///< tensor-parallel split dimension, -1 = replicated
-  int split_groups = 1;              ///< blocks of split_dim that are split separately (3 for qkv)
+  double init_std = 0.0;                  ///< for InitKind::normal
+  int split_dim = -1;                     ///< tensor-parallel split dimension, -1 = replicated
+  int split_groups = 1;                   ///< blocks of split_dim that are split separately (3 for qkv)
+  bool tied_copy = false;                 ///< the last stage's copy of wte (pp > 1)
+  bool canonical = true;                  ///< this rank's copy counts: written to checkpoints and to the norm
 };
 
 struct UnitSpec {
-  std::string name;        ///< "embed", "h.0", ..., "head"
+  std::string name;        ///< "embed", "h.0", ..., "head" ("wte", "wpe" with pp > 1)
   std::int64_t offset = 0; ///< first element in the flat buffer
   std::int64_t numel = 0;
   int first_tensor = 0;    ///< tensors [first_tensor, first_tensor + n_tensors) belong to it
   int n_tensors = 0;
 };
 
+/// `count` consecutive elements of a local tp piece at `local`, which are elements
+/// [global, global + count) of the row-major global tensor.
+struct Run {
+  std::int64_t local = 0, global = 0, count = 0;
+};
+
+/// The valid elements of tp piece `tp_rank` of `tp_size` of a tensor with `global_shape`, split
+/// along split_dim in split_groups blocks, as runs in local order. Pure. Throws Error when a
+/// grouped or non-vocabulary split dimension does not divide by tp.
+std::vector<Run> tp_runs(const std::vector<std::int64_t>& global_shape, int split_dim, int split_groups, int tp_size,
+                         int tp_rank);
+/// Shape of tp piece `tp_rank` (padded to ceil for ungrouped dim-0 splits).
+std::vector<std::int64_t> tp_piece_shape(const std::vector<std::int64_t>& global_shape, int split_dim, int split_groups,
+                                         int tp_size);
+
 class ParamLayout {
  public:
-  /// Layout of the full GPT-2 model for `m` (vocab_size must be resolved, > 0).
-  /// Tensor order: wte, wpe; per block ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj
-  /// (biases only when m.bias); ln_f. Units: "embed" (wte, wpe), then groups of `unit_blocks`
-  /// blocks ("h.0" for one block, "h.0-1" for two, ...), then "head" (ln_f); unit_blocks = 0 makes
-  /// the whole model one unit "model". Tensor offsets do not depend on unit_blocks.
+  /// Layout of this rank's part of the GPT-2 model for `m` (vocab_size resolved, > 0). Tensor
+  /// order: wte, wpe (first stage); per block ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+  /// mlp.c_proj (biases only when m.bias); ln_f, and the tied wte copy (last stage, pp > 1).
+  /// Units: "embed" (wte, wpe) -- or "wte" and "wpe" with pp > 1, so the tied copies have equal
+  /// units on both stages --, groups of `unit_blocks` blocks ("h.0", "h.2-3", ...), "head" (ln_f)
+  /// and "wte" (the copy); unit_blocks = 0 puts everything but separate wte units in one unit.
   /// Init as GPT-2: N(0, 0.02), the residual projections c_proj N(0, 0.02 / sqrt(2 n_layer))
   /// (Radford et al. 2019, sec. 2.3).
-  static ParamLayout gpt(const ModelConfig& m, int unit_blocks = 1);
+  static ParamLayout gpt(const ModelConfig& m, int unit_blocks = 1, const ModelPart& part = ModelPart{});
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   const std::vector<UnitSpec>& units() const { return units_; }
   std::int64_t numel() const { return numel_; }
-  /// Index of the tensor called `name`, or -1.
+  const ModelPart& part() const { return part_; }
+  /// Index of the tensor called `name`, or -1. (The tied copy shares its name; find() returns the
+  /// first, i.e. the first stage's on a single-stage layout.)
   int find(const std::string& name) const;
-  /// Unit holding tensor `name` (which must exist).
-  int unit_of(const std::string& name) const { return tensors_[static_cast<size_t>(at(name))].unit; }
   /// Index of `name`; throws trident::Error if absent.
   int at(const std::string& name) const;
+  /// Unit holding tensor `name` (which must exist).
+  int unit_of(const std::string& name) const { return tensors_[static_cast<size_t>(at(name))].unit; }
+  /// Unit holding the tied embedding copy, or -1.
+  int tied_unit() const;
 
  private:
   void begin_unit(const std::string& name);
   void add(const std::string& name, std::vector<std::int64_t> shape, bool decay, InitKind init, double std_,
-           int split_dim, int split_groups = 1);
+           int split_dim, int split_groups = 1, bool tied_copy = false);
 
   std::vector<TensorSpec> tensors_;
   std::vector<UnitSpec> units_;
   std::int64_t numel_ = 0;
+  ModelPart part_;
 };
 
-/// Writes elements [begin, begin + dst.extent(0)) of tensor t's initial value into dst: a pure
-/// function of (seed, t.name, element index), so any piece of a tensor can be initialised alone
-/// (a ZeRO-3 shard never materialises the whole tensor). Local.
+/// Writes the initial value of tensor t's local tp piece into dst (t.numel elements): real
+/// elements from their global indices, padding zero. Local.
 template <class T>
-void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, std::uint64_t seed);
+void init_tensor(View1<T> dst, const TensorSpec& t, int tp_size, int tp_rank, std::uint64_t seed);
+
+/// Writes elements [begin, begin + dst.extent(0)) of tensor t's local piece (any sub-range: a ZeRO
+/// shard never materialises the whole tensor). Local.
+template <class T>
+void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, int tp_size, int tp_rank,
+                       std::uint64_t seed);
 
 /// Model FLOPs per token for one forward + backward, for MFU: 6 N + 12 L C T, where N counts
 /// every parameter except the position embedding (Chowdhery et al. 2022, "PaLM", appendix B;

@@ -29,7 +29,7 @@ View1<T> ParamStore<T>::grad(int i) const {
 template <class T>
 void ParamStore<T>::initialize(std::uint64_t seed) {
   for (size_t i = 0; i < layout_.tensors().size(); ++i)
-    init_tensor_range<T>(param(static_cast<int>(i)), layout_.tensors()[i], 0, seed);
+    init_tensor<T>(param(static_cast<int>(i)), layout_.tensors()[i], layout_.part().tp_size, layout_.part().tp_rank, seed);
 }
 
 template <class T>

@@ -33,6 +33,7 @@ ProcessGrid::ProcessGrid(const Communicator& parent, GridShape shape) : shape_(s
   pp_ = sub(1, 0, 0, "pp");
   dp_ = sub(0, 1, 0, "dp");
   tp_ = sub(0, 0, 1, "tp");
+  mp_ = sub(1, 0, 1, "mp");
 }
 
 ProcessGrid::~ProcessGrid() = default;

@@ -59,6 +59,8 @@ class ProcessGrid {
   Communicator& dp_comm() const { return *dp_; }
   Communicator& tp_comm() const { return *tp_; }
   Communicator& pp_comm() const { return *pp_; }
+  /// Ranks of equal dp coordinate, i.e. one whole model replica (axis "mp": tp x pp).
+  Communicator& mp_comm() const { return *mp_; }
 
   /// World rank of the rank at coordinates (pp, dp, tp). Local.
   int world_rank_of(int pp_rank, int dp_rank, int tp_rank) const {
@@ -72,7 +74,7 @@ class ProcessGrid {
  private:
   GridShape shape_;
   int dp_rank_ = 0, tp_rank_ = 0, pp_rank_ = 0;
-  std::unique_ptr<Communicator> world_, dp_, tp_, pp_;
+  std::unique_ptr<Communicator> world_, dp_, tp_, pp_, mp_;
 };
 
 }  // namespace trident

@@ -1,4 +1,5 @@
 #include "train/checkpoint_export.hpp"
+#include "train/checkpoint_reshard.hpp"
 
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -167,10 +168,6 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
 
   run_agreed(comm, "cannot export '" + res.checkpoint + "'", [&] {
     // The plan (which tensor goes where) is computed on every rank from the index alone.
-    const std::int64_t tp = rd.has_attr("tp") ? rd.attr_int("tp") : 1;
-    if (tp != 1)
-      throw CheckpointError("it was written with tp = " + std::to_string(tp) +
-                            "; export supports tp = 1 checkpoints only (resharding is planned)");
     ModelConfig m;
     m.n_layer = static_cast<int>(rd.attr_int("model_n_layer"));
     m.n_head = static_cast<int>(rd.attr_int("model_n_head"));
@@ -243,7 +240,14 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
       for (const ExportTensor& t : plan) {
         if (t.file != f) continue;
         values.resize(static_cast<size_t>(t.numel));
-        rd.read("param", t.row, 0, 0, t.numel, DataType::f32, values.data());
+        // Whole tensors, reassembled from whatever tp pieces the checkpoint was written in.
+        TensorSpec spec;
+        const CkptTensor& ct = rd.tensors()[static_cast<size_t>(t.row)];
+        spec.name = ct.name;
+        spec.global_shape = ct.shape;
+        spec.split_dim = ct.split_dim;
+        spec.split_groups = ct.split_groups;
+        read_tensor_piece(rd, "param", spec, 1, 0, 0, t.numel, DataType::f32, values.data());
         const float* src = values.data();
         if (t.transposed) {  // (out, in) -> (in, out): HF Conv1D layout
           const std::int64_t rows = t.shape[1], cols = t.shape[0];  // source (rows, cols)

@@ -4,6 +4,7 @@
 #include "io/checkpoint_file.hpp"
 #include "parallel/agree.hpp"
 #include "train/checkpoint_dir.hpp"
+#include "train/checkpoint_reshard.hpp"
 
 #include <filesystem>
 
@@ -35,13 +36,9 @@ CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& 
     const ParamLayout layout = ParamLayout::gpt(out.cfg.model);
     out.store = std::make_unique<ParamStore<float>>(layout);
     auto p_h = Kokkos::create_mirror_view(out.store->params().view());
-    for (const TensorSpec& t : layout.tensors()) {
-      const int k = rd.find_tensor(t.name);
-      if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
-      if (rd.tensors()[k].split_dim >= 0 && rd.attr_int("tp") > 1)
-        throw CheckpointError("tensor-parallel checkpoints cannot be sampled from yet");
-      rd.read("param", k, 0, 0, t.numel, DataType::f32, p_h.data() + t.offset);
-    }
+    // Whole tensors (tp = 1, one stage), reassembled from whatever layout wrote the file.
+    for (const TensorSpec& t : layout.tensors())
+      read_tensor_piece(rd, "param", t, 1, 0, 0, t.numel, DataType::f32, p_h.data() + t.offset);
     Kokkos::deep_copy(out.store->params().view(), p_h);
   });
   return out;

@@ -71,10 +71,14 @@ std::int64_t tp_size_of(const CheckpointReader& rd) {
   return tp;
 }
 
-/// Number of tp-local pieces tensor `t` is stored as, and the elements of each.
+/// Number of tp-local pieces tensor `t` is stored as, and the real elements of piece r (the
+/// vocabulary's last pieces are shorter when V does not divide by tp; see tp_runs).
 int pieces_of(const CkptTensor& t, std::int64_t tp) { return t.split_dim >= 0 ? static_cast<int>(tp) : 1; }
-std::int64_t piece_numel(const CkptTensor& t, std::int64_t tp) {
-  return t.split_dim >= 0 ? numel_of(t.shape) / tp : numel_of(t.shape);
+std::int64_t piece_numel(const CkptTensor& t, std::int64_t tp, int r) {
+  if (t.split_dim < 0) return numel_of(t.shape);
+  std::int64_t n = 0;
+  for (const Run& run : tp_runs(t.shape, t.split_dim, t.split_groups, static_cast<int>(tp), r)) n += run.count;
+  return n;
 }
 
 /// Every rank's strings, concatenated in rank order, on every rank. Collective over comm.
@@ -157,7 +161,8 @@ std::vector<std::string> check_checkpoint_index(const CheckpointReader& rd) {
     if (t.split_dim >= static_cast<int>(t.shape.size()))
       p.add("tensor '" + t.name + "' has split_dim " + std::to_string(t.split_dim) + " but only " +
             std::to_string(t.shape.size()) + " dimensions");
-    else if (t.split_dim >= 0 && t.split_groups > 0 && t.shape[t.split_dim] % (tp * t.split_groups) != 0)
+    else if (t.split_dim >= 0 && t.split_groups > 0 && (t.split_groups > 1 || t.split_dim > 0) &&
+             t.shape[t.split_dim] % (tp * t.split_groups) != 0)
       p.add("tensor '" + t.name + "' dimension " + std::to_string(t.split_dim) + " (" +
             std::to_string(t.shape[t.split_dim]) + ") does not split into tp = " + std::to_string(tp) + " x " +
             std::to_string(t.split_groups) + " groups");
@@ -196,8 +201,8 @@ std::vector<std::string> check_checkpoint_index(const CheckpointReader& rd) {
             std::to_string(sh.length) + " elements)");
       continue;
     }
-    if (g.tensor_offset < 0 || g.tensor_offset + g.count > piece_numel(t, tp)) {
-      p.add(row + " points past the end of tensor '" + t.name + "' (" + std::to_string(piece_numel(t, tp)) +
+    if (g.tensor_offset < 0 || g.tensor_offset + g.count > piece_numel(t, tp, g.tp_rank)) {
+      p.add(row + " points past the end of tensor '" + t.name + "' (" + std::to_string(piece_numel(t, tp, g.tp_rank)) +
             " elements per piece)");
       continue;
     }
@@ -211,7 +216,7 @@ std::vector<std::string> check_checkpoint_index(const CheckpointReader& rd) {
     for (int r = 0; r < pieces_of(t, tp); ++r) {
       const std::string what = "tensor '" + t.name + "'" + (pieces_of(t, tp) > 1 ? " (tp piece " + std::to_string(r) + ")" : "");
       auto it = by_piece.find({static_cast<int>(i), r});
-      const std::int64_t n = piece_numel(t, tp);
+      const std::int64_t n = piece_numel(t, tp, r);
       if (it == by_piece.end()) {
         p.add(what + " has no segment in the index");
         continue;
@@ -610,7 +615,7 @@ CheckpointDiff diff_checkpoints(const std::string& a_in, const std::string& b_in
         continue;
       }
       for (int r = 0; r < pieces_of(t, tp_a); ++r)
-        for (const std::string& k : kinds) jobs.push_back(Job{static_cast<int>(i), j, r, k, piece_numel(t, tp_a)});
+        for (const std::string& k : kinds) jobs.push_back(Job{static_cast<int>(i), j, r, k, piece_numel(t, tp_a, r)});
     }
     for (const CkptTensor& u : B.tensors())
       if (A.find_tensor(u.name) < 0) d.differences.push_back("tensor '" + u.name + "' only in B");

@@ -10,14 +10,14 @@ namespace trident {
 namespace {
 const char* kHeader =
     "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
-    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib";
+    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble";
 
 std::string format_row(const MetricsRow& r) {
   std::string val = r.has_val ? log::format("%.9g", r.val_loss) : "";
-  return log::format("%lld,%.9g,%s,%.9g,%.9g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g",
+  return log::format("%lld,%.9g,%s,%.9g,%.9g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.6g,%.4g",
                      static_cast<long long>(r.step), r.train_loss, val.c_str(), r.lr, r.grad_norm, r.tokens_per_sec,
                      r.ms_per_step, r.mfu, r.peak_mem_mib, r.mem_mib[0], r.mem_mib[1], r.mem_mib[2], r.mem_mib[3],
-                     r.mem_mib[4], r.mem_mib[5], r.comm_mib);
+                     r.mem_mib[4], r.mem_mib[5], r.comm_mib, r.bubble);
 }
 }  // namespace
 

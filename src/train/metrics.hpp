@@ -4,7 +4,8 @@
 // Columns: step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,
 // then the per-rank peak MiB of each tracked memory category (mem_params, mem_grads,
 // mem_optimizer, mem_gathered, mem_activations, mem_comm) and comm_mib, the MiB this rank sent
-// over the dp axis during the step (ring model, see parallel/communicator.hpp). val_loss is empty
+// over all axes during the step (ring model, see parallel/communicator.hpp), and bubble, the
+// measured pipeline bubble fraction (mean over stages; 0 with pp = 1). val_loss is empty
 // where the step was not evaluated. peak_mem_mib is the process's peak resident set size. Every row is flushed when written, so a
 // killed job keeps its metrics up to the last completed step.
 #pragma once
@@ -22,6 +23,7 @@ struct MetricsRow {
   double lr = 0, grad_norm = 0, tokens_per_sec = 0, ms_per_step = 0, mfu = 0, peak_mem_mib = 0;
   double mem_mib[6] = {};  ///< params, grads, optimizer, gathered, activations, comm (MemoryLedger peaks)
   double comm_mib = 0;
+  double bubble = 0;  ///< pipeline bubble fraction of the step (0 without pipeline parallelism)
 };
 
 class MetricsCsv {

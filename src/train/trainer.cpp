@@ -7,6 +7,7 @@
 #include "kernels/elementwise.hpp"
 #include "parallel/agree.hpp"
 #include "train/checkpoint_dir.hpp"
+#include "train/checkpoint_reshard.hpp"
 #include "train/metrics.hpp"
 #include "train/perf.hpp"
 #include "trident_version.hpp"
@@ -36,11 +37,13 @@ namespace {
 
 constexpr std::uint64_t kEvalSeedSalt = 0xE7A1C0DEull;
 
-void check_trainable_layout(const Config& cfg) {
-  if (cfg.parallel.tp > 1 || cfg.parallel.pp > 1)
-    throw ConfigError("[parallel] tp = " + std::to_string(cfg.parallel.tp) + ", pp = " + std::to_string(cfg.parallel.pp) +
-                      ": this version trains with data parallelism only (tensor and pipeline parallel training "
-                      "arrive with issue #4); set tp = 1 and pp = 1");
+/// Micro-batches per step on one dp rank, and how many a stage keeps in flight.
+int micro_batches(const Config& cfg) {
+  return static_cast<int>(cfg.train.global_batch_size / (cfg.parallel.dp * cfg.train.micro_batch_size));
+}
+int stashes(const Config& cfg, int pp_rank) {
+  const int m = micro_batches(cfg);
+  return cfg.parallel.pp_schedule == "gpipe" ? m : std::min(m, cfg.parallel.pp - pp_rank);
 }
 
 }  // namespace
@@ -50,21 +53,34 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
     : cfg_(cfg),
       grid_(grid),
       data_(data),
-      layout_((check_trainable_layout(cfg), ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks))),
-      gpt_(cfg.model, layout_, static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size,
-           cfg.train.activation_checkpointing == "block"),
+      layout_(ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks,
+                               ModelPart::make(cfg.model, cfg.parallel, grid.tp_rank(), grid.pp_rank()))),
+      n_micro_(micro_batches(cfg)),
+      n_stash_(stashes(cfg, grid.pp_rank())),
+      gpt_(cfg.model, layout_, &grid.tp_comm(), static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size,
+           cfg.train.activation_checkpointing == "block", n_stash_),
       sampler_(static_cast<std::uint64_t>(cfg.train.seed), data.size("train"), cfg.model.block_size),
-      tokens_("trident::tokens", static_cast<size_t>(cfg.train.micro_batch_size * cfg.model.block_size)),
-      targets_("trident::targets", static_cast<size_t>(cfg.train.micro_batch_size * cfg.model.block_size)) {
+      tokens_("trident::tokens", static_cast<size_t>(n_stash_ * cfg.train.micro_batch_size * cfg.model.block_size)),
+      targets_("trident::targets", static_cast<size_t>(n_stash_ * cfg.train.micro_batch_size * cfg.model.block_size)) {
   // HSDP: groups of S consecutive dp ranks share the pieces of a unit (shard_comm); the ranks at
   // the same position of every group hold the same pieces (replicate_comm).
   const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : grid.dp_size();
   const int d = grid.dp_rank();
   shard_comm_ = grid.dp_comm().split(d / S, d, "dp_shard");
   replicate_comm_ = grid.dp_comm().split(d % S, d, "dp_replicate");
+  // The tied embedding lives on the first and the last pipeline stage.
+  const bool ends = grid.pp_rank() == 0 || grid.pp_rank() == grid.pp_size() - 1;
+  tied_comm_ = grid.pp_comm().split(ends ? 0 : 1 + grid.pp_rank(), grid.pp_rank(), "pp_tied");
+  ZeroComms comms;
+  comms.replicate = replicate_comm_.get();
+  comms.model = &grid.mp_comm();
+  comms.tied = ends ? tied_comm_.get() : nullptr;
   engine_ = std::make_unique<ZeroEngine<T>>(layout_, gpt_.schedule(), cfg.train, ZeroOptions::from(cfg), *shard_comm_,
-                                            *replicate_comm_);
+                                            comms);
   engine_->initialize(static_cast<std::uint64_t>(cfg.train.seed));
+  if (grid.pp_size() > 1)
+    send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
+                                 MemCategory::comm);
   schedule_.lr = cfg.train.lr;
   schedule_.min_lr = cfg.train.min_lr;
   schedule_.warmup_steps = cfg.train.warmup_steps;
@@ -88,7 +104,26 @@ std::vector<T> Trainer<T>::exp_avg_sq_copy() const {
 template <class T>
 std::int64_t Trainer<T>::comm_bytes() const {
   return grid_.dp_comm().stats().total_bytes() + shard_comm_->stats().total_bytes() +
-         replicate_comm_->stats().total_bytes();
+         replicate_comm_->stats().total_bytes() + grid_.tp_comm().stats().total_bytes() +
+         grid_.pp_comm().stats().total_bytes() + tied_comm_->stats().total_bytes() +
+         grid_.mp_comm().stats().total_bytes();
+}
+
+template <class T>
+void Trainer<T>::load_micro_batch(std::int64_t first, int stash) {
+  const int T_ = cfg_.model.block_size;
+  const std::int64_t mb = cfg_.train.micro_batch_size, n = mb * T_;
+  std::vector<std::int64_t> offsets(static_cast<size_t>(mb));
+  for (std::int64_t b = 0; b < mb; ++b) offsets[static_cast<size_t>(b)] = sampler_.offset(first + b);
+  std::vector<token_t> tok(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
+  data_.load_batch("train", offsets, T_, tok.data(), tgt.data());
+  auto sub = [&](Kokkos::View<token_t*, MemSpace>& v) {
+    return Kokkos::subview(v, std::make_pair(static_cast<size_t>(stash * n), static_cast<size_t>((stash + 1) * n)));
+  };
+  auto dtok = sub(tokens_);
+  auto dtgt = sub(targets_);
+  Kokkos::deep_copy(dtok, Kokkos::View<const token_t*, HostSpace, Unmanaged>(tok.data(), tok.size()));
+  Kokkos::deep_copy(dtgt, Kokkos::View<const token_t*, HostSpace, Unmanaged>(tgt.data(), tgt.size()));
 }
 
 template <class T>
@@ -96,34 +131,68 @@ StepResult Trainer<T>::train_step() {
   Timer timer;
   const int T_ = cfg_.model.block_size;
   const std::int64_t G = cfg_.train.global_batch_size, mb = cfg_.train.micro_batch_size;
-  const int dp = grid_.dp_size();
-  const std::int64_t per_rank = G / dp, n_micro = per_rank / mb;
+  const std::int64_t per_rank = G / grid_.dp_size();
   const T dloss = static_cast<T>(1.0 / (static_cast<double>(G) * T_));
+  const std::int64_t n = mb * T_, act = n * cfg_.model.n_embd;
+  const bool first = grid_.pp_rank() == 0, last = grid_.pp_rank() == grid_.pp_size() - 1;
+  const int pp = grid_.pp_size(), stage = grid_.pp_rank(), M = n_micro_;
+  Communicator& ppc = grid_.pp_comm();
   ZeroEngine<T>& zero = *engine_;
   zero.begin_step();
 
-  auto tok_h = Kokkos::create_mirror_view(tokens_);
-  auto tgt_h = Kokkos::create_mirror_view(targets_);
-  std::vector<std::int64_t> offsets(static_cast<size_t>(mb));
-  double loss_sum = 0.0;
-  for (std::int64_t m = 0; m < n_micro; ++m) {
-    const std::int64_t first = consumed_samples_ + grid_.dp_rank() * per_rank + m * mb;
-    for (std::int64_t b = 0; b < mb; ++b) offsets[static_cast<size_t>(b)] = sampler_.offset(first + b);
-    data_.load_batch("train", offsets, T_, tok_h.data(), tgt_h.data());
-    Kokkos::deep_copy(tokens_, tok_h);
-    Kokkos::deep_copy(targets_, tgt_h);
+  double loss_sum = 0.0, busy = 0.0;
+  std::vector<Request> fwd_send(static_cast<size_t>(n_stash_));
+  Request bwd_send;
+  auto forward = [&](int m) {
+    const int k = m % n_stash_;
+    fwd_send[static_cast<size_t>(k)].wait();  // the stash's previous output has been received
+    const std::int64_t first_sample = consumed_samples_ + grid_.dp_rank() * per_rank + m * mb;
+    if (first || last) load_micro_batch(first_sample, k);
+    if (!first) ppc.recv(gpt_.stage_input(k).data(), static_cast<size_t>(act), dtype_of<T>(), stage - 1, 2 * m);
     ForwardContext ctx;
     ctx.seed = static_cast<std::uint64_t>(cfg_.train.seed);
     ctx.step = static_cast<std::uint32_t>(step_);
-    ctx.sample_offset = static_cast<std::uint64_t>(first);
+    ctx.sample_offset = static_cast<std::uint64_t>(first_sample);
     ctx.train = true;
-    View1<const token_t> tv(tokens_.data(), tokens_.extent(0)), gv(targets_.data(), targets_.extent(0));
-    loss_sum += gpt_.forward(zero, tv, gv, static_cast<int>(mb), T_, ctx);
-    gpt_.backward(zero, dloss);
+    View1<const token_t> tv(tokens_.data() + k * n, static_cast<size_t>(n)), gv(targets_.data() + k * n, static_cast<size_t>(n));
+    Timer t;
+    loss_sum += gpt_.forward(zero, tv, last ? gv : View1<const token_t>(), static_cast<int>(mb), T_, ctx, true, k);
+    busy += t.seconds();
+    if (!last)
+      fwd_send[static_cast<size_t>(k)] =
+          ppc.isend(gpt_.stage_output(k).data(), static_cast<size_t>(act), dtype_of<T>(), stage + 1, 2 * m);
+  };
+  auto backward = [&](int m) {
+    const int k = m % n_stash_;
+    if (!last) ppc.recv(gpt_.output_grad().data(), static_cast<size_t>(act), dtype_of<T>(), stage + 1, 2 * m + 1);
+    Timer t;
+    gpt_.backward(zero, dloss, k);
     zero.end_micro_batch();
+    busy += t.seconds();
+    if (!first) {
+      bwd_send.wait();
+      Kokkos::deep_copy(send_buf_.slice(0, act), View1<const T>(gpt_.input_grad().data(), static_cast<size_t>(act)));
+      bwd_send = ppc.isend(send_buf_.data(), static_cast<size_t>(act), dtype_of<T>(), stage - 1, 2 * m + 1);
+    }
+  };
+  if (cfg_.parallel.pp_schedule == "gpipe") {
+    for (int m = 0; m < M; ++m) forward(m);
+    for (int m = 0; m < M; ++m) backward(m);
+  } else {  // 1F1B (PipeDream-Flush, Narayanan et al. 2021, sec. 2.2): warm-up, steady state, cool-down
+    const int warm = std::min(pp - stage - 1, M);
+    for (int m = 0; m < warm; ++m) forward(m);
+    for (int m = 0; m < M - warm; ++m) {
+      forward(warm + m);
+      backward(m);
+    }
+    for (int m = M - warm; m < M; ++m) backward(m);
   }
+  for (auto& r : fwd_send) r.wait();
+  bwd_send.wait();
   zero.finish_gradients();
+  // The loss lives on the last stage: sum over its dp group, then give it to every stage.
   loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
+  ppc.broadcast(&loss_sum, 1, pp - 1);
 
   StepResult r;
   r.loss = loss_sum / (static_cast<double>(G) * T_);
@@ -143,6 +212,8 @@ StepResult Trainer<T>::train_step() {
   Kokkos::fence();
   r.step = step_;
   r.seconds = timer.seconds();
+  r.bubble = ppc.all_reduce_value(std::max(0.0, 1.0 - busy / r.seconds)) / pp;
+  r.bubble_theory = static_cast<double>(pp - 1) / (M + pp - 1);
   return r;
 }
 
@@ -154,6 +225,8 @@ EvalResult Trainer<T>::evaluate() {
   const std::int64_t n_val = data_.size("val");
   const int dp = grid_.dp_size(), d = grid_.dp_rank();
   const std::int64_t mb = cfg_.train.micro_batch_size;
+  const bool first = grid_.pp_rank() == 0, last = grid_.pp_rank() == grid_.pp_size() - 1;
+  Communicator& ppc = grid_.pp_comm();
   std::vector<std::int64_t> windows;  // start offsets of all windows of this evaluation
   if (n_val >= T_ + 1) {
     if (cfg_.train.eval_iters == 0) {
@@ -166,31 +239,38 @@ EvalResult Trainer<T>::evaluate() {
     }
   }
   // This dp rank's contiguous share of the windows. Every rank runs the same number of forward
-  // passes (a rank with fewer windows runs an empty-target batch), because at ZeRO-3 each
-  // forward all-gathers over dp.
+  // passes (a rank with fewer windows runs an empty-target batch), because the tp, pp and ZeRO-3
+  // communication inside a forward needs every rank of its groups.
   const auto n = static_cast<std::int64_t>(windows.size());
   const std::int64_t begin = n * d / dp, end = n * (d + 1) / dp;
   const std::int64_t most = (n + dp - 1) / dp, passes = (most + mb - 1) / mb;
-  auto tok_h = Kokkos::create_mirror_view(tokens_);
-  auto tgt_h = Kokkos::create_mirror_view(targets_);
+  std::vector<token_t> tok(static_cast<size_t>(mb * T_)), tgt(static_cast<size_t>(mb * T_));
   double loss_sum = 0.0;
   for (std::int64_t k = 0; k < passes; ++k) {
     const std::int64_t i = begin + k * mb;
     const std::int64_t B = std::max<std::int64_t>(0, std::min(mb, end - i));
-    std::vector<std::int64_t> offsets;
-    if (B > 0) offsets.assign(windows.begin() + i, windows.begin() + i + B);
-    else offsets.assign(1, 0);  // a dummy window whose loss is not counted
-    data_.load_batch("val", offsets, T_, tok_h.data(), tgt_h.data());
-    if (B == 0)
-      for (int t = 0; t < T_; ++t) tgt_h(t) = -1;
-    Kokkos::deep_copy(tokens_, tok_h);
-    Kokkos::deep_copy(targets_, tgt_h);
-    const auto rows = static_cast<size_t>(std::max<std::int64_t>(B, 1) * T_);
-    View1<const token_t> tv(tokens_.data(), rows), gv(targets_.data(), rows);
-    loss_sum += gpt_.forward(*engine_, tv, gv, static_cast<int>(std::max<std::int64_t>(B, 1)), T_, ForwardContext{},
-                             /*for_backward=*/false);
+    const std::int64_t rows = std::max<std::int64_t>(B, 1);  // a dummy window whose loss is not counted
+    if (first || last) {
+      std::vector<std::int64_t> offsets;
+      if (B > 0) offsets.assign(windows.begin() + i, windows.begin() + i + B);
+      else offsets.assign(1, 0);
+      data_.load_batch("val", offsets, T_, tok.data(), tgt.data());
+      if (B == 0) std::fill(tgt.begin(), tgt.begin() + T_, -1);
+      Kokkos::deep_copy(Kokkos::subview(tokens_, std::make_pair(size_t{0}, static_cast<size_t>(rows * T_))),
+                        Kokkos::View<const token_t*, HostSpace, Unmanaged>(tok.data(), static_cast<size_t>(rows * T_)));
+      Kokkos::deep_copy(Kokkos::subview(targets_, std::make_pair(size_t{0}, static_cast<size_t>(rows * T_))),
+                        Kokkos::View<const token_t*, HostSpace, Unmanaged>(tgt.data(), static_cast<size_t>(rows * T_)));
+    }
+    const auto len = static_cast<size_t>(rows * T_);
+    const std::size_t act = len * static_cast<size_t>(cfg_.model.n_embd);
+    if (!first) ppc.recv(gpt_.stage_input(0).data(), act, dtype_of<T>(), grid_.pp_rank() - 1, 0);
+    View1<const token_t> tv(tokens_.data(), len), gv(targets_.data(), len);
+    loss_sum += gpt_.forward(*engine_, tv, last ? gv : View1<const token_t>(), static_cast<int>(rows), T_,
+                             ForwardContext{}, /*for_backward=*/false, 0);
+    if (!last) ppc.send(gpt_.stage_output(0).data(), act, dtype_of<T>(), grid_.pp_rank() + 1, 0);
   }
   loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
+  ppc.broadcast(&loss_sum, 1, grid_.pp_size() - 1);
   res.tokens = n * T_;
   res.loss = n > 0 ? loss_sum / static_cast<double>(res.tokens) : std::nan("");
   res.seconds = timer.seconds();
@@ -202,7 +282,10 @@ void Trainer<T>::write_checkpoint(const std::string& path) {
   const ModelConfig& m = cfg_.model;
   ZeroEngine<T>& zero = *engine_;
   CheckpointWrite w;
-  for (const TensorSpec& t : layout_.tensors()) w.tensors.push_back(CkptTensor{t.name, t.shape, t.split_dim, t.split_groups});
+  // The index lists the whole model's tensors (global shapes), identically on every rank.
+  const ParamLayout full = ParamLayout::gpt(m, cfg_.parallel.unit_blocks);
+  for (const TensorSpec& t : full.tensors())
+    w.tensors.push_back(CkptTensor{t.name, t.global_shape, t.split_dim, t.split_groups});
   w.kinds = {"param", "exp_avg", "exp_avg_sq"};
   w.dtype = dtype_of<T>();
   w.int_attrs = {{"step", step_},
@@ -250,23 +333,27 @@ void Trainer<T>::write_checkpoint(const std::string& path) {
   w.shard.tp = grid_.tp_rank();
   const std::vector<Piece> pieces = zero.checkpoint_pieces(grid_.dp_size(), grid_.dp_rank());
   std::int64_t len = 0;
-  for (const Piece& p : pieces) {
-    for (size_t i = 0; i < layout_.tensors().size(); ++i) {
-      const TensorSpec& t = layout_.tensors()[i];
-      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
-      if (a < b)
-        w.segments.push_back(CkptSegment{static_cast<std::int32_t>(i), grid_.tp_rank(), 0, a - t.offset,
-                                         len + (a - p.flat_offset), b - a});
+  // Only canonical elements are written: not a tp replica's copy of a replicated tensor, not the
+  // tied copy, not vocabulary padding. Each element of the model is written by exactly one rank.
+  std::vector<Piece> runs;  // what this shard holds, in shard order (local offsets into master)
+  for (const Piece& p : pieces)
+    for (const TensorSpec& t : layout_.tensors()) {
+      if (!t.canonical) continue;
+      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.valid);
+      if (a >= b) continue;
+      const int gi = full.find(t.name);
+      w.segments.push_back(CkptSegment{static_cast<std::int32_t>(gi), t.split_dim < 0 ? 0 : grid_.tp_rank(), 0,
+                                       a - t.offset, len, b - a});
+      runs.push_back(Piece{a, b - a, p.local_offset + (a - p.flat_offset)});
+      len += b - a;
     }
-    len += p.count;
-  }
   w.shard.length = len;
   std::vector<T> param(static_cast<size_t>(len)), m1(static_cast<size_t>(len)), m2(static_cast<size_t>(len));
   auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
   auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg().view());
   auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg_sq().view());
   std::int64_t pos = 0;
-  for (const Piece& p : pieces) {
+  for (const Piece& p : runs) {
     std::copy(p_h.data() + p.local_offset, p_h.data() + p.local_offset + p.count, param.begin() + pos);
     std::copy(m_h.data() + p.local_offset, m_h.data() + p.local_offset + p.count, m1.begin() + pos);
     std::copy(v_h.data() + p.local_offset, v_h.data() + p.local_offset + p.count, m2.begin() + pos);
@@ -291,13 +378,10 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
         throw CheckpointError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
                               " in the checkpoint, " + std::to_string(want) + " in this run");
     }
-    if (rd.attr_int("tp") != grid_.tp_size() || rd.attr_int("pp") != grid_.pp_size())
-      throw CheckpointError("it was written with tp = " + std::to_string(rd.attr_int("tp")) + ", pp = " +
-                            std::to_string(rd.attr_int("pp")) + "; this version resumes only with the same tp and pp");
     for (const TensorSpec& t : layout_.tensors()) {
       const int k = rd.find_tensor(t.name);
       if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
-      if (rd.tensors()[k].shape != t.shape) throw CheckpointError("tensor '" + t.name + "' has another shape");
+      if (rd.tensors()[k].shape != t.global_shape) throw CheckpointError("tensor '" + t.name + "' has another shape");
     }
     for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
       if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())
@@ -315,7 +399,8 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
   });
   run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
     // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
-    // put them (the index maps tensors to shards), so any dp size and ZeRO stage can resume.
+    // put them (the index maps tensors to shards; read_tensor_piece maps tp pieces), so any
+    // dp x tp x pp layout and ZeRO stage can resume any other.
     auto p_h = Kokkos::create_mirror_view(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
     auto m_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg().view());
     auto v_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg_sq().view());
@@ -323,11 +408,11 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
       for (const TensorSpec& t : layout_.tensors()) {
         const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
         if (a >= b) continue;
-        const int k = rd.find_tensor(t.name);
         const std::int64_t dst = p.local_offset + (a - p.flat_offset);
-        rd.read("param", k, grid_.tp_rank(), a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
-        rd.read("exp_avg", k, grid_.tp_rank(), a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
-        rd.read("exp_avg_sq", k, grid_.tp_rank(), a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
+        const int P = grid_.tp_size(), r = grid_.tp_rank();
+        read_tensor_piece(rd, "param", t, P, r, a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
+        read_tensor_piece(rd, "exp_avg", t, P, r, a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
+        read_tensor_piece(rd, "exp_avg_sq", t, P, r, a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
       }
     Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
     Kokkos::deep_copy(zero.optimizer().exp_avg().view(), m_h);
@@ -343,19 +428,33 @@ template class Trainer<float>;
 template class Trainer<double>;
 
 MemoryBytes predict_memory(const Config& cfg) {
-  const ParamLayout layout = ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks);
-  const GptSchedule sched = GptSchedule::make(layout, cfg.model);
-  const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
-  const bool dbl = cfg.train.dtype == "double";
-  MemoryBytes b = dbl ? ZeroEngine<double>::plan(layout, sched, ZeroOptions::from(cfg), S, 0)
-                      : ZeroEngine<float>::plan(layout, sched, ZeroOptions::from(cfg), S, 0);
-  const bool recompute = cfg.train.activation_checkpointing == "block";
-  const std::int64_t acts = dbl ? Gpt<double>::activation_elements(cfg.model, static_cast<int>(cfg.train.micro_batch_size),
-                                                                   cfg.model.block_size, recompute)
-                                : Gpt<float>::activation_elements(cfg.model, static_cast<int>(cfg.train.micro_batch_size),
-                                                                  cfg.model.block_size, recompute);
-  b[static_cast<size_t>(MemCategory::activations)] += acts * (dbl ? 8 : 4);
-  return b;
+  // The largest part: stage 0 (embedding + the most blocks) or the last stage (head), tp rank 0.
+  MemoryBytes best{};
+  std::int64_t best_total = -1;
+  for (int pp_rank : {0, cfg.parallel.pp - 1}) {
+    const ParamLayout layout =
+        ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks, ModelPart::make(cfg.model, cfg.parallel, 0, pp_rank));
+    const GptSchedule sched = GptSchedule::make(layout, cfg.model);
+    const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
+    const bool dbl = cfg.train.dtype == "double";
+    MemoryBytes b = dbl ? ZeroEngine<double>::plan(layout, sched, ZeroOptions::from(cfg), S, 0)
+                        : ZeroEngine<float>::plan(layout, sched, ZeroOptions::from(cfg), S, 0);
+    const bool recompute = cfg.train.activation_checkpointing == "block";
+    const int mb = static_cast<int>(cfg.train.micro_batch_size);
+    const std::int64_t acts =
+        dbl ? Gpt<double>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes(cfg, pp_rank))
+            : Gpt<float>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes(cfg, pp_rank));
+    b[static_cast<size_t>(MemCategory::activations)] += acts * (dbl ? 8 : 4);
+    if (cfg.parallel.pp > 1)
+      b[static_cast<size_t>(MemCategory::comm)] += cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd * (dbl ? 8 : 4);
+    std::int64_t total = 0;
+    for (auto v : b) total += v;
+    if (total > best_total) {
+      best = b;
+      best_total = total;
+    }
+  }
+  return best;
 }
 
 void print_memory_prediction(const Config& cfg) {
@@ -379,9 +478,12 @@ void print_memory_prediction(const Config& cfg) {
   std::printf("  %-12s %12.2f MiB\n", "total", static_cast<double>(total) / mib);
   // ZeRO paper, sec. 3/5: with mixed precision 2 + 2 + 12 bytes per parameter; stage 1 divides
   // the 12, stage 2 also the gradient's 2, stage 3 everything, by the sharding degree.
-  const double p = 2, g = 2, k = 12;
-  const double zero_paper = psi * ((z >= 3 ? p / S : p) + (z >= 2 ? g / S : g) + (z >= 1 ? k / S : k));
-  std::printf("ZeRO paper formula (2+2+12 bytes/param, shard %d): %.2f MiB of model states\n", S, zero_paper / mib);
+  // Tensor and pipeline parallelism first divide the parameters by tp * pp (Megatron-LM's model
+  // parallelism), ZeRO then shards each rank's part over the dp shard group.
+  const double p = 2, g = 2, k = 12, psi_mp = psi / (cfg.parallel.tp * cfg.parallel.pp);
+  const double zero_paper = psi_mp * ((z >= 3 ? p / S : p) + (z >= 2 ? g / S : g) + (z >= 1 ? k / S : k));
+  std::printf("ZeRO paper formula (2+2+12 bytes/param, params / (tp*pp) = %.0f, shard %d): %.2f MiB of model states\n",
+              psi_mp, S, zero_paper / mib);
   std::printf("Trident model states (params + grads + optimizer above): %.2f MiB\n",
               static_cast<double>(b[0] + b[1] + b[2]) / mib);
 }
@@ -441,7 +543,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
             cfg.train.dtype.c_str());
   log::info("model: %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters",
             m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "on" : "off", m.dropout,
-            human(static_cast<double>(trainer.layout().numel())).c_str());
+            human(static_cast<double>(ParamLayout::gpt(m).numel())).c_str());
   log::info("data: %s (%s tokenizer, %lld train / %lld val tokens)", data.path().c_str(), data.info().tokenizer.c_str(),
             static_cast<long long>(data.size("train")), static_cast<long long>(data.size("val")));
   log::info("batch: %lld sequences x %d tokens = %s tokens/step; micro-batch %lld, %lld per rank per step",
@@ -508,11 +610,15 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     for (int c = 0; c < 6; ++c)
       row.mem_mib[c] = static_cast<double>(MemoryLedger::peak(static_cast<MemCategory>(c))) / (1024.0 * 1024.0);
     row.comm_mib = comm_mib;
+    row.bubble = r.bubble;
     if (r.step % cfg.train.log_interval == 0 || r.step == first_step + 1 || r.step == cfg.train.max_steps)
       log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB | "
-                "comm %.2f MiB",
+                "comm %.2f MiB%s",
                 static_cast<long long>(r.step), static_cast<long long>(cfg.train.max_steps), r.loss, r.lr, r.grad_norm,
-                r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, mem_mib, comm_mib);
+                r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, mem_mib, comm_mib,
+                grid.pp_size() > 1
+                    ? log::format(" | bubble %.0f%% (theory %.0f%%)", 100.0 * r.bubble, 100.0 * r.bubble_theory).c_str()
+                    : "");
     const bool last = r.step == cfg.train.max_steps;
     if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
       EvalResult e = trainer.evaluate();
@@ -569,7 +675,6 @@ int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt) {
                         std::to_string(data->size("train")) + " tokens, fewer than [model] block_size + 1 = " +
                         std::to_string(cfg.model.block_size + 1));
   });
-  check_trainable_layout(cfg);
   ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
   if (cfg.train.dtype == "double") return train_loop<double>(cfg, grid, *data, opt, wall);
   return train_loop<float>(cfg, grid, *data, opt, wall);

@@ -31,10 +31,12 @@ namespace trident {
 
 struct StepResult {
   std::int64_t step = 0;     ///< step number just completed (1-based)
-  double loss = 0;           ///< mean token loss of the global batch (before the update)
+  double loss = 0;           ///< mean token loss of the global batch (before the update), the same on every rank
   double lr = 0;             ///< learning rate used by the update
-  double grad_norm = 0;      ///< global gradient norm before clipping
+  double grad_norm = 0;      ///< global gradient norm before clipping, the same on every rank
   double seconds = 0;        ///< wall time of the step on this rank
+  double bubble = 0;         ///< pipeline: share of the step a stage spends outside forward/backward (mean over stages)
+  double bubble_theory = 0;  ///< (p - 1) / (m + p - 1) for p stages and m micro-batches
 };
 
 struct EvalResult {
@@ -46,9 +48,9 @@ struct EvalResult {
 template <class T>
 class Trainer {
  public:
-  /// Builds the model and optimizer for `cfg` (validated; model.vocab_size resolved) on `grid`
-  /// and initialises the parameters from the seed. Collective over grid (no communication yet,
-  /// but every rank must construct it). Throws ConfigError for layouts this version cannot train.
+  /// Builds this rank's part of the model (its pipeline stage, its tensor-parallel piece) and its
+  /// ZeRO engine for `cfg` (validated; model.vocab_size resolved) on `grid`, and initialises the
+  /// parameters from the seed (the same model at any layout). Collective over the grid.
   Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data);
 
   std::int64_t step() const { return step_; }
@@ -63,8 +65,12 @@ class Trainer {
   /// Bytes this rank sent over the dp communicators since construction (ring model).
   std::int64_t comm_bytes() const;
 
-  /// One optimizer step over the next global batch. Collective over the grid (all-reduce of
-  /// gradients and loss over dp_comm). Throws Error if the loss or gradient is not finite.
+  /// One optimizer step over the next global batch: this dp rank's micro-batches through the
+  /// pipeline stages ([parallel] pp_schedule: gpipe, or 1f1b with at most pp - stage micro-batches
+  /// in flight), stage inputs/outputs and their gradients sent over pp_comm, then the ZeRO engine's
+  /// reduction, clipping and update. The loss is normalised once by the global token count and
+  /// broadcast from the last stage. Collective over the grid. Throws Error if the loss or gradient
+  /// is not finite.
   StepResult train_step();
 
   /// Mean validation loss: the whole split in consecutive windows (eval_iters = 0), or eval_iters
@@ -80,16 +86,20 @@ class Trainer {
   void load_checkpoint(const std::string& path);
 
  private:
+  void load_micro_batch(std::int64_t first_sample, int stash);
   Config cfg_;
   const ProcessGrid& grid_;
   const TokenDataset& data_;
   ParamLayout layout_;
+  int n_micro_;    // micro-batches per step on this dp rank
+  int n_stash_;    // micro-batches in flight at once (pipeline schedule)
   Gpt<T> gpt_;
-  std::unique_ptr<Communicator> shard_comm_, replicate_comm_;
+  std::unique_ptr<Communicator> shard_comm_, replicate_comm_, tied_comm_;
   std::unique_ptr<ZeroEngine<T>> engine_;
   Sampler sampler_;
   LrSchedule schedule_;
-  Kokkos::View<token_t*, MemSpace> tokens_, targets_;
+  Kokkos::View<token_t*, MemSpace> tokens_, targets_;  // n_stash_ micro-batches
+  TrackedBuffer<T> send_buf_;  // backward: the input gradient in flight to the previous stage
   std::int64_t step_ = 0;
   std::int64_t consumed_samples_ = 0;
 };

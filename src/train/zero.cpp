@@ -53,17 +53,16 @@ struct Geometry {
       max_piece = std::max(max_piece, s);
       max_unit = std::max(max_unit, n);
     }
-    // Slots: the embedding unit, the head unit, and two alternating for the others.
-    const int E = sched.fwd_params.front().front();
-    const int H = sched.fwd_params.back().front();
+    // Slots: one for each unit of the embedding and head segments, two alternating for block units.
     slot_of.assign(static_cast<size_t>(U), 0);
+    const auto& special = sched.special_units;
     int k = 0;
     for (int u = 0; u < U; ++u) {
-      if (u == E) slot_of[static_cast<size_t>(u)] = 0;
-      else if (u == H) slot_of[static_cast<size_t>(u)] = 1;
-      else slot_of[static_cast<size_t>(u)] = 2 + (k++ % 2);
+      auto it = std::find(special.begin(), special.end(), u);
+      slot_of[static_cast<size_t>(u)] =
+          it != special.end() ? static_cast<int>(it - special.begin()) : static_cast<int>(special.size()) + (k++ % 2);
     }
-    slot_size.assign(4, 0);
+    slot_size.assign(special.size() + 2, 0);
     for (int u = 0; u < U; ++u) {
       const std::int64_t sz = opt.stage == 3 ? s_u[static_cast<size_t>(u)] * S : units[static_cast<size_t>(u)].numel;
       auto& cur = slot_size[static_cast<size_t>(slot_of[static_cast<size_t>(u)])];
@@ -117,9 +116,9 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
 
 template <class T>
 ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, const TrainConfig& train,
-                          const ZeroOptions& opt, Communicator& shard_comm, Communicator& replicate_comm)
-    : layout_(layout), sched_(sched), opt_(opt), shard_(shard_comm), repl_(replicate_comm),
-      S_(shard_comm.size()), r_(shard_comm.rank()) {
+                          const ZeroOptions& opt, Communicator& shard_comm, const ZeroComms& comms)
+    : layout_(layout), sched_(sched), opt_(opt), shard_(shard_comm), comms_(comms), S_(shard_comm.size()),
+      r_(shard_comm.rank()) {
   if (opt.stage < 0 || opt.stage > 3) throw ConfigError("ZeRO stage must be 0..3");
   if ((opt.bf16_params || opt.bf16_reduce) && !std::is_same_v<T, float>)
     throw ConfigError("bf16 parameters or reduction need [train] dtype = float");
@@ -155,16 +154,16 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
   if (opt.bf16_reduce && opt.stage < 2)
     reduce_h_ = TrackedBuffer<bf16_t>("trident::zero::reduce_bf16", g.max_padded + g.max_piece, MemCategory::comm);
   if (g.need_slots(opt)) {
-    slots_.resize(4);
-    for (size_t s = 0; s < 4; ++s) {
+    slots_.resize(g.slot_size.size());
+    for (size_t s = 0; s < slots_.size(); ++s) {
       slots_[s].compute = TrackedBuffer<T>("trident::zero::slot", g.slot_size[s], MemCategory::gathered);
       if (opt.stage == 3 && opt.bf16_params)
         slots_[s].staging = TrackedBuffer<bf16_t>("trident::zero::slot_bf16", g.slot_size[s], MemCategory::gathered);
     }
   }
   if (opt.stage >= 2) {
-    gslots_.resize(4);
-    for (size_t s = 0; s < 4; ++s) {
+    gslots_.resize(g.slot_size.size());
+    for (size_t s = 0; s < gslots_.size(); ++s) {
       std::int64_t gsz = opt.stage == 3 ? g.slot_size[s] : 0;
       if (opt.stage == 2)
         for (size_t u = 0; u < slot_of_.size(); ++u)
@@ -178,6 +177,13 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
     }
   }
   gslot_in_use_.assign(layout.units().size(), -1);
+  tied_unit_ = comms.tied != nullptr && comms.tied->size() > 1 ? layout.tied_unit() : -1;
+  for (const Piece& p : owned_)
+    for (const TensorSpec& t : layout.tensors()) {
+      if (!t.canonical) continue;
+      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.valid);
+      if (a < b) norm_pieces_.push_back({a, b - a, p.local_offset + (a - p.flat_offset)});
+    }
 }
 
 template <class T>
@@ -188,7 +194,7 @@ void ZeroEngine<T>::initialize(std::uint64_t seed) {
       const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
       if (a < b)
         init_tensor_range<T>(View1<T>(master_ + p.local_offset + (a - p.flat_offset), static_cast<size_t>(b - a)), t,
-                             a - t.offset, seed);
+                             a - t.offset, layout_.part().tp_size, layout_.part().tp_rank, seed);
     }
   refresh_params();
 }
@@ -415,16 +421,27 @@ void ZeroEngine<T>::finish_gradients() {
     }
   }
   // HSDP: every replica group reduced its own micro-batches; sum the shards across groups.
-  if (opt_.stage >= 1 && repl_.size() > 1) repl_.all_reduce(grads_shard_.data(), static_cast<size_t>(local_size_));
+  if (opt_.stage >= 1 && comms_.replicate != nullptr && comms_.replicate->size() > 1)
+    comms_.replicate->all_reduce(grads_shard_.data(), static_cast<size_t>(local_size_));
+  // Tied embedding: the first stage's wte unit and the last stage's copy have equal pieces; the
+  // gradient of the shared weight is the sum of both stages' contributions.
+  if (tied_unit_ >= 0) {
+    const auto u = static_cast<size_t>(tied_unit_);
+    if (opt_.stage == 0)
+      comms_.tied->all_reduce(grads_full_.data() + layout_.units()[u].offset, static_cast<size_t>(layout_.units()[u].numel));
+    else
+      comms_.tied->all_reduce(grads_shard_.data() + l_u_[u], static_cast<size_t>(s_u_[u]));
+  }
 }
 
 template <class T>
 double ZeroEngine<T>::grad_norm() {
-  if (opt_.stage == 0)
-    return std::sqrt(sum_squares<T>(View1<const T>(grads_full_.data(), static_cast<size_t>(grads_full_.size()))));
+  const T* g = opt_.stage == 0 ? grads_full_.data() : grads_shard_.data();
   double s = 0.0;
-  for (const Piece& p : owned_) s += sum_squares<T>(View1<const T>(grads_shard_.data() + p.local_offset, static_cast<size_t>(p.count)));
-  return std::sqrt(shard_.all_reduce_value(s));
+  for (const Piece& p : norm_pieces_) s += sum_squares<T>(View1<const T>(g + p.local_offset, static_cast<size_t>(p.count)));
+  if (opt_.stage >= 1) s = shard_.all_reduce_value(s);
+  if (comms_.model != nullptr && comms_.model->size() > 1) s = comms_.model->all_reduce_value(s);
+  return std::sqrt(s);
 }
 
 template <class T>
@@ -443,7 +460,7 @@ std::vector<Piece> ZeroEngine<T>::checkpoint_pieces(int dp_size, int dp_rank) co
       const std::int64_t a = std::min(u.numel, piece * dp_rank), b = std::min(u.numel, piece * (dp_rank + 1));
       out.push_back({u.offset + a, b - a, u.offset + a});
     }
-  } else if (repl_.rank() == 0) {
+  } else if (comms_.replicate == nullptr || comms_.replicate->rank() == 0) {
     out = owned_;
   }
   return out;

@@ -56,6 +56,13 @@ struct ZeroOptions {
   static ZeroOptions from(const Config& cfg);
 };
 
+/// The communicators an engine uses besides its shard group.
+struct ZeroComms {
+  Communicator* replicate = nullptr;  ///< HSDP replicas of the same pieces (nullptr or size 1: none)
+  Communicator* model = nullptr;      ///< tp x pp group of equal dp coordinate: completes the global norm
+  Communicator* tied = nullptr;       ///< first and last pipeline stage: sums the tied embedding's gradient
+};
+
 /// Bytes per MemCategory (index = static_cast<int>(MemCategory)).
 using MemoryBytes = std::array<std::int64_t, static_cast<size_t>(MemCategory::count_)>;
 
@@ -63,10 +70,10 @@ template <class T>
 class ZeroEngine final : public UnitProvider<T> {
  public:
   /// Allocates this rank's state. shard_comm: the S ranks that split each unit (dp_comm without
-  /// HSDP); replicate_comm: the ranks holding the same pieces in other groups (size 1 without
-  /// HSDP). Local (no communication until initialize()).
+  /// HSDP); comms: the HSDP replicas, the model-parallel group for the norm, and the tied-embedding
+  /// pair of pipeline stages (each optional). Local (no communication until initialize()).
   ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, const TrainConfig& train, const ZeroOptions& opt,
-             Communicator& shard_comm, Communicator& replicate_comm);
+             Communicator& shard_comm, const ZeroComms& comms = ZeroComms{});
 
   /// Bytes by category the constructor allocates on shard rank `shard_rank` of `shard_size`
   /// (the --dry-run prediction; the Gpt's activations are not included). Local, pure.
@@ -81,10 +88,12 @@ class ZeroEngine final : public UnitProvider<T> {
   /// Completes this micro-batch's gradient reductions (stages 2-3). Collective over shard_comm.
   void end_micro_batch();
   /// After the last micro-batch: all-reduce (stage 0) or reduce-scatter (stage 1) the gradient,
-  /// and all-reduce gradient shards across replicas (HSDP). Collective over shard and replicate comms.
+  /// all-reduce gradient shards across replicas (HSDP), and sum the tied embedding's gradient over
+  /// the first and last pipeline stage (Megatron-LM's embedding group). Collective over those comms.
   void finish_gradients();
-  /// Global gradient norm, every element counted once. Collective over shard_comm; the same value
-  /// on every rank.
+  /// Global gradient norm, every element of the model counted once (canonical tensors only: not a
+  /// tp replica's copy of a replicated tensor, not the tied copy). Collective over shard_comm and
+  /// the model group; the same value on every rank.
   double grad_norm();
   /// AdamW on the owned pieces with learning rate lr and gradient factor grad_scale, then new
   /// working params. Collective over shard_comm (stages 1-2 all-gather).
@@ -137,7 +146,9 @@ class ZeroEngine final : public UnitProvider<T> {
   GptSchedule sched_;
   ZeroOptions opt_;
   Communicator& shard_;
-  Communicator& repl_;
+  ZeroComms comms_;
+  int tied_unit_ = -1;
+  std::vector<Piece> norm_pieces_;     // owned pieces of canonical tensors (local offsets)
   int S_, r_;
   std::vector<std::int64_t> s_u_, l_u_;
   std::vector<Piece> owned_;
@@ -154,7 +165,7 @@ class ZeroEngine final : public UnitProvider<T> {
   TrackedBuffer<bf16_t> reduce_h_;     // stage 0-1 bf16 gradient reduction
   std::vector<Slot> slots_;
   std::vector<GradSlot> gslots_;
-  std::vector<int> slot_of_;           // unit -> slot
+  std::vector<int> slot_of_;           // unit -> slot: one per special unit, then two alternating for blocks
   std::vector<int> gslot_in_use_;      // unit -> grad slot holding it in this micro-batch, or -1
   std::vector<int> order_;
   size_t cursor_ = 0;

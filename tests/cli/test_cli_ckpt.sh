@@ -199,7 +199,8 @@ expect_exit 0 "export ok: 15 tensors in [0-9]+ files, bfloat16" -- \
 
 cp "$c6" "$WORK/tp2.h5"
 "$PY" -c "import h5py, numpy as np, sys; f = h5py.File(sys.argv[1], 'r+'); f.attrs['tp'] = np.int64(2)" "$WORK/tp2.h5"
-expect_exit 1 "tp = 2; export supports tp = 1 checkpoints only" -- \
+# A file that claims tp = 2 but indexes one piece: refused, naming the tensor it cannot complete.
+expect_exit 1 "does not hold all of param of tensor 'transformer.wte.weight' \(tp piece 1" -- \
   "$TRIDENT" ckpt export --format safetensors --output "$WORK/hf_tp2" "$WORK/tp2.h5"
 
 echo "$FAILED failed"

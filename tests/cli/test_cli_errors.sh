@@ -25,8 +25,12 @@ expect_exit 2 "n_embd = 30 is not divisible by \[model\] n_head = 4" -- \
 expect_exit 2 "does not match the number of ranks \(2\)" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.dp=3
 expect_exit 2 "micro-batches must be whole" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.micro_batch_size=3
-expect_exit 2 "data parallelism only" -- \
-  "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.tp=2
+expect_exit 2 "tp = 2 does not divide \[model\] n_head = 3" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.tp=2 --model.n_head=3 --model.n_embd=33
+expect_exit 2 "pp_layers = 1,2 must list pp = 2 counts summing to \[model\] n_layer = 2" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.pp=2 --parallel.pp_layers=1,2
+expect_exit 2 "pp_schedule = zigzag: expected 1f1b or gpipe" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --parallel.pp_schedule=zigzag
 expect_exit 2 "zero_stage = 4 must be 0, 1, 2 or 3" -- "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=4
 expect_exit 2 "shard_group_size = 3 does not divide dp = 2" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=3 --parallel.shard_group_size=3

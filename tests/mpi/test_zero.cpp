@@ -122,8 +122,7 @@ TEST(Zero, WeightDecayOnlyOnMatricesAcrossPieceBoundaries) {
   const Config cfg = config(rt.world_size(), {"--parallel.zero_stage=3"});
   const ParamLayout layout = ParamLayout::gpt(cfg.model);
   const GptSchedule sched = GptSchedule::make(layout, cfg.model);
-  auto self = rt.self().split(0, 0, "replicate");
-  ZeroEngine<double> z(layout, sched, cfg.train, ZeroOptions::from(cfg), rt.world(), *self);
+  ZeroEngine<double> z(layout, sched, cfg.train, ZeroOptions::from(cfg), rt.world());
   z.initialize(5);
   std::vector<double> before(z.master(), z.master() + z.local_size());
   z.begin_step();  // gradient zero: AdamW's only effect is the decoupled decay

@@ -239,14 +239,14 @@ TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
   for (int i = 0; i < B * T; ++i) tok(i) = ids[i];
   Buffer<double> out("out", B * T * C);
   auto loss = [&] {
-    embedding_forward<double>(v2(out, B * T, C), View1<const token_t>(tok.data(), B * T), v2(wte, V, C),
+    embedding_forward<double>(v2(out, B * T, C), View1<const token_t>(tok.data(), B * T), v2(wte, V, C), 0, V,
                               v2(wpe, Tmax, C), B, T);
     return dot(out, R);
   };
   loss();
   Buffer<double> dwte("dwte", V * C), dwpe("dwpe", Tmax * C);
   embedding_backward<double>(v2(dwte, V, C), v2(dwpe, Tmax, C), v2(R, B * T, C),
-                             View1<const token_t>(tok.data(), B * T), B, T);
+                             View1<const token_t>(tok.data(), B * T), 0, V, B, T);
   expect_gradient("embedding dwte", wte.data(), dwte.data(), V * C, loss);
   expect_gradient("embedding dwpe", wpe.data(), dwpe.data(), Tmax * C, loss);
 }
