@@ -401,6 +401,8 @@ std::vector<std::int32_t> CheckpointReader::int_array(const std::string& name) c
   return v;
 }
 
+bool CheckpointReader::has(const std::string& name) const { return h5::exists(impl_->file, "/" + name); }
+
 int CheckpointReader::find_tensor(const std::string& name) const {
   for (size_t i = 0; i < tensors_.size(); ++i)
     if (tensors_[i].name == name) return static_cast<int>(i);

@@ -98,6 +98,8 @@ class CheckpointReader {
   std::string attr_string(const std::string& name) const;
   std::string text(const std::string& name) const;
   std::vector<std::int32_t> int_array(const std::string& name) const;
+  /// True when the file has a dataset (or group) at "/" + name.
+  bool has(const std::string& name) const;
 
   DataType dtype() const { return dtype_; }
   const std::vector<std::string>& kinds() const { return kinds_; }

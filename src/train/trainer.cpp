@@ -7,7 +7,6 @@
 #include "kernels/elementwise.hpp"
 #include "parallel/agree.hpp"
 #include "train/checkpoint_dir.hpp"
-#include "train/checkpoint_reshard.hpp"
 #include "train/metrics.hpp"
 #include "train/perf.hpp"
 #include "trident_version.hpp"
@@ -53,31 +52,14 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
     : cfg_(cfg),
       grid_(grid),
       data_(data),
-      layout_(ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks,
-                               ModelPart::make(cfg.model, cfg.parallel, grid.tp_rank(), grid.pp_rank()))),
+      state_(cfg, grid),
       n_micro_(micro_batches(cfg)),
       n_stash_(stashes(cfg, grid.pp_rank())),
-      gpt_(cfg.model, layout_, &grid.tp_comm(), static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size,
-           cfg.train.activation_checkpointing == "block", n_stash_),
+      gpt_(cfg.model, state_.layout(), &grid.tp_comm(), static_cast<int>(cfg.train.micro_batch_size),
+           cfg.model.block_size, cfg.train.activation_checkpointing == "block", n_stash_),
       sampler_(static_cast<std::uint64_t>(cfg.train.seed), data.size("train"), cfg.model.block_size),
       tokens_("trident::tokens", static_cast<size_t>(n_stash_ * cfg.train.micro_batch_size * cfg.model.block_size)),
       targets_("trident::targets", static_cast<size_t>(n_stash_ * cfg.train.micro_batch_size * cfg.model.block_size)) {
-  // HSDP: groups of S consecutive dp ranks share the pieces of a unit (shard_comm); the ranks at
-  // the same position of every group hold the same pieces (replicate_comm).
-  const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : grid.dp_size();
-  const int d = grid.dp_rank();
-  shard_comm_ = grid.dp_comm().split(d / S, d, "dp_shard");
-  replicate_comm_ = grid.dp_comm().split(d % S, d, "dp_replicate");
-  // The tied embedding lives on the first and the last pipeline stage.
-  const bool ends = grid.pp_rank() == 0 || grid.pp_rank() == grid.pp_size() - 1;
-  tied_comm_ = grid.pp_comm().split(ends ? 0 : 1 + grid.pp_rank(), grid.pp_rank(), "pp_tied");
-  ZeroComms comms;
-  comms.replicate = replicate_comm_.get();
-  comms.model = &grid.mp_comm();
-  comms.tied = ends ? tied_comm_.get() : nullptr;
-  engine_ = std::make_unique<ZeroEngine<T>>(layout_, gpt_.schedule(), cfg.train, ZeroOptions::from(cfg), *shard_comm_,
-                                            comms);
-  engine_->initialize(static_cast<std::uint64_t>(cfg.train.seed));
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
@@ -89,24 +71,22 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
 
 template <class T>
 std::vector<T> Trainer<T>::master_copy() const {
-  return std::vector<T>(engine_->master(), engine_->master() + engine_->local_size());
+  const ZeroEngine<T>& z = state_.engine();
+  return std::vector<T>(z.master(), z.master() + z.local_size());
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_copy() const {
-  const auto& b = engine_->optimizer().exp_avg();
+  const auto& b = state_.engine().optimizer().exp_avg();
   return std::vector<T>(b.data(), b.data() + b.size());
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_sq_copy() const {
-  const auto& b = engine_->optimizer().exp_avg_sq();
+  const auto& b = state_.engine().optimizer().exp_avg_sq();
   return std::vector<T>(b.data(), b.data() + b.size());
 }
 template <class T>
 std::int64_t Trainer<T>::comm_bytes() const {
-  return grid_.dp_comm().stats().total_bytes() + shard_comm_->stats().total_bytes() +
-         replicate_comm_->stats().total_bytes() + grid_.tp_comm().stats().total_bytes() +
-         grid_.pp_comm().stats().total_bytes() + tied_comm_->stats().total_bytes() +
-         grid_.mp_comm().stats().total_bytes();
+  return state_.comm_bytes();
 }
 
 template <class T>
@@ -137,7 +117,7 @@ StepResult Trainer<T>::train_step() {
   const bool first = grid_.pp_rank() == 0, last = grid_.pp_rank() == grid_.pp_size() - 1;
   const int pp = grid_.pp_size(), stage = grid_.pp_rank(), M = n_micro_;
   Communicator& ppc = grid_.pp_comm();
-  ZeroEngine<T>& zero = *engine_;
+  ZeroEngine<T>& zero = state_.engine();
   zero.begin_step();
 
   double loss_sum = 0.0, busy = 0.0;
@@ -265,7 +245,7 @@ EvalResult Trainer<T>::evaluate() {
     const std::size_t act = len * static_cast<size_t>(cfg_.model.n_embd);
     if (!first) ppc.recv(gpt_.stage_input(0).data(), act, dtype_of<T>(), grid_.pp_rank() - 1, 0);
     View1<const token_t> tv(tokens_.data(), len), gv(targets_.data(), len);
-    loss_sum += gpt_.forward(*engine_, tv, last ? gv : View1<const token_t>(), static_cast<int>(rows), T_,
+    loss_sum += gpt_.forward(state_.engine(), tv, last ? gv : View1<const token_t>(), static_cast<int>(rows), T_,
                              ForwardContext{}, /*for_backward=*/false, 0);
     if (!last) ppc.send(gpt_.stage_output(0).data(), act, dtype_of<T>(), grid_.pp_rank() + 1, 0);
   }
@@ -278,150 +258,32 @@ EvalResult Trainer<T>::evaluate() {
 }
 
 template <class T>
-void Trainer<T>::write_checkpoint(const std::string& path) {
-  const ModelConfig& m = cfg_.model;
-  ZeroEngine<T>& zero = *engine_;
-  CheckpointWrite w;
-  // The index lists the whole model's tensors (global shapes), identically on every rank.
-  const ParamLayout full = ParamLayout::gpt(m, cfg_.parallel.unit_blocks);
-  for (const TensorSpec& t : full.tensors())
-    w.tensors.push_back(CkptTensor{t.name, t.global_shape, t.split_dim, t.split_groups});
-  w.kinds = {"param", "exp_avg", "exp_avg_sq"};
-  w.dtype = dtype_of<T>();
-  w.int_attrs = {{"step", step_},
-                 {"consumed_samples", consumed_samples_},
-                 {"adam_step", zero.optimizer().step_count()},
-                 {"seed", cfg_.train.seed},
-                 {"max_steps", cfg_.train.max_steps},
-                 {"warmup_steps", cfg_.train.warmup_steps},
-                 {"global_batch_size", cfg_.train.global_batch_size},
-                 {"dp", grid_.dp_size()},
-                 {"tp", grid_.tp_size()},
-                 {"pp", grid_.pp_size()},
-                 {"world_size", grid_.world_size()},
-                 {"zero_stage", cfg_.parallel.zero_stage},
-                 {"shard_group_size", shard_comm_->size()},
-                 {"model_n_layer", m.n_layer},
-                 {"model_n_head", m.n_head},
-                 {"model_n_embd", m.n_embd},
-                 {"model_block_size", m.block_size},
-                 {"model_vocab_size", m.vocab_size},
-                 {"model_bias", m.bias ? 1 : 0},
-                 {"created_unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
-  w.double_attrs = {{"lr", cfg_.train.lr},
-                    {"min_lr", cfg_.train.min_lr},
-                    {"last_lr", step_ > 0 ? schedule_.at(step_ - 1) : 0.0},
-                    {"beta1", cfg_.train.beta1},
-                    {"beta2", cfg_.train.beta2},
-                    {"eps", cfg_.train.eps},
-                    {"weight_decay", cfg_.train.weight_decay},
-                    {"model_dropout", m.dropout}};
-  w.string_attrs = {{"code_version", std::string(TRIDENT_VERSION_STRING) + " (git " + TRIDENT_GIT_COMMIT + ")"},
-                    {"deck_name", cfg_.deck_name},
-                    {"tokenizer", data_.info().tokenizer},
-                    {"param_dtype", cfg_.train.param_dtype}};
-  w.texts = {{"config", cfg_.to_ini()}};
-  if (!data_.info().vocab.empty()) w.int_arrays["tokenizer/vocab"] = data_.info().vocab;
-  w.rank_state_columns = {"consumed_samples", "data_seed", "rng_seed", "rng_step"};
-  w.rank_state = {consumed_samples_, cfg_.train.seed, cfg_.train.seed, step_};
+RunState Trainer<T>::run_state() const {
+  RunState r;
+  r.step = step_;
+  r.consumed_samples = consumed_samples_;
+  r.last_lr = step_ > 0 ? schedule_.at(step_ - 1) : 0.0;
+  r.tokenizer = data_.info().tokenizer;
+  r.vocab = data_.info().vocab;
+  return r;
+}
 
-  // This rank's shard: the pieces it writes (each element of the model by exactly one rank), of
-  // the fp32 master weights and both moments alike.
-  w.shard.world_rank = grid_.world_rank();
-  w.shard.pp = grid_.pp_rank();
-  w.shard.dp = grid_.dp_rank();
-  w.shard.tp = grid_.tp_rank();
-  const std::vector<Piece> pieces = zero.checkpoint_pieces(grid_.dp_size(), grid_.dp_rank());
-  std::int64_t len = 0;
-  // Only canonical elements are written: not a tp replica's copy of a replicated tensor, not the
-  // tied copy, not vocabulary padding. Each element of the model is written by exactly one rank.
-  std::vector<Piece> runs;  // what this shard holds, in shard order (local offsets into master)
-  for (const Piece& p : pieces)
-    for (const TensorSpec& t : layout_.tensors()) {
-      if (!t.canonical) continue;
-      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.valid);
-      if (a >= b) continue;
-      const int gi = full.find(t.name);
-      w.segments.push_back(CkptSegment{static_cast<std::int32_t>(gi), t.split_dim < 0 ? 0 : grid_.tp_rank(), 0,
-                                       a - t.offset, len, b - a});
-      runs.push_back(Piece{a, b - a, p.local_offset + (a - p.flat_offset)});
-      len += b - a;
-    }
-  w.shard.length = len;
-  std::vector<T> param(static_cast<size_t>(len)), m1(static_cast<size_t>(len)), m2(static_cast<size_t>(len));
-  auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
-  auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg().view());
-  auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg_sq().view());
-  std::int64_t pos = 0;
-  for (const Piece& p : runs) {
-    std::copy(p_h.data() + p.local_offset, p_h.data() + p.local_offset + p.count, param.begin() + pos);
-    std::copy(m_h.data() + p.local_offset, m_h.data() + p.local_offset + p.count, m1.begin() + pos);
-    std::copy(v_h.data() + p.local_offset, v_h.data() + p.local_offset + p.count, m2.begin() + pos);
-    pos += p.count;
-  }
-  w.arrays = {param.data(), m1.data(), m2.data()};
-  write_checkpoint_file(path, grid_.world_comm(), w);
+template <class T>
+CheckpointSnapshot Trainer<T>::snapshot() const {
+  return state_.snapshot(run_state());
+}
+
+template <class T>
+void Trainer<T>::write_checkpoint(const std::string& path) {
+  const CheckpointSnapshot snap = snapshot();
+  write_checkpoint_file(path, grid_.world_comm(), snap.write);
 }
 
 template <class T>
 void Trainer<T>::load_checkpoint(const std::string& path) {
-  CheckpointReader rd(path, grid_.world_comm());
-  const ModelConfig& m = cfg_.model;
-  ZeroEngine<T>& zero = *engine_;
-  run_agreed(grid_.world_comm(), "cannot resume from '" + path + "'", [&] {
-    const std::pair<const char*, std::int64_t> model_keys[] = {
-        {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
-        {"block_size", m.block_size}, {"vocab_size", m.vocab_size}, {"bias", m.bias ? 1 : 0}};
-    for (const auto& [key, want] : model_keys) {
-      const std::int64_t have = rd.attr_int(std::string("model_") + key);
-      if (have != want)
-        throw CheckpointError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
-                              " in the checkpoint, " + std::to_string(want) + " in this run");
-    }
-    for (const TensorSpec& t : layout_.tensors()) {
-      const int k = rd.find_tensor(t.name);
-      if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
-      if (rd.tensors()[k].shape != t.global_shape) throw CheckpointError("tensor '" + t.name + "' has another shape");
-    }
-    for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
-      if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())
-        throw CheckpointError(std::string("it holds no '") + kind + "' arrays");
-    if (rd.dtype() != dtype_of<T>())
-      log::warn("checkpoint '%s' holds %s values; converting to this run's [train] dtype = %s (resume is not bitwise)",
-                path.c_str(), rd.dtype() == DataType::f64 ? "float64" : "float32", cfg_.train.dtype.c_str());
-    if (rd.attr_int("seed") != cfg_.train.seed)
-      log::warn("checkpoint seed %lld differs from [train] seed = %lld: data order and dropout continue with the new seed",
-                static_cast<long long>(rd.attr_int("seed")), static_cast<long long>(cfg_.train.seed));
-    if (rd.attr_int("global_batch_size") != cfg_.train.global_batch_size)
-      log::warn("[train] global_batch_size changed from %lld to %lld since the checkpoint",
-                static_cast<long long>(rd.attr_int("global_batch_size")),
-                static_cast<long long>(cfg_.train.global_batch_size));
-  });
-  run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
-    // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
-    // put them (the index maps tensors to shards; read_tensor_piece maps tp pieces), so any
-    // dp x tp x pp layout and ZeRO stage can resume any other.
-    auto p_h = Kokkos::create_mirror_view(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
-    auto m_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg().view());
-    auto v_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg_sq().view());
-    for (const Piece& p : zero.owned())
-      for (const TensorSpec& t : layout_.tensors()) {
-        const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
-        if (a >= b) continue;
-        const std::int64_t dst = p.local_offset + (a - p.flat_offset);
-        const int P = grid_.tp_size(), r = grid_.tp_rank();
-        read_tensor_piece(rd, "param", t, P, r, a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
-        read_tensor_piece(rd, "exp_avg", t, P, r, a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
-        read_tensor_piece(rd, "exp_avg_sq", t, P, r, a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
-      }
-    Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
-    Kokkos::deep_copy(zero.optimizer().exp_avg().view(), m_h);
-    Kokkos::deep_copy(zero.optimizer().exp_avg_sq().view(), v_h);
-    step_ = rd.attr_int("step");
-    consumed_samples_ = rd.attr_int("consumed_samples");
-    zero.optimizer().set_step_count(rd.attr_int("adam_step"));
-  });
-  zero.refresh_params();
+  const RunState r = state_.load(path);
+  step_ = r.step;
+  consumed_samples_ = r.consumed_samples;
 }
 
 template class Trainer<float>;

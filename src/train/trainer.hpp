@@ -21,6 +21,7 @@
 #include "model/gpt.hpp"
 #include "parallel/process_grid.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/model_state.hpp"
 #include "train/zero.hpp"
 
 #include <cstdint>
@@ -56,8 +57,8 @@ class Trainer {
   std::int64_t step() const { return step_; }
   std::int64_t consumed_samples() const { return consumed_samples_; }
   const Config& config() const { return cfg_; }
-  const ParamLayout& layout() const { return layout_; }
-  ZeroEngine<T>& engine() { return *engine_; }
+  const ParamLayout& layout() const { return state_.layout(); }
+  ZeroEngine<T>& engine() { return state_.engine(); }
   /// This rank's master weights, AdamW moments (local arrays of the engine), for tests.
   std::vector<T> master_copy() const;
   std::vector<T> exp_avg_copy() const;
@@ -78,8 +79,13 @@ class Trainer {
   EvalResult evaluate();
 
   /// Writes this run's state into a new checkpoint file at `path` (collective over the grid):
-  /// each rank its dp shard of parameters and AdamW moments, plus the index and restart metadata.
+  /// each rank its shard of master weights and AdamW moments, plus the index and restart metadata.
   void write_checkpoint(const std::string& path);
+  /// This rank's part of a checkpoint of the current step, in host memory it owns (for a
+  /// background writer). Local.
+  CheckpointSnapshot snapshot() const;
+  /// Step, data position, last LR and tokenizer: what a checkpoint records besides the model.
+  RunState run_state() const;
 
   /// Restores parameters, moments, step and data position from `path`. Collective over the grid.
   /// Throws CheckpointError (collective) when the file belongs to another model or layout.
@@ -90,12 +96,10 @@ class Trainer {
   Config cfg_;
   const ProcessGrid& grid_;
   const TokenDataset& data_;
-  ParamLayout layout_;
+  ModelState<T> state_;
   int n_micro_;    // micro-batches per step on this dp rank
   int n_stash_;    // micro-batches in flight at once (pipeline schedule)
   Gpt<T> gpt_;
-  std::unique_ptr<Communicator> shard_comm_, replicate_comm_, tied_comm_;
-  std::unique_ptr<ZeroEngine<T>> engine_;
   Sampler sampler_;
   LrSchedule schedule_;
   Kokkos::View<token_t*, MemSpace> tokens_, targets_;  // n_stash_ micro-batches

@@ -116,7 +116,9 @@ class ZeroEngine final : public UnitProvider<T> {
   /// of the model is written by exactly one rank.
   std::vector<Piece> checkpoint_pieces(int dp_size, int dp_rank) const;
   T* master() { return master_; }
+  const T* master() const { return master_; }
   AdamW<T>& optimizer() { return *adam_; }
+  const AdamW<T>& optimizer() const { return *adam_; }
   std::int64_t local_size() const { return local_size_; }
   int stage() const { return opt_.stage; }
 

@@ -1,0 +1,213 @@
+#include "train/model_state.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "parallel/agree.hpp"
+#include "train/checkpoint_reshard.hpp"
+#include "trident_version.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <ctime>
+
+namespace trident {
+
+std::int64_t CheckpointSnapshot::bytes() const {
+  std::int64_t n = 0;
+  for (const auto& s : storage) n += static_cast<std::int64_t>(s.size());
+  return n;
+}
+
+template <class T>
+ModelState<T>::ModelState(const Config& cfg, const ProcessGrid& grid)
+    : cfg_(cfg),
+      grid_(grid),
+      layout_(ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks,
+                               ModelPart::make(cfg.model, cfg.parallel, grid.tp_rank(), grid.pp_rank()))) {
+  // HSDP: groups of S consecutive dp ranks share the pieces of a unit (shard_comm); the ranks at
+  // the same position of every group hold the same pieces (replicate_comm).
+  const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : grid.dp_size();
+  const int d = grid.dp_rank();
+  shard_comm_ = grid.dp_comm().split(d / S, d, "dp_shard");
+  replicate_comm_ = grid.dp_comm().split(d % S, d, "dp_replicate");
+  // The tied embedding lives on the first and the last pipeline stage.
+  const bool ends = grid.pp_rank() == 0 || grid.pp_rank() == grid.pp_size() - 1;
+  tied_comm_ = grid.pp_comm().split(ends ? 0 : 1 + grid.pp_rank(), grid.pp_rank(), "pp_tied");
+  ZeroComms comms;
+  comms.replicate = replicate_comm_.get();
+  comms.model = &grid.mp_comm();
+  comms.tied = ends ? tied_comm_.get() : nullptr;
+  engine_ = std::make_unique<ZeroEngine<T>>(layout_, GptSchedule::make(layout_, cfg.model), cfg.train,
+                                            ZeroOptions::from(cfg), *shard_comm_, comms);
+  engine_->initialize(static_cast<std::uint64_t>(cfg.train.seed));
+}
+
+template <class T>
+std::int64_t ModelState<T>::comm_bytes() const {
+  return grid_.dp_comm().stats().total_bytes() + shard_comm_->stats().total_bytes() +
+         replicate_comm_->stats().total_bytes() + grid_.tp_comm().stats().total_bytes() +
+         grid_.pp_comm().stats().total_bytes() + tied_comm_->stats().total_bytes() +
+         grid_.mp_comm().stats().total_bytes();
+}
+
+template <class T>
+CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
+  const ModelConfig& m = cfg_.model;
+  const ZeroEngine<T>& zero = *engine_;
+  CheckpointSnapshot snap;
+  CheckpointWrite& w = snap.write;
+  // The index lists the whole model's tensors (global shapes), identically on every rank.
+  const ParamLayout full = ParamLayout::gpt(m, cfg_.parallel.unit_blocks);
+  for (const TensorSpec& t : full.tensors())
+    w.tensors.push_back(CkptTensor{t.name, t.global_shape, t.split_dim, t.split_groups});
+  w.kinds = {"param", "exp_avg", "exp_avg_sq"};
+  w.dtype = dtype_of<T>();
+  w.int_attrs = {{"step", run.step},
+                 {"consumed_samples", run.consumed_samples},
+                 {"adam_step", zero.optimizer().step_count()},
+                 {"seed", cfg_.train.seed},
+                 {"max_steps", cfg_.train.max_steps},
+                 {"warmup_steps", cfg_.train.warmup_steps},
+                 {"global_batch_size", cfg_.train.global_batch_size},
+                 {"dp", grid_.dp_size()},
+                 {"tp", grid_.tp_size()},
+                 {"pp", grid_.pp_size()},
+                 {"world_size", grid_.world_size()},
+                 {"zero_stage", cfg_.parallel.zero_stage},
+                 {"shard_group_size", shard_comm_->size()},
+                 {"model_n_layer", m.n_layer},
+                 {"model_n_head", m.n_head},
+                 {"model_n_embd", m.n_embd},
+                 {"model_block_size", m.block_size},
+                 {"model_vocab_size", m.vocab_size},
+                 {"model_bias", m.bias ? 1 : 0},
+                 {"created_unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
+  w.double_attrs = {{"lr", cfg_.train.lr},
+                    {"min_lr", cfg_.train.min_lr},
+                    {"last_lr", run.last_lr},
+                    {"beta1", cfg_.train.beta1},
+                    {"beta2", cfg_.train.beta2},
+                    {"eps", cfg_.train.eps},
+                    {"weight_decay", cfg_.train.weight_decay},
+                    {"model_dropout", m.dropout}};
+  w.string_attrs = {{"code_version", std::string(TRIDENT_VERSION_STRING) + " (git " + TRIDENT_GIT_COMMIT + ")"},
+                    {"deck_name", cfg_.deck_name},
+                    {"tokenizer", run.tokenizer},
+                    {"param_dtype", cfg_.train.param_dtype}};
+  w.texts = {{"config", cfg_.to_ini()}};
+  if (!run.vocab.empty()) w.int_arrays["tokenizer/vocab"] = run.vocab;
+  w.rank_state_columns = {"consumed_samples", "data_seed", "rng_seed", "rng_step"};
+  w.rank_state = {run.consumed_samples, cfg_.train.seed, cfg_.train.seed, run.step};
+
+  // This rank's shard: the pieces it writes (each element of the model by exactly one rank), of
+  // the fp32 master weights and both moments alike.
+  w.shard.world_rank = grid_.world_rank();
+  w.shard.pp = grid_.pp_rank();
+  w.shard.dp = grid_.dp_rank();
+  w.shard.tp = grid_.tp_rank();
+  const std::vector<Piece> pieces = zero.checkpoint_pieces(grid_.dp_size(), grid_.dp_rank());
+  std::int64_t len = 0;
+  // Only canonical elements are written: not a tp replica's copy of a replicated tensor, not the
+  // tied copy, not vocabulary padding. Each element of the model is written by exactly one rank.
+  std::vector<Piece> runs;  // what this shard holds, in shard order (local offsets into master)
+  for (const Piece& p : pieces)
+    for (const TensorSpec& t : layout_.tensors()) {
+      if (!t.canonical) continue;
+      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.valid);
+      if (a >= b) continue;
+      const int gi = full.find(t.name);
+      w.segments.push_back(CkptSegment{static_cast<std::int32_t>(gi), t.split_dim < 0 ? 0 : grid_.tp_rank(), 0,
+                                       a - t.offset, len, b - a});
+      runs.push_back(Piece{a, b - a, p.local_offset + (a - p.flat_offset)});
+      len += b - a;
+    }
+  w.shard.length = len;
+  // Host copies the snapshot owns: the live buffers keep changing while a background thread writes.
+  snap.storage.assign(3, std::vector<char>(static_cast<size_t>(len) * sizeof(T)));
+  T* param = reinterpret_cast<T*>(snap.storage[0].data());
+  T* m1 = reinterpret_cast<T*>(snap.storage[1].data());
+  T* m2 = reinterpret_cast<T*>(snap.storage[2].data());
+  auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<const T>(zero.master(), static_cast<size_t>(zero.local_size())));
+  auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg().view());
+  auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg_sq().view());
+  std::int64_t pos = 0;
+  for (const Piece& p : runs) {
+    std::copy(p_h.data() + p.local_offset, p_h.data() + p.local_offset + p.count, param + pos);
+    std::copy(m_h.data() + p.local_offset, m_h.data() + p.local_offset + p.count, m1 + pos);
+    std::copy(v_h.data() + p.local_offset, v_h.data() + p.local_offset + p.count, m2 + pos);
+    pos += p.count;
+  }
+  w.arrays = {param, m1, m2};
+  return snap;
+}
+
+template <class T>
+RunState ModelState<T>::load(const std::string& path) {
+  CheckpointReader rd(path, grid_.world_comm());
+  const ModelConfig& m = cfg_.model;
+  ZeroEngine<T>& zero = *engine_;
+  RunState run;
+  run_agreed(grid_.world_comm(), "cannot resume from '" + path + "'", [&] {
+    const std::pair<const char*, std::int64_t> model_keys[] = {
+        {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
+        {"block_size", m.block_size}, {"vocab_size", m.vocab_size}, {"bias", m.bias ? 1 : 0}};
+    for (const auto& [key, want] : model_keys) {
+      const std::int64_t have = rd.attr_int(std::string("model_") + key);
+      if (have != want)
+        throw CheckpointError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
+                              " in the checkpoint, " + std::to_string(want) + " in this run");
+    }
+    for (const TensorSpec& t : layout_.tensors()) {
+      const int k = rd.find_tensor(t.name);
+      if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
+      if (rd.tensors()[k].shape != t.global_shape) throw CheckpointError("tensor '" + t.name + "' has another shape");
+    }
+    for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
+      if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())
+        throw CheckpointError(std::string("it holds no '") + kind + "' arrays");
+    if (rd.dtype() != dtype_of<T>())
+      log::warn("checkpoint '%s' holds %s values; converting to this run's [train] dtype = %s (resume is not bitwise)",
+                path.c_str(), rd.dtype() == DataType::f64 ? "float64" : "float32", cfg_.train.dtype.c_str());
+    if (rd.attr_int("seed") != cfg_.train.seed)
+      log::warn("checkpoint seed %lld differs from [train] seed = %lld: data order and dropout continue with the new seed",
+                static_cast<long long>(rd.attr_int("seed")), static_cast<long long>(cfg_.train.seed));
+    if (rd.attr_int("global_batch_size") != cfg_.train.global_batch_size)
+      log::warn("[train] global_batch_size changed from %lld to %lld since the checkpoint",
+                static_cast<long long>(rd.attr_int("global_batch_size")),
+                static_cast<long long>(cfg_.train.global_batch_size));
+  });
+  run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
+    // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
+    // put them (the index maps tensors to shards; read_tensor_piece maps tp pieces), so any
+    // dp x tp x pp layout and ZeRO stage can resume any other.
+    auto p_h = Kokkos::create_mirror_view(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
+    auto m_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg().view());
+    auto v_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg_sq().view());
+    for (const Piece& p : zero.owned())
+      for (const TensorSpec& t : layout_.tensors()) {
+        const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
+        if (a >= b) continue;
+        const std::int64_t dst = p.local_offset + (a - p.flat_offset);
+        const int P = grid_.tp_size(), r = grid_.tp_rank();
+        read_tensor_piece(rd, "param", t, P, r, a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
+        read_tensor_piece(rd, "exp_avg", t, P, r, a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
+        read_tensor_piece(rd, "exp_avg_sq", t, P, r, a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
+      }
+    Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
+    Kokkos::deep_copy(zero.optimizer().exp_avg().view(), m_h);
+    Kokkos::deep_copy(zero.optimizer().exp_avg_sq().view(), v_h);
+    run.step = rd.attr_int("step");
+    run.consumed_samples = rd.attr_int("consumed_samples");
+    run.last_lr = rd.has_attr("last_lr") ? rd.attr_double("last_lr") : 0.0;
+    run.tokenizer = rd.has_attr("tokenizer") ? rd.attr_string("tokenizer") : "";
+    if (rd.has("tokenizer/vocab")) run.vocab = rd.int_array("tokenizer/vocab");
+    zero.optimizer().set_step_count(rd.attr_int("adam_step"));
+  });
+  zero.refresh_params();
+  return run;
+}
+
+template class ModelState<float>;
+template class ModelState<double>;
+
+}  // namespace trident

@@ -1,0 +1,69 @@
+// train/model_state.hpp: one rank's part of the model state -- its layout (pipeline stage and
+// tensor-parallel piece), its communicators and its ZeRO engine -- and the conversion of that
+// state to and from checkpoints.
+//
+// Layer: train. Used by the Trainer (with a model and data around it) and by `trident ckpt
+// reshard` (without either).
+// Invariants: a snapshot is a host copy taken at a step boundary and owns its memory, so it can be
+// written by a background thread while training changes the live state; each element of the model
+// is in exactly one rank's snapshot (canonical elements of the pieces the rank writes).
+#pragma once
+
+#include "core/config.hpp"
+#include "io/checkpoint_file.hpp"
+#include "model/gpt.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/zero.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+/// What a checkpoint records about the run besides the model state.
+struct RunState {
+  std::int64_t step = 0;              ///< optimizer steps done
+  std::int64_t consumed_samples = 0;  ///< position of the data stream
+  double last_lr = 0.0;               ///< learning rate of the last update
+  std::string tokenizer;              ///< char | byte | gpt2
+  std::vector<std::int32_t> vocab;    ///< tokenizer vocabulary (empty for gpt2)
+};
+
+/// A checkpoint's worth of one rank, in host memory it owns. `write.arrays` point into `storage`.
+struct CheckpointSnapshot {
+  CheckpointWrite write;
+  std::vector<std::vector<char>> storage;
+  std::int64_t bytes() const;
+};
+
+template <class T>
+class ModelState {
+ public:
+  /// Builds this rank's layout, communicators and ZeRO engine for `cfg` (validated, vocab
+  /// resolved) and initialises the parameters from [train] seed. Collective over the grid.
+  ModelState(const Config& cfg, const ProcessGrid& grid);
+
+  const ParamLayout& layout() const { return layout_; }
+  ZeroEngine<T>& engine() { return *engine_; }
+  const ZeroEngine<T>& engine() const { return *engine_; }
+  /// Bytes this rank sent over all communicators it uses (ring model).
+  std::int64_t comm_bytes() const;
+
+  /// A host copy of this rank's part of a checkpoint at `run`. Local.
+  CheckpointSnapshot snapshot(const RunState& run) const;
+  /// Restores master weights, moments and the optimizer step from `path`, written at any layout
+  /// and ZeRO stage, and rebuilds the working parameters. Returns the run state recorded there.
+  /// Collective over the grid. Throws CheckpointError (collective) for another model.
+  RunState load(const std::string& path);
+
+ private:
+  Config cfg_;
+  const ProcessGrid& grid_;
+  ParamLayout layout_;
+  std::unique_ptr<Communicator> shard_comm_, replicate_comm_, tied_comm_;
+  std::unique_ptr<ZeroEngine<T>> engine_;
+};
+
+}  // namespace trident
