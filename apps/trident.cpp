@@ -23,7 +23,8 @@ options:
   -h, --help     this text; `trident <command> --help` documents each command
   --version      print the version
 
-Exit status: 0 success (also an early stop on request), 1 runtime error, 2 bad deck or usage.
+Exit status: 0 success (also an early stop on request), 1 runtime error, 2 bad deck or usage,
+3 stopped on SIGUSR1/SIGTERM after writing a checkpoint (the job script requeues).
 )";
 
 }  // namespace

@@ -107,6 +107,16 @@ class Schema {
     add("checkpoint", "keep", &c.checkpoint.keep, "number of committed checkpoints to keep");
     add("checkpoint", "save_final", &c.checkpoint.save_final,
         "write a checkpoint at the end of the run and when stopping early (false: benchmarks only)");
+    add("checkpoint", "async", &c.checkpoint.async,
+        "copy the state to host memory at the step boundary and write it in a background thread");
+    add("checkpoint", "on_error", &c.checkpoint.on_error,
+        "when a save fails (disk full, I/O error): stop (exit 1) or continue training; the previous "
+        "checkpoint is intact either way");
+    add("checkpoint", "file_locking", &c.checkpoint.file_locking,
+        "HDF5 file locking when writing; false for file systems without lock support (as "
+        "HDF5_USE_FILE_LOCKING=FALSE)");
+    add("checkpoint", "verify_on_resume", &c.checkpoint.verify_on_resume,
+        "verify checksums before resuming and fall back to the newest checkpoint that is complete");
   }
 
   const po::options_description& desc() const { return desc_; }
@@ -359,6 +369,8 @@ void validate(Config& c, int world_size) {
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");
   require_at_least<std::int64_t>(c.checkpoint.interval, 0, "checkpoint", "interval");
   require_at_least<std::int64_t>(c.checkpoint.keep, 1, "checkpoint", "keep");
+  require_config(c.checkpoint.on_error == "stop" || c.checkpoint.on_error == "continue",
+                 kv("checkpoint", "on_error", c.checkpoint.on_error) + ": expected stop or continue");
   if (t.out_dir.empty()) t.out_dir = "runs/" + (c.deck_name.empty() ? std::string("trident") : c.deck_name);
 }
 

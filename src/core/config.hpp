@@ -78,6 +78,10 @@ struct CheckpointConfig {
   std::int64_t interval = 0;  ///< 0: only at the end of the run (and on early stop)
   std::int64_t keep = 3;      ///< how many committed checkpoints to keep
   bool save_final = true;     ///< write a checkpoint at the end of the run and on an early stop
+  bool async = false;         ///< write checkpoints in a background thread while training goes on
+  std::string on_error = "stop";  ///< a failed save: stop (exit 1) or continue training
+  bool file_locking = true;   ///< HDF5 file locking while writing (false for file systems without flock)
+  bool verify_on_resume = true;  ///< check checksums before resuming; fall back to an older checkpoint
 };
 
 /// The whole input deck.

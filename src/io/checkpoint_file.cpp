@@ -1,5 +1,6 @@
 #include "io/checkpoint_file.hpp"
 
+#include "core/fault.hpp"
 #include "io/hdf5.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/mpi_communicator.hpp"
@@ -145,6 +146,9 @@ void agree_or_throw(Communicator& comm, const Failure& f, const std::string& con
 
 void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w) {
   h5::quiet_errors();
+  // HDF5 is not thread-safe here: an asynchronous save holds the lock for the whole file.
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  fault_point("ckpt.begin");
   const int R = comm.size(), me = comm.rank();
   const std::size_t K = w.kinds.size();
   Failure fail;
@@ -189,6 +193,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     h5::check(H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), MPI_INFO_NULL), "H5Pset_fapl_mpio");
     h5::check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
     h5::check(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
+    if (!w.file_locking) h5::check(H5Pset_file_locking(fapl, false, true), "H5Pset_file_locking");
     file = h5::File(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "cannot create checkpoint file '" + path + "'");
     h5::write_attr(file, "format", std::string("trident-checkpoint"));
     h5::write_attr(file, "format_version", kCheckpointFormatVersion);
@@ -224,6 +229,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
       d_ints[name] = create_dataset(file, "/" + name, H5T_STD_I32LE, {arr.size()});
   });
   agree_or_throw(comm, fail, "cannot create checkpoint '" + path + "'");
+  fault_point("ckpt.created");
 
   // Phase 2 (independent): every rank writes its own rows and shards; rank 0 the global tables.
   fail.run([&] {
@@ -266,6 +272,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
       write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.size(), w.rank_state.data(),
                  "/rank_state");
   });
+  fault_point("ckpt.written");
   // Phase 3 (collective): close every object, flush to stable storage, close the file.
   Failure close_fail;
   close_fail.run([&] {
@@ -283,7 +290,27 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     }
   });
   if (fail.ok && !close_fail.ok) fail = close_fail;
+  fault_point("ckpt.closed");
   agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
+}
+
+void probe_checkpoint_dir(const std::string& dir, bool file_locking) {
+  h5::quiet_errors();
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  const std::string path = dir + "/.trident_probe.h5";
+  h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  if (!file_locking) H5Pset_file_locking(fapl, false, true);
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  if (f < 0) {
+    const std::string why = h5::last_error();
+    const bool lock = why.find("lock") != std::string::npos;
+    throw IoError("cannot write checkpoints in '" + dir + "': " + why +
+                  (lock ? "; this file system does not support HDF5 file locking: set HDF5_USE_FILE_LOCKING=FALSE "
+                          "in the environment or [checkpoint] file_locking = false in the deck"
+                        : ""));
+  }
+  H5Fclose(f);
+  std::remove(path.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -296,6 +323,7 @@ struct CheckpointReader::Impl {
 CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
     : impl_(std::make_unique<Impl>()), path_(path) {
   h5::quiet_errors();
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
   Failure fail;
   fail.run([&] {
     FILE* fp = std::fopen(path.c_str(), "rb");
@@ -365,7 +393,10 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
   agree_or_throw(comm, fail, "cannot use checkpoint");
 }
 
-CheckpointReader::~CheckpointReader() = default;
+CheckpointReader::~CheckpointReader() {
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  impl_.reset();
+}
 
 bool CheckpointReader::has_attr(const std::string& name) const { return h5::has_attr(impl_->file, name); }
 std::int64_t CheckpointReader::attr_int(const std::string& name) const {
@@ -424,6 +455,7 @@ std::vector<std::int64_t> CheckpointReader::rank_state(int shard_row) const {
 
 void CheckpointReader::read(const std::string& kind, int tensor, int tp_rank, std::int64_t offset, std::int64_t count,
                             DataType out_type, void* out) const {
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
   const auto kit = std::find(kinds_.begin(), kinds_.end(), kind);
   if (kit == kinds_.end()) throw CheckpointError("checkpoint '" + path_ + "' holds no '" + kind + "' arrays");
   const int k = static_cast<int>(kit - kinds_.begin());
@@ -459,6 +491,7 @@ void CheckpointReader::read(const std::string& kind, int tensor, int tp_rank, st
 }
 
 std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
+  std::unique_lock<std::recursive_mutex> hdf5_lock(h5::mutex());
   const std::size_t K = kinds_.size();
   const std::size_t es = dtype_size(dtype_);
   std::vector<std::uint64_t> want(shards_.size() * K, 0);

@@ -71,6 +71,7 @@ struct CheckpointWrite {
   std::vector<CkptSegment> segments;                     ///< this rank (their `shard` field is ignored)
   std::vector<const void*> arrays;                       ///< this rank: one per kind, shard.length elements
   std::vector<std::int64_t> rank_state;                  ///< this rank: one value per column
+  bool file_locking = true;                              ///< same on all ranks: HDF5 file locking while writing
 };
 
 /// Writes `w` from every rank of `comm` into a new file at `path` (truncating it). Collective over
@@ -135,6 +136,12 @@ class CheckpointReader {
   std::vector<std::string> rank_state_columns_;
   std::map<std::pair<int, int>, std::vector<int>> by_piece_;  // (tensor, tp_rank) -> segment rows by offset
 };
+
+/// Creates and removes a small HDF5 file in `dir` the way checkpoints are written (file locking
+/// as asked), to find an unwritable directory or a file system without lock support at start-up
+/// rather than at the first save. Local. Throws IoError naming the directory, and for a locking
+/// failure HDF5_USE_FILE_LOCKING and [checkpoint] file_locking.
+void probe_checkpoint_dir(const std::string& dir, bool file_locking);
 
 /// Checkpoint format version this build writes and reads.
 constexpr std::int64_t kCheckpointFormatVersion = 1;

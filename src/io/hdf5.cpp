@@ -4,6 +4,11 @@
 
 namespace trident::h5 {
 
+std::recursive_mutex& mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
 void quiet_errors() {
   static std::once_flag once;
   std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });

@@ -11,10 +11,16 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace trident::h5 {
+
+/// The lock around HDF5 calls. Debian's parallel HDF5 is not built thread-safe, and an
+/// asynchronous checkpoint writes from a background thread: every io entry point that calls HDF5
+/// takes this (recursive) lock.
+std::recursive_mutex& mutex();
 
 /// Turns off HDF5's automatic error printing (once per process); errors become exceptions.
 void quiet_errors();

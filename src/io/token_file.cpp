@@ -51,6 +51,7 @@ struct TokenFileReader::Impl {
 
 TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
   h5::quiet_errors();
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     FILE* fp = std::fopen(path.c_str(), "rb");
     if (fp == nullptr) throw IoError("token file '" + path + "' does not exist or cannot be read");
@@ -87,7 +88,10 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
   }
 }
 
-TokenFileReader::~TokenFileReader() = default;
+TokenFileReader::~TokenFileReader() {
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  impl_.reset();
+}
 
 std::int64_t TokenFileReader::size(const std::string& split) const {
   if (split == "train") return info_.n_train;
@@ -96,6 +100,7 @@ std::int64_t TokenFileReader::size(const std::string& split) const {
 }
 
 void TokenFileReader::read(const std::string& split, std::int64_t offset, std::int64_t count, std::int32_t* out) const {
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
   const std::int64_t n = size(split);
   if (offset < 0 || count < 0 || offset + count > n)
     throw IoError("token file '" + path_ + "': range [" + std::to_string(offset) + ", " + std::to_string(offset + count) +

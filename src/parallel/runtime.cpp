@@ -13,6 +13,12 @@ extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace trident {
 
+bool mpi_thread_multiple() {
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  return level == MPI_THREAD_MULTIPLE;
+}
+
 Runtime::Runtime(int& argc, char**& argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

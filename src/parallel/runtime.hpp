@@ -12,6 +12,10 @@
 
 namespace trident {
 
+/// True when MPI was initialised with MPI_THREAD_MULTIPLE (a background thread may then run its own
+/// collectives on its own communicator). Local.
+bool mpi_thread_multiple();
+
 class Runtime {
  public:
   /// Initialises MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE requested so that a background

@@ -1,6 +1,8 @@
 #include "train/checkpoint_dir.hpp"
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
+#include "io/checkpoint_file.hpp"
 #include "core/log.hpp"
 
 #include <fcntl.h>
@@ -67,6 +69,41 @@ std::optional<std::string> CheckpointDir::latest() const {
   return all.back().second;
 }
 
+std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bool verify) const {
+  // Rank 0's listing decides, so every rank tries the same files in the same order.
+  std::vector<std::string> candidates;
+  std::string joined;
+  if (comm.rank() == 0) {
+    auto all = list();
+    for (auto it = all.rbegin(); it != all.rend(); ++it) joined += it->second + "\n";
+  }
+  std::int64_t n = static_cast<std::int64_t>(joined.size());
+  comm.broadcast(&n, 1, 0);
+  joined.resize(static_cast<size_t>(n));
+  comm.broadcast(joined.data(), joined.size(), DataType::u8, 0);
+  for (size_t a = 0, b; (b = joined.find('\n', a)) != std::string::npos; a = b + 1) candidates.push_back(joined.substr(a, b - a));
+  const auto pointer = latest();
+  for (const std::string& path : candidates) {
+    std::string problem;
+    try {
+      CheckpointReader rd(path, comm);
+      if (verify) {
+        const auto problems = rd.verify(comm);
+        if (!problems.empty()) problem = problems.front();
+      }
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+    if (problem.empty()) {
+      if (pointer && *pointer != path)
+        log::warn("resuming from %s, the newest complete checkpoint (latest names %s)", path.c_str(), pointer->c_str());
+      return path;
+    }
+    log::warn("checkpoint %s is incomplete or damaged (%s); trying an older one", path.c_str(), problem.c_str());
+  }
+  return std::nullopt;
+}
+
 std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
                                   const std::function<void(const std::string&)>& write, std::int64_t keep) const {
   const std::string final_path = path_for(step);
@@ -86,9 +123,11 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
   if (comm.rank() == 0) {
     try {
       fsync_path(tmp, false);
+      fault_point("commit.synced");
       if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
         throw CheckpointError("cannot rename '" + tmp + "' to '" + final_path + "': " + std::strerror(errno));
       fsync_path(dir_, true);
+      fault_point("commit.renamed");
       const std::string latest_tmp = (fs::path(dir_) / "latest.tmp").string();
       {
         std::ofstream out(latest_tmp, std::ios::trunc);
@@ -100,10 +139,12 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
       if (std::rename(latest_tmp.c_str(), (fs::path(dir_) / "latest").c_str()) != 0)
         throw CheckpointError("cannot update '" + dir_ + "/latest': " + std::strerror(errno));
       fsync_path(dir_, true);
+      fault_point("commit.latest");
       // Rotation: the new checkpoint is committed and named by latest; delete the oldest beyond keep.
       auto all = list();
       for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
         if (all[i].second == final_path) continue;
+        fault_point("commit.rotating");
         std::error_code ec;
         fs::remove(all[i].second, ec);
         if (ec) log::warn("could not delete old checkpoint '%s': %s", all[i].second.c_str(), ec.message().c_str());

@@ -32,6 +32,11 @@ class CheckpointDir {
   /// The checkpoint `latest` names, else the newest committed one, else nothing. Local.
   std::optional<std::string> latest() const;
 
+  /// The newest committed checkpoint that opens and (with verify) passes its checksums, trying
+  /// newer files first; each one skipped is reported with its reason on rank 0. Nothing when there
+  /// is none. Collective over comm (the files are opened and verified by all ranks).
+  std::optional<std::string> newest_complete(Communicator& comm, bool verify) const;
+
   /// Runs the protocol above; `write(tmp_path)` must write the file collectively over comm and
   /// throw on every rank on failure. Collective over comm. Returns the committed path. Throws
   /// CheckpointError (collective) when the write or the commit fails; the previous checkpoint

@@ -6,12 +6,16 @@
 #include "io/checkpoint_file.hpp"
 #include "kernels/elementwise.hpp"
 #include "parallel/agree.hpp"
+#include "parallel/runtime.hpp"
+#include "train/async_checkpoint.hpp"
 #include "train/checkpoint_dir.hpp"
+#include "train/signals.hpp"
 #include "train/metrics.hpp"
 #include "train/perf.hpp"
 #include "trident_version.hpp"
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <numeric>
 #include <ctime>
@@ -368,21 +372,31 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   Trainer<T> trainer(cfg, grid, data);
   const CheckpointDir ckdir((fs::path(cfg.train.out_dir) / "checkpoints").string());
 
-  // Resume.
+  // Resume: a given file, or the newest committed checkpoint that is complete (checksums verified;
+  // a damaged or half-written one is reported and skipped).
   std::string resume_from;
   if (opt.resume) {
     if (!opt.resume_path.empty()) {
       resume_from = opt.resume_path;
+      if (cfg.checkpoint.verify_on_resume)
+        run_agreed(world, "", [&] {
+          CheckpointReader rd(resume_from, world);
+          const auto problems = rd.verify(world);
+          if (!problems.empty())
+            throw CheckpointError("checkpoint '" + resume_from + "' is damaged: " + problems.front() +
+                                  " (resume from another one, or set [checkpoint] verify_on_resume = false)");
+        });
     } else {
-      auto latest = ckdir.latest();
-      if (latest) resume_from = *latest;
-      else log::info("resume: no checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
+      auto chosen = ckdir.newest_complete(world, cfg.checkpoint.verify_on_resume);
+      if (chosen) resume_from = *chosen;
+      else log::info("resume: no complete checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
     }
   }
   if (!resume_from.empty()) {
+    Timer t;
     trainer.load_checkpoint(resume_from);
-    log::info("resumed from %s at step %lld (%lld samples consumed)", resume_from.c_str(),
-              static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()));
+    log::info("resumed from %s at step %lld (%lld samples consumed; loaded in %.2f s)", resume_from.c_str(),
+              static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()), t.seconds());
   }
 
   // Run directory: resolved deck and metrics (rank 0 writes, everyone agrees it worked).
@@ -395,6 +409,10 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     if (!deck) throw IoError("cannot write " + (fs::path(cfg.train.out_dir) / "deck.ini").string());
     metrics = std::make_unique<MetricsCsv>((fs::path(cfg.train.out_dir) / "metrics.csv").string(),
                                            resume_from.empty() ? -1 : trainer.step());
+    // Find an unwritable checkpoint directory or a file system without lock support now, not at
+    // the first save hours later.
+    fs::create_directories(ckdir.dir());
+    probe_checkpoint_dir(ckdir.dir(), cfg.checkpoint.file_locking);
   });
 
   const ModelConfig& m = cfg.model;
@@ -439,15 +457,56 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   }
   std::int64_t last_saved = resume_from.empty() ? -1 : trainer.step();
   double last_save_seconds = 0.0, step_seconds_avg = 0.0;
-  auto save = [&](const char* why) {
-    if (!cfg.checkpoint.save_final && std::string(why) != "interval") return;
-    Timer t;
-    const std::string p = ckdir.commit(
-        trainer.step(), world, [&](const std::string& tmp) { trainer.write_checkpoint(tmp); }, cfg.checkpoint.keep);
-    last_save_seconds = t.seconds();
-    last_saved = trainer.step();
-    log::info("checkpoint: %s (%s, %.2f s)", p.c_str(), why, last_save_seconds);
+  // Asynchronous saves need a thread that may do MPI; without MPI_THREAD_MULTIPLE they are synchronous.
+  std::unique_ptr<AsyncCheckpointWriter> writer;
+  if (cfg.checkpoint.async) {
+    if (mpi_thread_multiple()) writer = std::make_unique<AsyncCheckpointWriter>(world);
+    else log::warn("[checkpoint] async = true needs MPI_THREAD_MULTIPLE, which this MPI does not provide: saving synchronously");
+  }
+  // A failed save ends the run, or with [checkpoint] on_error = continue is reported and training
+  // goes on; the previous checkpoint is intact either way (commit protocol of CheckpointDir).
+  auto handle_failure = [&](const CheckpointError& e, std::int64_t step) {
+    if (cfg.checkpoint.on_error != "continue") throw;
+    log::warn("checkpoint of step %lld failed: %s; training continues ([checkpoint] on_error = continue), the last "
+              "good checkpoint is %s",
+              static_cast<long long>(step), e.what(), last_saved >= 0 ? ckdir.path_for(last_saved).c_str() : "none");
   };
+  auto finish_async = [&] {
+    if (!writer || !writer->busy()) return;
+    try {
+      const auto r = writer->wait();
+      last_saved = std::max(last_saved, r.step);
+      log::info("checkpoint: %s written in the background in %.2f s (%.1f MiB on rank 0)", r.path.c_str(), r.seconds,
+                static_cast<double>(r.bytes) / (1024.0 * 1024.0));
+    } catch (const CheckpointError& e) {
+      handle_failure(e, trainer.step());
+    }
+  };
+  auto save = [&](const char* why, bool sync) {
+    if (!cfg.checkpoint.save_final && std::string(why) != "interval") return;
+    finish_async();
+    Timer t;
+    try {
+      CheckpointSnapshot snap = trainer.snapshot();
+      snap.write.file_locking = cfg.checkpoint.file_locking;
+      if (writer && !sync) {
+        writer->start(ckdir, trainer.step(), std::move(snap), cfg.checkpoint.keep);
+        last_save_seconds = t.seconds();
+        log::info("checkpoint: step %lld (%s) snapshot in %.3f s, writing in the background",
+                  static_cast<long long>(trainer.step()), why, last_save_seconds);
+        return;
+      }
+      const std::string p = ckdir.commit(
+          trainer.step(), world, [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); },
+          cfg.checkpoint.keep);
+      last_save_seconds = t.seconds();
+      last_saved = trainer.step();
+      log::info("checkpoint: %s (%s, %.2f s)", p.c_str(), why, last_save_seconds);
+    } catch (const CheckpointError& e) {
+      handle_failure(e, trainer.step());
+    }
+  };
+  install_stop_signal_handlers();
 
   Timer run_timer;
   const std::int64_t first_step = trainer.step();
@@ -495,10 +554,20 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     }
     if (metrics) metrics->write(row);
 
-    if (cfg.checkpoint.interval > 0 && r.step % cfg.checkpoint.interval == 0) save("interval");
+    if (cfg.checkpoint.interval > 0 && r.step % cfg.checkpoint.interval == 0) save("interval", false);
+    // Preemption: a SIGUSR1/SIGTERM on any rank stops every rank after this step, with a checkpoint.
+    const int sig = world.all_reduce_value<std::int32_t>(stop_signal_received(), ReduceOp::max);
+    if (sig != 0) {
+      finish_async();
+      if (last_saved != r.step) save("signal", true);
+      log::info("stopping after step %lld on %s; exit status %d asks the job script to requeue",
+                static_cast<long long>(r.step), sig == SIGTERM ? "SIGTERM" : "SIGUSR1", kExitRequeue);
+      return kExitRequeue;
+    }
     if (last) break;
     if (cfg.train.stop_at_step > 0 && r.step >= cfg.train.stop_at_step) {
-      if (last_saved != r.step) save("stop_at_step");
+      finish_async();
+      if (last_saved != r.step) save("stop_at_step", true);
       log::info("stopping after step %lld as [train] stop_at_step asks; continue with --resume",
                 static_cast<long long>(r.step));
       return 0;
@@ -509,14 +578,16 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       std::int32_t stop = wall.seconds() + need > cfg.train.time_limit_min * 60.0 ? 1 : 0;
       world.broadcast(&stop, 1, 0);
       if (stop) {
-        if (last_saved != r.step) save("time limit");
+        finish_async();
+        if (last_saved != r.step) save("time limit", true);
         log::info("stopping after step %lld: [train] time_limit_min = %g is near; continue with --resume",
                   static_cast<long long>(r.step), cfg.train.time_limit_min);
         return 0;
       }
     }
   }
-  if (last_saved != trainer.step()) save("end of run");
+  finish_async();
+  if (last_saved != trainer.step()) save("end of run", true);
   const double secs = run_timer.seconds();
   log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",
             static_cast<long long>(first_step + 1), static_cast<long long>(trainer.step()), secs,

@@ -6,7 +6,7 @@ FAILED=0
 TRIDENT="${TRIDENT:?set TRIDENT to the trident executable}"
 MPIEXEC="${MPIEXEC:-mpiexec}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/trident-cli-XXXXXX")"
-trap 'rm -rf "$WORK"' EXIT
+[ -n "${KEEP_WORK:-}" ] || trap 'rm -rf "$WORK"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 
 # expect_exit CODE PATTERN -- CMD...: CMD must exit with CODE and print PATTERN (grep -E) on stdout/stderr.

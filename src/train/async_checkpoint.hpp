@@ -1,0 +1,57 @@
+// train/async_checkpoint.hpp: writing checkpoints in a background thread while training goes on.
+//
+// Layer: train. At a step boundary the trainer takes a snapshot (a host copy it owns, see
+// model_state.hpp); the writer thread then runs the whole commit protocol of CheckpointDir on a
+// communicator of its own (a duplicate of the world), so its collectives never mix with the
+// training thread's. MPI must provide MPI_THREAD_MULTIPLE; HDF5 calls are serialised by the io
+// layer's lock (token reads of an uncached dataset wait while a save runs).
+// Invariants: at most one save in flight; start() and wait() are collective, so every rank learns
+// the outcome of a save at the same step; a failed save raises the same CheckpointError everywhere.
+#pragma once
+
+#include "parallel/communicator.hpp"
+#include "train/checkpoint_dir.hpp"
+#include "train/model_state.hpp"
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace trident {
+
+class AsyncCheckpointWriter {
+ public:
+  /// Duplicates `world` for the writer thread. Collective over world.
+  explicit AsyncCheckpointWriter(const Communicator& world);
+  /// Waits for a save in flight (its error, if any, is dropped: call wait() to see it).
+  ~AsyncCheckpointWriter();
+  AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
+  AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
+
+  struct Result {
+    bool done = false;      ///< a save finished (false: none was in flight)
+    std::string path;       ///< the committed checkpoint
+    std::int64_t step = 0;
+    double seconds = 0;     ///< wall time of the background write and commit
+    std::int64_t bytes = 0; ///< this rank's snapshot bytes
+  };
+
+  /// Starts committing `snap` as checkpoint `step` of `dir` in the background (keeping `keep`).
+  /// Call wait() first if a save may be in flight. Local (the thread's collectives are over the
+  /// duplicate, run by every rank's thread).
+  void start(const CheckpointDir& dir, std::int64_t step, CheckpointSnapshot snap, std::int64_t keep);
+  /// Waits for the save in flight and returns its result; rethrows its CheckpointError (collective:
+  /// every rank throws the same). Local wait; the outcome is the same on every rank.
+  Result wait();
+  bool busy() const { return thread_.joinable(); }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  std::thread thread_;
+  std::exception_ptr error_;
+  Result result_;
+  CheckpointSnapshot snap_;
+};
+
+}  // namespace trident

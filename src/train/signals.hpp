@@ -1,0 +1,24 @@
+// train/signals.hpp: stopping cleanly when the batch system says the job must end.
+//
+// Layer: train (POSIX signals). Slurm sends SIGTERM at preemption and at the time limit (then
+// SIGKILL after KillWait), and `sbatch --signal=...` can send SIGUSR1 earlier; the job script
+// forwards them to the ranks. The handler only records the signal (async-signal-safe); the trainer
+// agrees on it at the next step boundary (an all-reduce), so every rank stops after the same step,
+// writes a checkpoint and exits with kExitRequeue. A second signal during that save changes
+// nothing: the flag is already set and the save completes (or the last checkpoint stays intact).
+#pragma once
+
+namespace trident {
+
+/// Exit status of a run that stopped on SIGUSR1/SIGTERM after writing a checkpoint: the job
+/// script requeues the job (jobscripts/train.sbatch).
+constexpr int kExitRequeue = 3;
+
+/// Installs the SIGUSR1 and SIGTERM handlers and ignores SIGXFSZ. Local; idempotent.
+void install_stop_signal_handlers();
+/// The number of the last stop signal received since installation, or 0. Local.
+int stop_signal_received();
+/// Forgets a received signal (tests). Local.
+void clear_stop_signal();
+
+}  // namespace trident
