@@ -7,6 +7,12 @@
 
 #include <xxhash.h>
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -142,6 +148,29 @@ void agree_or_throw(Communicator& comm, const Failure& f, const std::string& con
   });
 }
 
+/// Makes sure `bytes` can be written next to `path`: allocates a scratch file of that size and
+/// removes it (fallocate; where the file system does not support it, compares with statvfs).
+/// Throws IoError naming the directory and the sizes.
+void reserve_space(const std::string& path, std::int64_t bytes) {
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+  const std::string scratch = dir + "/.trident_reserve";
+  const int fd = ::open(scratch.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  if (fd < 0) throw IoError("cannot create a file in '" + dir + "': " + std::strerror(errno));
+  int err = ::fallocate(fd, 0, 0, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  ::close(fd);
+  ::unlink(scratch.c_str());
+  if (err == EOPNOTSUPP || err == ENOSYS) {
+    struct statvfs st {};
+    if (::statvfs(dir.c_str(), &st) != 0) return;  // cannot tell: let the write find out
+    const auto avail = static_cast<std::int64_t>(st.f_bavail) * static_cast<std::int64_t>(st.f_frsize);
+    err = avail >= bytes ? 0 : ENOSPC;
+  }
+  if (err != 0)
+    throw IoError("not enough space in '" + dir + "' for a checkpoint of " + std::to_string(bytes >> 20) + " MiB: " +
+                  std::strerror(err));
+}
+
 }  // namespace
 
 void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w) {
@@ -182,6 +211,22 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     s.tp = shards[r].tp;
     return s.name();
   };
+
+  // Reserve the space first (rank 0, agreed by all): parallel HDF5 cannot back out of a write
+  // that fails on some ranks only -- a rank that hits ENOSPC inside a collective metadata flush
+  // leaves the others waiting in it -- so a full disk must be found before the file exists.
+  {
+    // Data, index rows, ~2 KiB of HDF5 object headers per dataset, 64 KiB for the rest, 2% slack.
+    std::int64_t bytes = 64 << 10;
+    for (const ShardRow& sh : shards)
+      bytes += sh.length * static_cast<std::int64_t>(dtype_size(w.dtype) * K) + static_cast<std::int64_t>(K) * 2048 + 64;
+    bytes += n_segments * static_cast<std::int64_t>(sizeof(SegmentRow));
+    bytes += bytes / 50;
+    fail.run([&] {
+      if (me == 0) reserve_space(path, bytes);
+    });
+    agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
+  }
 
   h5::File file;
   h5::Dataset d_tensors, d_shards, d_segments, d_checksums, d_state;

@@ -118,7 +118,16 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
   if (!comm.all_true(err.empty()))
     throw CheckpointError(err.empty() ? "cannot create checkpoint directory '" + dir_ + "'" : err, true);
 
-  write(tmp);  // collective; throws on every rank on failure
+  try {
+    write(tmp);  // collective; throws on every rank on failure
+  } catch (const Error&) {
+    // A half-written file only takes space (on a full disk, the space the next save needs).
+    if (comm.rank() == 0) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+    throw;
+  }
 
   if (comm.rank() == 0) {
     try {

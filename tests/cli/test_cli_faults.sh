@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Checkpoints that survive anything, at 2 ranks:
+#  1. a rank killed (SIGKILL, fault injection) at each point of the save and commit sequence, for
+#     the 1st, 2nd or 3rd save, with synchronous and asynchronous saves and at ZeRO-3: every trial
+#     resumes from the newest complete checkpoint and ends bitwise equal to an uninterrupted run;
+#  2. a file-size limit (ulimit -f: writes fail with EFBIG like a full disk) during saves: every
+#     rank reports it, the run stops (on_error = stop) or goes on (continue), nothing hangs, and the
+#     previous checkpoint stays intact;
+#  3. a corrupted dataset, a truncated file and a missing `latest` target in the newest
+#     checkpoint: the resume falls back to the previous complete one, saying so.
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+PY=/usr/bin/python3
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+deck() {  # deck FILE OUT_DIR
+  tiny_deck "$1" "$2" "$WORK/tok.h5"
+  sed -i 's/^max_steps = 6/max_steps = 8/; s/^interval = 3/interval = 2/; s/^keep = 5/keep = 2/; s/^eval_interval = 3/eval_interval = 0/' "$1"
+}
+run() { timeout -k 10 120 "$MPIEXEC" -n 2 "$TRIDENT" train "$@"; }
+same_as_reference() {  # same_as_reference DIR: losses and final state bitwise equal to the reference run
+  cmp -s <(cut -d, -f1-5 "$WORK/ref/metrics.csv") <(cut -d, -f1-5 "$1/metrics.csv") &&
+    "$TRIDENT" ckpt diff "$WORK/ref/checkpoints/step_00000008.h5" "$1/checkpoints/step_00000008.h5" >/dev/null
+}
+
+deck "$WORK/ref.ini" "$WORK/ref"
+run --config "$WORK/ref.ini" >/dev/null 2>&1 || { echo "reference run failed"; exit 1; }
+deck "$WORK/ref3.ini" "$WORK/ref3"
+run --config "$WORK/ref3.ini" --parallel.zero_stage=3 >/dev/null 2>&1 || { echo "reference ZeRO-3 run failed"; exit 1; }
+
+# ---- 1. kill a rank inside a save ----------------------------------------------------------------
+trial=0
+kill_trial() {  # kill_trial POINT VISIT RANK EXTRA_ARGS...
+  local point=$1 visit=$2 rank=$3; shift 3
+  trial=$((trial + 1))
+  local dir="$WORK/t$trial" ref="$WORK/ref" out rc
+  for a in "$@"; do [ "$a" = "--parallel.zero_stage=3" ] && ref="$WORK/ref3"; done
+  deck "$WORK/t$trial.ini" "$dir"
+  out="$(TRIDENT_FAULT="$point:$visit" TRIDENT_FAULT_RANK="$rank" run --config "$WORK/t$trial.ini" "$@" 2>&1)"; rc=$?
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+    echo "FAIL trial $trial ($point:$visit rank $rank $*): the injected kill did not end the run (exit $rc)"
+    FAILED=$((FAILED + 1)); return
+  fi
+  out="$(run --config "$WORK/t$trial.ini" "$@" --resume 2>&1)"; rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "FAIL trial $trial ($point:$visit): resume exited $rc"; echo "$out" | tail -3 | sed 's/^/    /'
+    FAILED=$((FAILED + 1)); return
+  fi
+  local from; from="$(grep -o 'resumed from [^ ]*' <<<"$out" | sed 's|.*/||')"
+  if cmp -s <(cut -d, -f1-5 "$ref/metrics.csv") <(cut -d, -f1-5 "$dir/metrics.csv") &&
+     "$TRIDENT" ckpt diff "$ref/checkpoints/step_00000008.h5" "$dir/checkpoints/step_00000008.h5" >/dev/null; then
+    echo "ok   trial $trial: killed rank $rank at $point:$visit $*; resumed from ${from:-scratch}; bitwise equal"
+  else
+    echo "FAIL trial $trial ($point:$visit $*): not equal to the uninterrupted run"; FAILED=$((FAILED + 1))
+  fi
+}
+for point in ckpt.begin ckpt.created ckpt.written ckpt.closed; do
+  for visit in 1 2 3; do kill_trial "$point" "$visit" $((visit % 2)); done
+done
+for point in commit.synced commit.renamed commit.latest; do
+  for visit in 1 3; do kill_trial "$point" "$visit" 0; done
+done
+kill_trial commit.rotating 1 0
+kill_trial ckpt.written 2 1 --checkpoint.async=true
+kill_trial commit.renamed 2 0 --checkpoint.async=true
+kill_trial ckpt.created 2 0 --parallel.zero_stage=3
+kill_trial commit.latest 3 0 --parallel.zero_stage=3 --checkpoint.async=true
+check "at least 20 kill trials ran" test "$trial" -ge 20
+
+# ---- 2. the disk fills up during a save (a tmpfs holding 1.6 checkpoints) -------------------------
+# The save at step 2 fits; the one at step 4 runs out of space (ENOSPC) while step 2 is still there.
+if [ "$(id -u)" -eq 0 ] && mkdir -p "$WORK/full/checkpoints" &&
+   mount -t tmpfs -o size=$(( $(stat -c %s "$WORK/ref/checkpoints/step_00000008.h5") * 16 / 10 / 1024 ))k tmpfs \
+     "$WORK/full/checkpoints" 2>/dev/null; then
+  trap 'umount "$WORK/full/checkpoints" 2>/dev/null; rm -rf "$WORK"' EXIT
+  deck "$WORK/full.ini" "$WORK/full"
+  expect_exit 1 "checkpoint .*(No space left on device|not written)" -- run --config "$WORK/full.ini"
+  check "the previous checkpoint verifies after the failed save" "$TRIDENT" ckpt verify "$WORK/full/checkpoints/step_00000002.h5"
+  check "latest still names the last good checkpoint" grep -qx "step_00000002.h5" "$WORK/full/checkpoints/latest"
+  check "no half-written file is left" test -z "$(ls "$WORK/full/checkpoints" | grep tmp)"
+  expect_exit 0 "training continues \(\[checkpoint\] on_error = continue\)" -- \
+    run --config "$WORK/full.ini" --resume --checkpoint.on_error=continue
+  check "on_error = continue trained to the end" grep -q "^8," "$WORK/full/metrics.csv"
+  check "the last good checkpoint still verifies" "$TRIDENT" ckpt verify "$WORK/full/checkpoints/step_00000002.h5"
+  umount "$WORK/full/checkpoints"
+else
+  echo "skip disk-full checks: mounting a small tmpfs needs root"
+fi
+
+# ---- 3. damaged newest checkpoints: fall back to the previous complete one -------------------------
+deck "$WORK/dmg.ini" "$WORK/dmg"
+sed -i 's/^keep = 2/keep = 10/' "$WORK/dmg.ini"
+run --config "$WORK/dmg.ini" >/dev/null 2>&1
+"$PY" - "$WORK/dmg/checkpoints/step_00000008.h5" <<'PYEOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    off = f["shards/exp_avg/pp0_dp1_tp0"].id.get_offset()
+with open(sys.argv[1], "r+b") as g:
+    g.seek(off + 64); g.write(b"\x5a" * 32)
+PYEOF
+expect_exit 0 "step_00000008.h5 is incomplete or damaged \(.*fails its checksum\); trying an older one" -- \
+  run --config "$WORK/dmg.ini" --resume
+check "after a corrupted dataset: bitwise equal to the uninterrupted run" same_as_reference "$WORK/dmg"
+head -c 20000 "$WORK/dmg/checkpoints/step_00000008.h5" > "$WORK/short.h5" && mv "$WORK/short.h5" "$WORK/dmg/checkpoints/step_00000008.h5"
+expect_exit 0 "step_00000008.h5 is incomplete or damaged" -- run --config "$WORK/dmg.ini" --resume
+check "after a truncated file: bitwise equal to the uninterrupted run" same_as_reference "$WORK/dmg"
+echo "step_00000099.h5" > "$WORK/dmg/checkpoints/latest"
+rm -f "$WORK/dmg/checkpoints/step_00000008.h5"
+expect_exit 0 "resumed from .*step_00000006.h5" -- run --config "$WORK/dmg.ini" --resume
+check "after a dangling latest: bitwise equal to the uninterrupted run" same_as_reference "$WORK/dmg"
+expect_exit 1 "is damaged" -- bash -c "cp '$WORK/dmg/checkpoints/step_00000006.h5' '$WORK/bad.h5' && \
+  printf 'ZZZZZZZZ' | dd of='$WORK/bad.h5' bs=1 seek=\$(( \$(stat -c %s '$WORK/bad.h5') - 4096 )) conv=notrunc 2>/dev/null; \
+  timeout -k 10 120 '$MPIEXEC' -n 2 '$TRIDENT' train --config '$WORK/dmg.ini' --resume '$WORK/bad.h5'"
+
+echo "$FAILED failed"
+exit "$FAILED"
