@@ -44,7 +44,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
     return 0;
   }
   PrepResult r;
-  run_agreed(rt.world(), "prep failed", [&] {
+  run_agreed(rt.world(), "", [&] {
     if (rt.world_rank() == 0) r = prep_token_file(opt);
   });
   log::info("wrote %s: %s tokenizer, vocab %lld, %lld train + %lld val tokens", opt.output.c_str(), r.tokenizer.c_str(),

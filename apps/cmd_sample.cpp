@@ -8,6 +8,8 @@
 
 #include <boost/program_options.hpp>
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -46,8 +48,8 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
     return 0;
   }
   if (checkpoint.empty()) throw ConfigError("no --checkpoint given (try `trident sample --help`)");
-  if (opt.max_new_tokens < 0 || opt.top_k < 0 || opt.temperature < 0 || seed < 0)
-    throw ConfigError("--tokens, --top-k, --temperature and --seed must be >= 0");
+  if (opt.max_new_tokens < 0 || opt.top_k < 0 || !(opt.temperature >= 0) || !std::isfinite(opt.temperature) || seed < 0)
+    throw ConfigError("--tokens, --top-k, --temperature and --seed must be finite and >= 0");
   opt.seed = static_cast<std::uint64_t>(seed);
 
   CheckpointModel cm = load_checkpoint_model(checkpoint, rt.world());
@@ -58,7 +60,10 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
     std::stringstream ss(prompt_ids);
     std::string item;
     while (std::getline(ss, item, ',')) {
-      const long v = std::strtol(item.c_str(), nullptr, 10);
+      long v = -1;
+      const auto res = std::from_chars(item.data(), item.data() + item.size(), v);
+      if (item.empty() || res.ec != std::errc() || res.ptr != item.data() + item.size())
+        throw ConfigError("--prompt-ids: '" + item + "' is not a token id (expected comma-separated integers)");
       if (v < 0 || v >= m.vocab_size) throw ConfigError("--prompt-ids: id " + item + " is outside the vocabulary");
       ids.push_back(static_cast<std::int32_t>(v));
     }
@@ -66,7 +71,9 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
     try {
       ids = tok.encode(prompt);
     } catch (const Error& e) {
-      throw ConfigError(std::string("--prompt: ") + e.what());
+      std::string why = e.what();
+      if (why.find("invalid UTF-8") != std::string::npos) why = "the prompt is not valid UTF-8";
+      throw ConfigError("--prompt: " + why);
     }
   }
   if (ids.empty()) throw ConfigError("the prompt is empty");
@@ -74,8 +81,13 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   const ParamLayout layout = ParamLayout::gpt(m);
   Gpt<float> gpt(m, layout, 1, m.block_size);
   FlatProvider<float> params(layout, cm.store->params().data(), cm.store->grads().data());
-  const auto out = generate(gpt, params, m, ids, opt);
-  std::fputs(tok.decode(out).c_str(), stdout);
+  // The prompt, then each token as it is drawn: long samples show progress.
+  std::fputs(tok.decode(ids).c_str(), stdout);
+  std::fflush(stdout);
+  generate(gpt, params, m, ids, opt, [&tok](std::int32_t id) {
+    std::fputs(tok.decode({id}).c_str(), stdout);
+    std::fflush(stdout);
+  });
   std::fputs("\n", stdout);
   return 0;
 }

@@ -55,7 +55,13 @@ int main(int argc, char** argv) {
     if (e.collective()) return e.exit_code();
     trident::Runtime::abort(e.exit_code());
   } catch (const std::exception& e) {
-    trident::log::error("trident %s: internal error: %s", cmd.c_str(), e.what());
+    const std::string what = e.what();
+    if (what.find("allocat") != std::string::npos)
+      trident::log::error("trident %s: error: out of memory (%s); `trident train --dry-run N` shows the memory per "
+                          "rank: raise [parallel] zero_stage, add ranks, or lower the micro-batch",
+                          cmd.c_str(), what.c_str());
+    else
+      trident::log::error("trident %s: internal error: %s", cmd.c_str(), e.what());
     trident::Runtime::abort(1);
   }
 }

@@ -15,7 +15,8 @@ fi
 tools/install_deps.sh
 tools/build.sh
 mkdir -p data
-if [ ! -f data/shakespeare_char.h5 ]; then
+# Tokenise again when a text is given explicitly (it may differ from the one the file came from).
+if [ ! -f data/shakespeare_char.h5 ] || [ $# -ge 1 ]; then
   build/bin/trident prep --tokenizer char --output data/shakespeare_char.h5 "$text"
 fi
 # shellcheck disable=SC2086

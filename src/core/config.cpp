@@ -52,7 +52,7 @@ class Schema {
     add("model", "vocab_size", &m.vocab_size, "vocabulary size V; 0 = take it from the token file");
     add("model", "bias", &m.bias, "biases in Linear and LayerNorm layers");
     add("model", "dropout", &m.dropout, "dropout probability (embedding, attention, residual)");
-    add("parallel", "dp", &dp_text_, "data-parallel size, or auto = ranks / (tp * pp)");
+    add("parallel", "dp", &dp_text_, "data-parallel size, or auto (also 0) = ranks / (tp * pp)");
     add("parallel", "tp", &c.parallel.tp, "tensor-parallel size");
     add("parallel", "pp", &c.parallel.pp, "pipeline-parallel size");
     add("parallel", "zero_stage", &c.parallel.zero_stage,
@@ -203,6 +203,9 @@ Config parse_impl(std::istream& in, const std::string& source, const std::string
 }  // namespace
 
 Config parse_deck(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw ConfigError("deck '" + path + "' is not a file");
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot open deck file '" + path + "'");
   return parse_impl(in, "deck '" + path + "'", std::filesystem::path(path).stem().string(), overrides);
@@ -282,6 +285,17 @@ void require_at_least(T v, T lo, const char* section, const char* key) {
 }  // namespace
 
 void validate(Config& c, int world_size) {
+  {
+    // inf and nan parse as numbers; no key of the deck takes them.
+    Config copy = c;
+    Schema schema(copy);
+    for (const Key& k : schema.keys())
+      if (k.type == type_name<double>()) {
+        const std::string v = k.print();
+        require_config(v.find("inf") == std::string::npos && v.find("nan") == std::string::npos,
+                       kv(k.section.c_str(), k.key.c_str(), v) + " is not a finite number");
+      }
+  }
   ModelConfig& m = c.model;
   require_at_least(m.n_layer, 1, "model", "n_layer");
   require_at_least(m.n_head, 1, "model", "n_head");
@@ -290,6 +304,15 @@ void validate(Config& c, int world_size) {
   require_at_least(m.vocab_size, 0, "model", "vocab_size");
   require_config(m.n_embd % m.n_head == 0, kv("model", "n_embd", format_value(m.n_embd)) +
                                               " is not divisible by [model] n_head = " + format_value(m.n_head));
+  // Sizes beyond these overflow the element counts of the activation buffers long before they fit
+  // in any memory; reject them with a message rather than wrap around.
+  require_config(m.n_layer <= 4096, kv("model", "n_layer", format_value(m.n_layer)) + " is larger than 4096");
+  require_config(m.n_embd <= (1 << 17), kv("model", "n_embd", format_value(m.n_embd)) + " is larger than 131072");
+  require_config(m.block_size <= (1 << 20), kv("model", "block_size", format_value(m.block_size)) + " is larger than 1048576");
+  {
+    const double psi = 12.0 * m.n_layer * double(m.n_embd) * m.n_embd + (double(m.vocab_size) + m.block_size) * m.n_embd;
+    require_config(psi < 1e13, "[model] describes " + format_value(psi) + " parameters, more than 1e13");
+  }
   require_config(m.dropout >= 0.0 && m.dropout < 1.0,
                  kv("model", "dropout", format_value(m.dropout)) + " must be in [0, 1)");
 
@@ -337,6 +360,9 @@ void validate(Config& c, int world_size) {
                  kv("train", "global_batch_size", format_value(t.global_batch_size)) +
                      " is not a multiple of [train] micro_batch_size * dp = " + format_value(t.micro_batch_size) +
                      " * " + std::to_string(p.dp) + ": the number of accumulated micro-batches must be whole");
+  require_config(double(t.micro_batch_size) * m.n_head * double(m.block_size) * m.block_size < 1e15,
+                 "[train] micro_batch_size * [model] n_head * block_size^2 = attention scores of more than 1e15 "
+                 "elements: lower the micro-batch or the context");
   require_at_least<std::int64_t>(t.max_steps, 1, "train", "max_steps");
   require_at_least<std::int64_t>(t.stop_at_step, 0, "train", "stop_at_step");
   require_at_least(t.time_limit_min, 0.0, "train", "time_limit_min");

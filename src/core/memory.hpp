@@ -3,7 +3,7 @@
 // Layer: core (std + Kokkos).
 // Every long-lived allocation (parameters, gradients, optimizer moments, activations,
 // communication buffers, data) is a TrackedBuffer, so the log can report the per-rank peak by
-// category and a dry run can predict it. Kernels never allocate (STYLE.md).
+// category and a dry run can predict it. Kernels never allocate (docs/design.md, Layers).
 // Invariants: the ledger's current bytes equal the sum of live TrackedBuffers of each category.
 #pragma once
 

@@ -5,7 +5,7 @@
 // initialisation is keyed by (seed, tensor name hash, global element index), dropout by
 // (seed, step, site, global element index), data order by (seed, global sample index). Nothing
 // depends on the number of ranks, and there is no RNG state to carry across a restart or a
-// layout change (DESIGN-NOTES.md, "Restart state keyed by global indices").
+// layout change (docs/design.md, "Randomness keyed by global indices").
 // Source: Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11.
 #pragma once
 

@@ -4,7 +4,7 @@
 // Invariants: all tensors are row-major (Kokkos::LayoutRight), like PyTorch, so a (B, T, C)
 // activation is a (B*T, C) matrix without a copy and GEMMs map onto BLAS/cuBLAS directly.
 // Kernels take *unmanaged* views: they never own memory, which is allocated once by the model,
-// the parameter store or the optimizer (STYLE.md: kernels do no long-lived allocation).
+// the parameter store or the optimizer (docs/design.md, Layers: kernels do no long-lived allocation).
 #pragma once
 
 #include <Kokkos_Core.hpp>

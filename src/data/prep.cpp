@@ -70,6 +70,24 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   if (opt.output.empty()) throw ConfigError("prep: no --output file given");
   if (!(opt.val_fraction > 0.0 && opt.val_fraction < 1.0))
     throw ConfigError("prep: --val-fraction must be in (0, 1)");
+  std::error_code ec;
+  for (const auto& p : opt.inputs) {
+    if (std::filesystem::is_directory(p, ec)) throw ConfigError("prep: input '" + p + "' is a directory");
+    if (std::filesystem::exists(opt.output, ec) && std::filesystem::equivalent(p, opt.output, ec))
+      throw ConfigError("prep: --output '" + opt.output + "' is also an input; write the token file elsewhere");
+  }
+  if (std::filesystem::exists(opt.output, ec)) {
+    // Overwrite an earlier token file, never anything else (a checkpoint, a text, a deck).
+    bool token_file = false;
+    try {
+      TokenFileReader probe(opt.output);
+      token_file = true;
+    } catch (const Error&) {
+    }
+    if (!token_file)
+      throw ConfigError("prep: refusing to overwrite '" + opt.output +
+                        "', which is not a Trident token file; remove it or choose another --output");
+  }
   int shards = 0;
   for (const auto& p : opt.inputs) shards += is_llmc_shard(p) ? 1 : 0;
   if (shards != 0 && shards != static_cast<int>(opt.inputs.size()))

@@ -7,7 +7,7 @@
 // network over the next power of four >= n with cycle walking (Black & Rogaway 2002, "Ciphers
 // with arbitrary finite domains", sec. 2), Philox as the round function. Nothing depends on dp,
 // so a run resumed on another layout continues the same sequence, and the restart state is just
-// the step (DESIGN-NOTES.md).
+// the step (docs/design.md).
 #pragma once
 
 #include <cstdint>

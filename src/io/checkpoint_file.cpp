@@ -14,6 +14,7 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -187,6 +188,16 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
       throw Error("write_checkpoint_file: rank_state has the wrong number of columns");
     for (const auto& t : w.tensors)
       if (t.name.size() >= kNameLen || t.shape.size() > 4) throw Error("tensor name or rank too large: " + t.name);
+    // A diverged model must not become `latest` and push good checkpoints out of rotation.
+    for (size_t k = 0; k < K; ++k)
+      for (std::int64_t i = 0; i < w.shard.length; ++i) {
+        const double v = w.dtype == DataType::f64 ? static_cast<const double*>(w.arrays[k])[i]
+                                                  : static_cast<const float*>(w.arrays[k])[i];
+        if (!std::isfinite(v))
+          throw CheckpointError("the model state is not finite (" + w.kinds[k] + " element " + std::to_string(i) +
+                                " of this rank's shard is " + std::to_string(v) +
+                                "): the run has diverged; refusing to write it over good checkpoints");
+      }
   });
   agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
 
@@ -544,6 +555,14 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
   int local_bad = 0;
   try {
     h5::Dataset d(H5Dopen2(impl_->file, "/index/checksums", H5P_DEFAULT), "opening /index/checksums");
+    {
+      h5::Space sp(H5Dget_space(d), "H5Dget_space");
+      hsize_t dims[2] = {0, 0};
+      if (H5Sget_simple_extent_ndims(sp) != 2 || H5Sget_simple_extent_dims(sp, dims, nullptr) != 2 ||
+          dims[0] != shards_.size() || dims[1] != K)
+        throw CheckpointError("/index/checksums does not have one row per shard and one column per kind (" +
+                              std::to_string(shards_.size()) + " x " + std::to_string(K) + ")");
+    }
     if (!want.empty())
       h5::check(H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), "reading /index/checksums");
     std::vector<char> buf;

@@ -1,7 +1,7 @@
 // io/checkpoint_file.hpp: one sharded checkpoint file in parallel HDF5, written by all ranks at once.
 //
 // Layer: io. It stores named, sharded arrays and an index; it knows nothing of the model's classes
-// (STYLE.md), so adding a layer never touches this file. The full specification is
+// (docs/design.md, Layers), so adding a layer never touches this file. The full specification is
 // docs/checkpoint-format.md; in short (format_version 1):
 //
 //   /                      attrs: format = "trident-checkpoint", format_version, dtype, kinds, n_shards,
@@ -76,7 +76,7 @@ struct CheckpointWrite {
 
 /// Writes `w` from every rank of `comm` into a new file at `path` (truncating it). Collective over
 /// comm. All dataset and attribute creation is done by every rank in the same order
-/// (TOOLCHAIN.md); data is written independently. Success is agreed by all-reduce, so either every
+/// (docs/design.md, "Toolchain facts"); data is written independently. Success is agreed by all-reduce, so either every
 /// rank returns or every rank throws CheckpointError (collective) naming the failure of the first
 /// failing rank's view (e.g. "No space left on device").
 void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w);

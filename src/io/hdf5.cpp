@@ -85,6 +85,7 @@ std::string read_attr_string(hid_t obj, const std::string& name) {
   if (H5Tis_variable_str(ft) > 0) {
     Type mt = Type(H5Tcopy(H5T_C_S1), "H5Tcopy");
     H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5Tget_cset(ft));  // h5py writes UTF-8: no conversion path to an ASCII type
     char* p = nullptr;
     check(H5Aread(a, mt, &p), "reading attribute " + name);
     std::string s = p ? p : "";
@@ -94,6 +95,7 @@ std::string read_attr_string(hid_t obj, const std::string& name) {
   const std::size_t n = H5Tget_size(ft);
   std::vector<char> buf(n + 1, '\0');
   Type mt = string_type(n + 1);
+  H5Tset_cset(mt, H5Tget_cset(ft));
   check(H5Aread(a, mt, buf.data()), "reading attribute " + name);
   return std::string(buf.data());
 }
@@ -116,6 +118,7 @@ std::string read_string_dataset(hid_t loc, const std::string& path) {
   if (H5Tis_variable_str(ft) > 0) {
     Type mt(H5Tcopy(H5T_C_S1), "H5Tcopy");
     H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5Tget_cset(ft));
     char* p = nullptr;
     check(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, &p), "reading " + path);
     std::string s = p ? p : "";
@@ -125,6 +128,7 @@ std::string read_string_dataset(hid_t loc, const std::string& path) {
   const std::size_t n = H5Tget_size(ft);
   std::vector<char> buf(n + 1, '\0');
   Type mt = string_type(n + 1);
+  H5Tset_cset(mt, H5Tget_cset(ft));
   check(H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), "reading " + path);
   return std::string(buf.data());
 }

@@ -1,5 +1,5 @@
 // io/hdf5.hpp: RAII handles and checked calls for the HDF5 C API. Internal to the io layer:
-// only io/*.cpp include it (STYLE.md: the only place <hdf5.h> appears).
+// only io/*.cpp include it (docs/design.md, Layers: the only place <hdf5.h> appears).
 //
 // Invariants: every hid_t is owned by exactly one handle and closed once; every failing HDF5 call
 // raises IoError with the innermost message of the HDF5 error stack (e.g. "No such file or
@@ -84,7 +84,7 @@ using Attr = Handle<H5Aclose>;
 Type string_type(std::size_t n);
 
 /// Root-group (or any object's) scalar attributes. Writing is collective in parallel files:
-/// every rank must call with the same value (TOOLCHAIN.md).
+/// every rank must call with the same value (docs/design.md, "Toolchain facts").
 void write_attr(hid_t obj, const std::string& name, std::int64_t v);
 void write_attr(hid_t obj, const std::string& name, double v);
 void write_attr(hid_t obj, const std::string& name, const std::string& v);

@@ -72,6 +72,12 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
                   std::to_string(kTokenFormatVersion));
   info_.tokenizer = h5::read_attr_string(f, "tokenizer");
   info_.vocab_size = h5::read_attr_int(f, "vocab_size");
+  if (info_.tokenizer != "char" && info_.tokenizer != "byte" && info_.tokenizer != "gpt2")
+    throw IoError("token file '" + path + "' names an unknown tokenizer '" + info_.tokenizer +
+                  "' (expected char, byte or gpt2)");
+  if (info_.vocab_size < 1 || info_.vocab_size > 2147483647)
+    throw IoError("token file '" + path + "' has vocab_size " + std::to_string(info_.vocab_size) +
+                  ", outside 1 .. 2^31 - 1");
   if (h5::has_attr(f, "source")) info_.source = h5::read_attr_string(f, "source");
   for (const char* split : {"train", "val"})
     if (!h5::exists(f, split)) throw IoError("token file '" + path + "' has no /" + std::string(split) + " dataset");

@@ -11,7 +11,8 @@ namespace trident {
 
 template <class T>
 std::vector<std::int32_t> generate(Gpt<T>& gpt, UnitProvider<T>& params, const ModelConfig& m,
-                                   std::vector<std::int32_t> ids, const SampleOptions& opt) {
+                                   std::vector<std::int32_t> ids, const SampleOptions& opt,
+                                   const std::function<void(std::int32_t)>& on_token) {
   if (ids.empty()) throw Error("generate: the prompt is empty");
   Kokkos::View<token_t*, MemSpace> tok("trident::generate::tokens", static_cast<size_t>(m.block_size));
   auto tok_h = Kokkos::create_mirror_view(tok);
@@ -52,13 +53,16 @@ std::vector<std::int32_t> generate(Gpt<T>& gpt, UnitProvider<T>& params, const M
       }
     }
     ids.push_back(next);
+    if (on_token) on_token(next);
   }
   return ids;
 }
 
 template std::vector<std::int32_t> generate<float>(Gpt<float>&, UnitProvider<float>&, const ModelConfig&,
-                                                   std::vector<std::int32_t>, const SampleOptions&);
+                                                   std::vector<std::int32_t>, const SampleOptions&,
+                                                   const std::function<void(std::int32_t)>&);
 template std::vector<std::int32_t> generate<double>(Gpt<double>&, UnitProvider<double>&, const ModelConfig&,
-                                                    std::vector<std::int32_t>, const SampleOptions&);
+                                                    std::vector<std::int32_t>, const SampleOptions&,
+                                                    const std::function<void(std::int32_t)>&);
 
 }  // namespace trident

@@ -6,6 +6,7 @@
 #include "model/gpt.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace trident {
@@ -21,8 +22,10 @@ struct SampleOptions {
 /// the last position, restricted to the top_k most likely, with the context cropped to the last
 /// block_size tokens. `gpt` must be built with max_B >= 1 and max_T = block_size. Local.
 /// Throws Error if `ids` is empty.
+/// on_token, when given, is called with each new token as soon as it is drawn (streaming output).
 template <class T>
 std::vector<std::int32_t> generate(Gpt<T>& gpt, UnitProvider<T>& params, const ModelConfig& m,
-                                   std::vector<std::int32_t> ids, const SampleOptions& opt);
+                                   std::vector<std::int32_t> ids, const SampleOptions& opt,
+                                   const std::function<void(std::int32_t)>& on_token = {});
 
 }  // namespace trident

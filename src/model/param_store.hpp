@@ -4,7 +4,7 @@
 // Invariants: params and grads have layout().numel() elements each and share the layout's
 // offsets, so a tensor, a sharding unit or a dp shard is the same range in both. Initialisation
 // is a pure function of (seed, tensor name, element index): any rank, at any layout, produces
-// the same values (DESIGN-NOTES.md, "Restart state keyed by global indices").
+// the same values (docs/design.md, "Randomness keyed by global indices").
 #pragma once
 
 #include "core/memory.hpp"

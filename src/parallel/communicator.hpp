@@ -2,12 +2,12 @@
 //
 // Layer: parallel. Backends: MPI on the host (mpi_communicator.cpp); NCCL on GPUs can implement
 // the same class. No MPI or NCCL type appears in this header, so every layer above can take a
-// `Communicator&` without including <mpi.h> (STYLE.md: MPI_COMM_WORLD and <mpi.h> stay here).
+// `Communicator&` without including <mpi.h> (docs/design.md, Layers: MPI_COMM_WORLD and <mpi.h> stay here).
 //
 // Invariants:
 //  - A communicator belongs to one axis of the process grid ("world", "dp", "tp", "pp", "self");
 //    every call is counted in stats() under that axis, so benchmarks read communication volume
-//    per axis directly (DESIGN-NOTES.md, "One collectives interface, two backends").
+//    per axis directly (docs/design.md, "Collectives").
 //  - Byte counts are the bytes this rank *sends* under the bandwidth-optimal (ring) algorithm,
 //    independent of what the backend really does: with n ranks and a message of B bytes,
 //    all_reduce 2(n-1)/n B, reduce_scatter (n-1)/n B (B = full input), all_gather (n-1)/n B

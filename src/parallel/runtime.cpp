@@ -5,7 +5,11 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
 #include <thread>
 
 // OpenBLAS's thread-count setter; weak so that another BLAS (MKL, BLIS, cuBLAS builds) still links.
@@ -36,7 +40,30 @@ Runtime::Runtime(int& argc, char**& argv) {
     blas_threads_ = hw > node_size_ ? hw / node_size_ : 1;
     openblas_set_num_threads(blas_threads_);
   }
-  Kokkos::initialize(argc, argv);
+  // Kokkos sees only its own --kokkos-* options (so `trident --help` does not print Kokkos's
+  // help); a bad value there is a usage error, reported once, not an uncaught exception.
+  std::vector<char*> kargs = {argv[0]};
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--kokkos-", 9) == 0) kargs.push_back(argv[i]);
+  int kargc = static_cast<int>(kargs.size());
+  try {
+    Kokkos::initialize(kargc, kargs.data());
+  } catch (const std::exception& e) {
+    if (world_->rank() == 0) {
+      std::string opts;
+      for (int i = 1; i < kargc; ++i) opts += std::string(" ") + kargs[static_cast<size_t>(i)];
+      std::fprintf(stderr, "trident: error: Kokkos rejected its options%s (%s)\n", opts.c_str(), e.what());
+    }
+    world_.reset();
+    self_.reset();
+    MPI_Finalize();
+    std::exit(2);
+  }
+  // Remove the --kokkos-* options from the program's arguments.
+  int out = 1;
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--kokkos-", 9) != 0) argv[out++] = argv[i];
+  argc = out;
 }
 
 Runtime::~Runtime() {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -33,8 +34,10 @@ std::optional<std::int64_t> step_of(const std::string& name) {
   // step_NNNNNNNN.h5
   if (name.size() < 9 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 3) != ".h5") return std::nullopt;
   const std::string digits = name.substr(5, name.size() - 8);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
-  return std::stoll(digits);
+  std::int64_t step = 0;
+  const auto res = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (digits.empty() || res.ec != std::errc() || res.ptr != digits.data() + digits.size() || step < 0) return std::nullopt;
+  return step;
 }
 }  // namespace
 
@@ -59,7 +62,8 @@ std::vector<std::pair<std::int64_t, std::string>> CheckpointDir::list() const {
 std::optional<std::string> CheckpointDir::latest() const {
   std::ifstream in(fs::path(dir_) / "latest");
   std::string name;
-  if (in && std::getline(in, name) && !name.empty()) {
+  // Only a plain file name of this directory counts (never a path leading elsewhere).
+  if (in && std::getline(in, name) && step_of(name).has_value()) {
     const fs::path p = fs::path(dir_) / name;
     std::error_code ec;
     if (fs::is_regular_file(p, ec)) return p.string();

@@ -26,6 +26,10 @@ CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& 
   std::string path;
   run_agreed(comm, "", [&] { path = resolve_checkpoint_path(path_in); });
   CheckpointReader rd(path, comm);
+  run_agreed(comm, "", [&] {
+    const auto problems = rd.verify(comm);
+    if (!problems.empty()) throw CheckpointError("checkpoint '" + path + "' is damaged: " + problems.front());
+  });
   CheckpointModel out;
   run_agreed(comm, "cannot load a model from '" + path + "'", [&] {
     out.cfg = parse_deck_text(rd.text("config"), rd.attr_string("deck_name"));

@@ -1,4 +1,5 @@
 #include "train/checkpoint_tools.hpp"
+#include "train/checkpoint_reshard.hpp"
 
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -295,6 +296,10 @@ std::vector<std::string> check_checkpoint_metadata(const CheckpointReader& rd) {
     if (rd.rank_state_columns().empty()) p.add("/rank_state is missing or names no columns");
 
     auto get = [&](const char* a) { return rd.has_attr(a) ? rd.attr_int(a) : 0; };
+    for (const char* a : {"step", "consumed_samples", "adam_step", "seed"})
+      if (rd.has_attr(a) && rd.attr_int(a) < 0) p.add(std::string("attribute ") + a + " is negative");
+    if (rd.has_attr("step") && rd.has_attr("adam_step") && rd.attr_int("adam_step") > rd.attr_int("step"))
+      p.add("adam_step is larger than step");
     const std::int64_t dp = get("dp"), tp = get("tp"), pp = get("pp"), world = get("world_size");
     const std::int64_t n_shards = static_cast<std::int64_t>(rd.shards().size());
     if (rd.has_attr("world_size") && dp * tp * pp != world)
@@ -579,11 +584,11 @@ CheckpointDiff diff_checkpoints(const std::string& a_in, const std::string& b_in
     std::int64_t numel;
   };
   std::vector<Job> jobs;
+  bool whole = false;
   run_agreed(comm, "cannot compare '" + d.path_a + "' with '" + d.path_b + "'", [&] {
+    // At equal tp, piece by piece; otherwise whole tensors, reassembled from each file's pieces.
     const std::int64_t tp_a = tp_size_of(A), tp_b = tp_size_of(B);
-    if (tp_a != tp_b)
-      throw CheckpointError("they have tp = " + std::to_string(tp_a) + " and tp = " + std::to_string(tp_b) +
-                            "; tensor-parallel pieces can only be compared at equal tp");
+    whole = tp_a != tp_b;
     for (const char* attr : {"step", "consumed_samples", "adam_step"}) {
       const bool ha = A.has_attr(attr), hb = B.has_attr(attr);
       if (ha != hb) d.differences.push_back(std::string("attribute ") + attr + " only in " + (ha ? "A" : "B"));
@@ -614,8 +619,11 @@ CheckpointDiff diff_checkpoints(const std::string& a_in, const std::string& b_in
                                 (t.shape == u.shape ? " (different tp split)" : ""));
         continue;
       }
-      for (int r = 0; r < pieces_of(t, tp_a); ++r)
-        for (const std::string& k : kinds) jobs.push_back(Job{static_cast<int>(i), j, r, k, piece_numel(t, tp_a, r)});
+      if (whole)
+        for (const std::string& k : kinds) jobs.push_back(Job{static_cast<int>(i), j, -1, k, numel_of(t.shape)});
+      else
+        for (int r = 0; r < pieces_of(t, tp_a); ++r)
+          for (const std::string& k : kinds) jobs.push_back(Job{static_cast<int>(i), j, r, k, piece_numel(t, tp_a, r)});
     }
     for (const CkptTensor& u : B.tensors())
       if (A.find_tensor(u.name) < 0) d.differences.push_back("tensor '" + u.name + "' only in B");
@@ -633,8 +641,19 @@ CheckpointDiff diff_checkpoints(const std::string& a_in, const std::string& b_in
         const std::int64_t n = std::min(kChunk, job.numel - off);
         va.resize(static_cast<size_t>(n));
         vb.resize(static_cast<size_t>(n));
-        A.read(job.kind, job.ta, job.piece, off, n, DataType::f64, va.data());
-        B.read(job.kind, job.tb, job.piece, off, n, DataType::f64, vb.data());
+        if (job.piece >= 0) {
+          A.read(job.kind, job.ta, job.piece, off, n, DataType::f64, va.data());
+          B.read(job.kind, job.tb, job.piece, off, n, DataType::f64, vb.data());
+        } else {
+          const CkptTensor& ct = A.tensors()[static_cast<size_t>(job.ta)];
+          TensorSpec spec;
+          spec.name = ct.name;
+          spec.global_shape = ct.shape;
+          spec.split_dim = ct.split_dim;
+          spec.split_groups = ct.split_groups;
+          read_tensor_piece(A, job.kind, spec, 1, 0, off, n, DataType::f64, va.data());
+          read_tensor_piece(B, job.kind, spec, 1, 0, off, n, DataType::f64, vb.data());
+        }
         for (std::int64_t e = 0; e < n; ++e) {
           const double x = va[e], y = vb[e];
           double diff = 0.0;
@@ -654,7 +673,8 @@ CheckpointDiff diff_checkpoints(const std::string& a_in, const std::string& b_in
     const Job& job = jobs[i];
     TensorDiff t;
     t.name = A.tensors()[job.ta].name;
-    if (pieces_of(A.tensors()[job.ta], tp_size_of(A)) > 1) t.name += " [tp " + std::to_string(job.piece) + "]";
+    if (job.piece >= 0 && pieces_of(A.tensors()[job.ta], tp_size_of(A)) > 1)
+      t.name += " [tp " + std::to_string(job.piece) + "]";
     t.kind = job.kind;
     t.numel = job.numel;
     t.max_abs = res[2 * i];

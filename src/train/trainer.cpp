@@ -9,9 +9,11 @@
 #include "parallel/runtime.hpp"
 #include "train/async_checkpoint.hpp"
 #include "train/checkpoint_dir.hpp"
+#include "train/checkpoint_model.hpp"
 #include "train/signals.hpp"
 #include "train/metrics.hpp"
 #include "train/perf.hpp"
+#include "train/run_lock.hpp"
 #include "trident_version.hpp"
 
 #include <cmath>
@@ -196,7 +198,9 @@ StepResult Trainer<T>::train_step() {
   Kokkos::fence();
   r.step = step_;
   r.seconds = timer.seconds();
-  r.bubble = ppc.all_reduce_value(std::max(0.0, 1.0 - busy / r.seconds)) / pp;
+  // Bubble: the share of the step a stage waits outside its forward and backward passes (mean over
+  // stages). Defined for pipelines only; with one stage it would only measure the optimizer.
+  r.bubble = pp > 1 ? ppc.all_reduce_value(std::max(0.0, 1.0 - busy / r.seconds)) / pp : 0.0;
   r.bubble_theory = static_cast<double>(pp - 1) / (M + pp - 1);
   return r;
 }
@@ -377,7 +381,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   std::string resume_from;
   if (opt.resume) {
     if (!opt.resume_path.empty()) {
-      resume_from = opt.resume_path;
+      // A run or checkpoint directory, or its `latest` pointer, means its newest checkpoint.
+      run_agreed(world, "", [&] {
+        std::string p = opt.resume_path;
+        if (fs::path(p).filename() == "latest" && fs::is_regular_file(p)) p = fs::path(p).parent_path().string();
+        resume_from = resolve_checkpoint_path(p);
+      });
       if (cfg.checkpoint.verify_on_resume)
         run_agreed(world, "", [&] {
           CheckpointReader rd(resume_from, world);
@@ -403,7 +412,21 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   std::unique_ptr<MetricsCsv> metrics;
   run_agreed(world, "cannot set up the run directory", [&] {
     if (world.rank() != 0) return;
+    std::error_code ec;
+    if (fs::exists(cfg.train.out_dir, ec) && !fs::is_directory(cfg.train.out_dir, ec))
+      throw IoError("[train] out_dir '" + cfg.train.out_dir + "' exists and is not a directory");
+    if (fs::exists(fs::path(ckdir.dir()) / "latest", ec) && !fs::is_regular_file(fs::path(ckdir.dir()) / "latest", ec))
+      throw IoError("'" + (fs::path(ckdir.dir()) / "latest").string() + "' is not a file: remove it");
+    if (!opt.resume && !ckdir.list().empty())
+      throw ConfigError("[train] out_dir '" + cfg.train.out_dir + "' already holds checkpoints (up to step " +
+                        std::to_string(ckdir.list().back().first) +
+                        "): pass --resume to continue that run, or choose another [train] out_dir");
+  });
+  std::unique_ptr<RunLock> lock;
+  run_agreed(world, "cannot set up the run directory", [&] {
+    if (world.rank() != 0) return;
     fs::create_directories(cfg.train.out_dir);
+    lock = std::make_unique<RunLock>(cfg.train.out_dir);
     std::ofstream deck(fs::path(cfg.train.out_dir) / "deck.ini", std::ios::trunc);
     deck << cfg.to_ini();
     if (!deck) throw IoError("cannot write " + (fs::path(cfg.train.out_dir) / "deck.ini").string());
@@ -543,8 +566,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     const bool last = r.step == cfg.train.max_steps;
     if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
       EvalResult e = trainer.evaluate();
-      if (std::isnan(e.loss)) {
+      if (e.tokens == 0) {
         log::warn("the validation split is shorter than one sequence: no validation loss");
+      } else if (!std::isfinite(e.loss)) {
+        throw Error("the validation loss is not finite at step " + std::to_string(r.step) +
+                        ": the model has diverged; resume from an earlier checkpoint with a lower [train] lr",
+                    /*collective=*/true);
       } else {
         row.has_val = true;
         row.val_loss = last_val = e.loss;

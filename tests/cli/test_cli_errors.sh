@@ -62,5 +62,54 @@ expect_exit 1 "no checkpoint found" -- "$TRIDENT" sample --checkpoint "$WORK"
 expect_exit 2 "not in the vocabulary" -- "$TRIDENT" sample --checkpoint "$ck" --prompt $'\x01'
 check "the refused resumes left the checkpoint intact" cmp -s "$ck" "$WORK/run/checkpoints/step_00000003.h5"
 
+# ---- findings of the first review, each a regression test ----------------------------------------
+expect_exit 2 "already holds checkpoints \(up to step 3\): pass --resume" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=3
+expect_exit 0 "resumed from .*step_00000003.h5" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=4 --resume "$WORK/run"
+expect_exit 2 "\[train\] lr = inf is not a finite number" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.lr=inf
+expect_exit 1 "not finite|diverged" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/nan" \
+  --train.lr=1e30 --train.min_lr=0 --checkpoint.interval=1 --train.max_steps=3
+check "no committed checkpoint holds a non-finite value" /usr/bin/python3 - "$WORK/nan/checkpoints" <<'PYEOF'
+import glob, sys, h5py, numpy as np
+for path in glob.glob(sys.argv[1] + "/step_*.h5"):
+    with h5py.File(path, "r") as f:
+        for kind in f["shards"]:
+            for shard in f["shards"][kind]:
+                assert np.isfinite(f["shards"][kind][shard][...]).all(), (path, kind, shard)
+PYEOF
+expect_exit 2 "is also an input" -- "$TRIDENT" prep --output "$WORK/text.txt" "$WORK/text.txt"
+expect_exit 2 "refusing to overwrite .*not a Trident token file" -- "$TRIDENT" prep --output "$ck" "$WORK/text.txt"
+check "prep did not touch the checkpoint" cmp -s "$ck" "$WORK/run/checkpoints/step_00000003.h5"
+expect_exit 2 "is a directory" -- "$TRIDENT" prep --output "$WORK/x.h5" "$WORK"
+expect_exit 2 "Kokkos rejected its options --kokkos-threads=abc" -- "$TRIDENT" --kokkos-threads=abc train --config "$WORK/deck.ini"
+expect_exit 2 "deck '$WORK' is not a file" -- "$TRIDENT" train --config "$WORK"
+expect_exit 2 "'abc' is not a token id" -- "$TRIDENT" sample --checkpoint "$ck" --prompt-ids 1,abc
+expect_exit 2 "finite and >= 0" -- "$TRIDENT" sample --checkpoint "$ck" --temperature nan
+check "train --help does not print Kokkos's help" bash -c "! '$TRIDENT' train --help | grep -qi kokkos"
+/usr/bin/python3 - "$WORK/tok.h5" "$WORK/bogus.h5" <<'PYEOF'
+import sys, shutil, h5py
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    f.attrs["tokenizer"] = "bogus"
+PYEOF
+expect_exit 1 "unknown tokenizer 'bogus'" -- "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/bogus.h5"
+cp "$ck" "$WORK/kinds.h5"
+/usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); f.attrs['kinds'] = b'param'" "$WORK/kinds.h5"
+expect_exit 1 "checksums does not have one row per shard" -- "$TRIDENT" ckpt verify "$WORK/kinds.h5"
+touch "$WORK/run/checkpoints/step_99999999999999999999999.h5"
+expect_exit 0 "step_00000004.h5" -- "$TRIDENT" ckpt ls "$WORK/run"
+mkdir -p "$WORK/ldir/checkpoints/latest"
+expect_exit 1 "latest' is not a file" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/ldir"
+touch "$WORK/afile"
+expect_exit 1 "out_dir '$WORK/afile' exists and is not a directory" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/afile"
+# Two jobs on one run directory: the second is refused while the first holds the lock.
+"$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --train.max_steps=100000 >/dev/null 2>&1 &
+busy=$!
+for _ in $(seq 50); do [ -s "$WORK/busy/.trident.lock" ] && break; sleep 0.2; done
+expect_exit 1 "is in use by another Trident job \(host .* pid $busy\)" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --resume
+kill -9 "$busy" 2>/dev/null; wait "$busy" 2>/dev/null
+
 echo "$FAILED failed"
 exit "$FAILED"

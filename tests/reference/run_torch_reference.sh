@@ -16,7 +16,7 @@ if [ $# -lt 4 ]; then
 fi
 TRIDENT=$1 DUMP=$2 TEXT=$3 REFERENCE=$4
 MPIEXEC=${5:-} NP_FLAG=${6:--n}
-# Debian's torch lives only in the system interpreter (TOOLCHAIN.md).
+# Debian's torch lives only in the system interpreter (docs/design.md, "Toolchain facts").
 PYTHON=${TRIDENT_TORCH_PYTHON:-/usr/bin/python3}
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/trident-reference-XXXXXX")
