@@ -1,6 +1,12 @@
 #include "train/signals.hpp"
 
+#include "core/log.hpp"
+
+#include <cerrno>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace trident {
 
@@ -23,5 +29,16 @@ void install_stop_signal_handlers() {
 
 int stop_signal_received() { return static_cast<int>(g_signal); }
 void clear_stop_signal() { g_signal = 0; }
+
+void write_stop_file(long long step, int sig) {
+  const char* path = std::getenv("TRIDENT_STOP_FILE");
+  if (path == nullptr || *path == '\0') return;
+  std::FILE* f = std::fopen(path, "w");
+  bool ok = f != nullptr &&
+            std::fprintf(f, "step=%lld signal=%s\n", step, sig == SIGTERM ? "SIGTERM" : "SIGUSR1") > 0;
+  if (f != nullptr && std::fclose(f) != 0) ok = false;
+  if (!ok) log::warn("cannot write the stop file TRIDENT_STOP_FILE=%s (%s): the job script may not requeue", path,
+                     std::strerror(errno));
+}
 
 }  // namespace trident

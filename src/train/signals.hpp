@@ -21,4 +21,10 @@ int stop_signal_received();
 /// Forgets a received signal (tests). Local.
 void clear_stop_signal();
 
+/// Records a stop on signal `sig` after step `step` in the file named by the environment variable
+/// TRIDENT_STOP_FILE (one line "step=<step> signal=<name>"), when it is set; a job script reads it
+/// because some launchers (MPICH hydra's mpiexec, after forwarding a signal) do not pass exit
+/// status 3 on. Call on one rank. A failure to write is logged as a warning, never thrown.
+void write_stop_file(long long step, int sig);
+
 }  // namespace trident

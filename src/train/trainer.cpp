@@ -589,6 +589,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       if (last_saved != r.step) save("signal", true);
       log::info("stopping after step %lld on %s; exit status %d asks the job script to requeue",
                 static_cast<long long>(r.step), sig == SIGTERM ? "SIGTERM" : "SIGUSR1", kExitRequeue);
+      // Some launchers (MPICH hydra's mpiexec after it forwarded the signal) exit 0 whatever the
+      // ranks return, so the stop is also recorded in a file the job script names.
+      if (world.rank() == 0) write_stop_file(r.step, sig);
       return kExitRequeue;
     }
     if (last) break;
