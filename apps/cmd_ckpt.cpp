@@ -1,4 +1,4 @@
-// apps/cmd_ckpt.cpp: `trident ckpt ls|verify|diff|export`, checkpoint inspection and export.
+// apps/cmd_ckpt.cpp: `trident ckpt ls|verify|diff|reshard|export`, checkpoint inspection and export.
 // Thin driver: parses the subcommand's options, calls train/checkpoint_tools.hpp or
 // train/checkpoint_export.hpp (collective over the world), prints from rank 0. Exit status:
 // 0 fine, 1 a problem found (or a runtime error), 2 usage.
@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "train/checkpoint_export.hpp"
+#include "train/checkpoint_reshard.hpp"
 #include "train/checkpoint_tools.hpp"
 
 #include <boost/program_options.hpp>
@@ -30,6 +31,9 @@ subcommands:
   ls PATH              list the checkpoints of a run directory, checkpoint directory or file
   verify FILE          check format, index, metadata and every shard dataset's checksum
   diff A B             per-tensor max |a-b| and max relative difference of two checkpoints
+  reshard --output OUT [--dp N] [--tp N] [--pp N] [--zero-stage S] FILE
+                       rewrite a checkpoint for another dp x tp x pp layout / ZeRO stage
+                       (run it on dp * tp * pp ranks)
   export --format safetensors --output DIR FILE
                        write the parameters as Hugging Face GPT-2 safetensors files
 
@@ -158,7 +162,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
       "'transformer.' prefix (wte.weight, h.0.attn.c_attn.weight, ln_f.weight, ...); the weights\n"
       "of attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj are written transposed to (in, out),\n"
       "HF's Conv1D layout; a model without biases has none (config.json: \"bias\": false). The LM\n"
-      "head is tied to wte and not written. Only tp = 1 checkpoints can be exported for now.\n"
+      "head is tied to wte and not written. Any layout can be exported (tp pieces are joined).\n"
       "Rank 0 does all the work.\n\noptions");
   desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format),
                                             "output format; only 'safetensors' for now (required)")(
@@ -183,6 +187,46 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   return 0;
 }
 
+int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  ReshardOptions opt;
+  po::options_description desc(
+      "usage: trident ckpt reshard --output OUT [--dp N] [--tp N] [--pp N] [--zero-stage S]\n"
+      "                            [--shard-group-size G] [--force] FILE\n"
+      "       (on R = dp * tp * pp ranks: mpiexec -n R trident ckpt reshard ...)\n\n"
+      "Rewrites checkpoint FILE (or a run/checkpoint directory's latest), written at any layout, as\n"
+      "the checkpoint a run at the target layout would write: parameters and AdamW moments copied\n"
+      "exactly, step, data position, seeds and tokenizer unchanged, the stored deck's [parallel]\n"
+      "replaced. No conversion is needed to resume at another layout (`trident train --resume` reads\n"
+      "any layout); this is for users who want a file laid out for a fixed job size. Runs on\n"
+      "R = dp * tp * pp ranks, each reading only the pieces it owns. OUT ending in .h5 is a file,\n"
+      "written as OUT.tmp and renamed when complete; anything else is a checkpoint directory that\n"
+      "receives step_NNNNNNNN.h5 and a `latest` pointer (usable as a run's checkpoints/ directory).\n\n"
+      "options");
+  desc.add_options()("help,h", "this text")("output,o", po::value<std::string>(&opt.output),
+                                            "output file (*.h5) or checkpoint directory (required)")(
+      "dp", po::value<int>(&opt.dp)->default_value(0), "data-parallel size; 0: ranks / (tp * pp)")(
+      "tp", po::value<int>(&opt.tp)->default_value(0), "tensor-parallel size; 0: the checkpoint's")(
+      "pp", po::value<int>(&opt.pp)->default_value(0), "pipeline-parallel size; 0: the checkpoint's")(
+      "zero-stage", po::value<int>(&opt.zero_stage)->default_value(-1), "ZeRO stage 0-3; -1: the checkpoint's")(
+      "shard-group-size", po::value<int>(&opt.shard_group_size)->default_value(0),
+      "HSDP shard group size; 0: dp")("force", "replace an existing output file")(
+      "file", po::value<std::vector<std::string>>(&paths), "checkpoint to read");
+  po::variables_map vm;
+  if (!parse(rt, args, desc, "file", -1, vm, "reshard")) return 0;
+  if (paths.size() != 1) throw ConfigError("ckpt reshard takes one FILE (try `trident ckpt reshard --help`)");
+  if (opt.output.empty()) throw ConfigError("no --output given (a file *.h5 or a checkpoint directory)");
+  if (opt.dp < 0 || opt.tp < 0 || opt.pp < 0 || opt.shard_group_size < 0)
+    throw ConfigError("--dp, --tp, --pp and --shard-group-size must be >= 0 (0: default)");
+  if (opt.zero_stage < -1 || opt.zero_stage > 3) throw ConfigError("--zero-stage must be 0, 1, 2 or 3");
+  opt.force = vm.count("force") > 0;
+  const ReshardResult r = reshard_checkpoint(paths[0], opt, rt.world());
+  print0(rt, log::format("resharded step %lld from %s (%s) to %s (%s): %.2f MiB in %.2f s\n",
+                         static_cast<long long>(r.step), r.input.c_str(), r.from_layout.c_str(), r.output.c_str(),
+                         r.to_layout.c_str(), static_cast<double>(r.bytes) / (1024.0 * 1024.0), r.seconds));
+  return 0;
+}
+
 }  // namespace
 
 int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args) {
@@ -200,7 +244,7 @@ int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args) {
   if (sub == "verify") return ckpt_verify(rt, rest);
   if (sub == "diff") return ckpt_diff(rt, rest);
   if (sub == "export") return ckpt_export(rt, rest);
-  if (sub == "reshard") throw ConfigError("ckpt reshard is not implemented yet (planned)");
+  if (sub == "reshard") return ckpt_reshard(rt, rest);
   throw ConfigError("unknown ckpt subcommand '" + sub + "' (try `trident ckpt --help`)");
 }
 

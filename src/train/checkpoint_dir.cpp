@@ -108,19 +108,29 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
   return std::nullopt;
 }
 
-std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
-                                  const std::function<void(const std::string&)>& write, std::int64_t keep) const {
-  const std::string final_path = path_for(step);
+namespace {
+/// Broadcasts rank 0's error text and throws it on every rank when any rank has one.
+void agree_or_throw(Communicator& comm, const std::string& err, const std::string& what) {
+  if (comm.all_true(err.empty())) return;
+  std::vector<char> buf(1024, '\0');
+  if (comm.rank() == 0) std::strncpy(buf.data(), err.c_str(), buf.size() - 1);
+  comm.broadcast(buf.data(), buf.size(), DataType::u8, 0);
+  throw CheckpointError(what + (buf[0] != '\0' ? std::string(buf.data()) : std::string("failed on another rank")), true);
+}
+}  // namespace
+
+void commit_file(const std::string& final_path, Communicator& comm,
+                 const std::function<void(const std::string&)>& write) {
   const std::string tmp = final_path + ".tmp";
   // The directory must exist before any rank opens the file.
   std::string err;
+  const fs::path dir = fs::path(final_path).parent_path().empty() ? fs::path(".") : fs::path(final_path).parent_path();
   if (comm.rank() == 0) {
     std::error_code ec;
-    fs::create_directories(dir_, ec);
-    if (ec) err = "cannot create checkpoint directory '" + dir_ + "': " + ec.message();
+    fs::create_directories(dir, ec);
+    if (ec) err = "cannot create directory '" + dir.string() + "': " + ec.message();
   }
-  if (!comm.all_true(err.empty()))
-    throw CheckpointError(err.empty() ? "cannot create checkpoint directory '" + dir_ + "'" : err, true);
+  agree_or_throw(comm, err, "");
 
   try {
     write(tmp);  // collective; throws on every rank on failure
@@ -139,8 +149,23 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
       fault_point("commit.synced");
       if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
         throw CheckpointError("cannot rename '" + tmp + "' to '" + final_path + "': " + std::strerror(errno));
-      fsync_path(dir_, true);
+      fsync_path(dir.string(), true);
       fault_point("commit.renamed");
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  }
+  agree_or_throw(comm, err, "checkpoint commit failed: ");
+}
+
+std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
+                                  const std::function<void(const std::string&)>& write, std::int64_t keep) const {
+  const std::string final_path = path_for(step);
+  commit_file(final_path, comm, write);  // steps (1)-(3)
+
+  std::string err;
+  if (comm.rank() == 0) {
+    try {
       const std::string latest_tmp = (fs::path(dir_) / "latest.tmp").string();
       {
         std::ofstream out(latest_tmp, std::ios::trunc);
@@ -166,12 +191,7 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
       err = e.what();
     }
   }
-  if (!comm.all_true(err.empty())) {
-    std::vector<char> buf(1024, '\0');
-    if (comm.rank() == 0) std::strncpy(buf.data(), err.c_str(), buf.size() - 1);
-    comm.broadcast(buf.data(), buf.size(), DataType::u8, 0);
-    throw CheckpointError(std::string("checkpoint commit failed: ") + buf.data(), true);
-  }
+  agree_or_throw(comm, err, "checkpoint commit failed: ");
   return final_path;
 }
 

@@ -20,6 +20,14 @@
 
 namespace trident {
 
+/// Steps (1)-(3) of the protocol for one file anywhere: creates its directory, lets `write` write
+/// `final_path`.tmp (collectively over comm, throwing on every rank on failure; the .tmp is then
+/// removed), then world rank 0 fsyncs it, renames it to `final_path` and fsyncs the directory. An
+/// existing `final_path` is replaced only by a complete file. Collective over comm. Throws
+/// CheckpointError (collective) when any step fails.
+void commit_file(const std::string& final_path, Communicator& comm,
+                 const std::function<void(const std::string&)>& write);
+
 class CheckpointDir {
  public:
   explicit CheckpointDir(std::string dir) : dir_(std::move(dir)) {}

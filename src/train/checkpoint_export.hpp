@@ -22,7 +22,7 @@
 //  - a model without biases (nanoGPT bias = False) has no bias tensors: none are written and
 //    config.json says "bias": false (HF's GPT-2 always has biases; loading there fills them
 //    with zeros, which is the same model).
-// Invariants: only tp = 1 checkpoints (every tensor whole in one tp piece); every byte of every
+// Invariants: any layout (each tensor is joined from its tp pieces); every byte of every
 // tensor written exactly once; float32 export is bitwise the checkpoint's float32 parameters.
 #pragma once
 

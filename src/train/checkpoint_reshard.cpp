@@ -1,11 +1,21 @@
 #include "train/checkpoint_reshard.hpp"
 
 #include "core/error.hpp"
+#include "core/timer.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/checkpoint_dir.hpp"
+#include "train/checkpoint_model.hpp"
+#include "train/model_state.hpp"
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 
 namespace trident {
+
+namespace fs = std::filesystem;
 
 void read_tensor_piece(const CheckpointReader& rd, const std::string& kind, const TensorSpec& t, int tp_size,
                        int tp_rank, std::int64_t begin, std::int64_t count, DataType type, void* out) {
@@ -50,6 +60,88 @@ void read_tensor_piece(const CheckpointReader& rd, const std::string& kind, cons
   for (const Run& r : want) needed += r.count;
   if (covered != needed)
     throw CheckpointError("checkpoint '" + rd.path() + "' does not cover all of tensor '" + t.name + "'");
+}
+
+
+// ------------------------------------------------------------------------------------------------
+// trident ckpt reshard
+
+namespace {
+
+std::string layout_text(std::int64_t dp, std::int64_t tp, std::int64_t pp, std::int64_t zero) {
+  return std::to_string(dp) + " x " + std::to_string(tp) + " x " + std::to_string(pp) + ", ZeRO-" + std::to_string(zero);
+}
+
+template <class T>
+void reshard_as(const Config& cfg, const std::string& input, const std::string& output, bool to_dir,
+                Communicator& world, ReshardResult& res) {
+  ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
+  ModelState<T> state(cfg, grid);
+  const RunState run = state.load(input);
+  res.step = run.step;
+  CheckpointSnapshot snap = state.snapshot(run);
+  snap.write.file_locking = cfg.checkpoint.file_locking;
+  auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); };
+  if (to_dir) {
+    res.output = CheckpointDir(output).commit(run.step, world, write, std::numeric_limits<std::int64_t>::max());
+  } else {
+    commit_file(output, world, write);
+    res.output = output;
+  }
+}
+
+}  // namespace
+
+ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions& opt, Communicator& world) {
+  Timer timer;
+  ReshardResult res;
+  Config cfg;
+  bool to_dir = false;
+  run_agreed(world, "ckpt reshard", [&] {
+    std::error_code ec;
+    if (!fs::exists(input, ec)) throw CheckpointError("'" + input + "' does not exist");
+    res.input = resolve_checkpoint_path(input);
+    if (opt.output.empty()) throw ConfigError("no output given");
+    // A path ending in .h5 is a file; anything else is a checkpoint directory.
+    to_dir = fs::path(opt.output).extension() != ".h5";
+    if (!to_dir && fs::exists(opt.output, ec)) {
+      if (fs::equivalent(opt.output, res.input, ec))
+        throw ConfigError("the output '" + opt.output + "' is the input checkpoint; write to another file");
+      if (!opt.force)
+        throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
+    }
+    CheckpointReader rd(res.input, world);
+    if (!rd.has("config")) throw CheckpointError("'" + res.input + "' holds no /config deck");
+    cfg = parse_deck_text(rd.text("config"), rd.has_attr("deck_name") ? rd.attr_string("deck_name") : "checkpoint");
+    res.from_layout = layout_text(rd.attr_int("dp"), rd.attr_int("tp"), rd.attr_int("pp"), rd.attr_int("zero_stage"));
+  });
+  run_agreed(world, "ckpt reshard: the target layout is not possible", [&] {
+    ParallelConfig& p = cfg.parallel;
+    p.tp = opt.tp > 0 ? opt.tp : p.tp;
+    p.pp = opt.pp > 0 ? opt.pp : p.pp;
+    p.dp = opt.dp;  // 0: auto
+    p.zero_stage = opt.zero_stage >= 0 ? opt.zero_stage : p.zero_stage;
+    p.shard_group_size = opt.shard_group_size;
+    // The micro-batch size does not change a checkpoint; keep it where the new dp allows it.
+    Config trial = cfg;
+    try {
+      validate(trial, world.size());
+    } catch (const ConfigError&) {
+      cfg.train.micro_batch_size = 0;
+      trial = cfg;
+      validate(trial, world.size());
+    }
+    cfg = trial;
+  });
+  res.to_layout = layout_text(cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.zero_stage);
+  if (cfg.train.dtype == "double")
+    reshard_as<double>(cfg, res.input, opt.output, to_dir, world, res);
+  else
+    reshard_as<float>(cfg, res.input, opt.output, to_dir, world, res);
+  std::error_code ec;
+  res.bytes = static_cast<std::int64_t>(fs::file_size(res.output, ec));
+  res.seconds = timer.seconds();
+  return res;
 }
 
 }  // namespace trident

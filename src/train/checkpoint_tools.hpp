@@ -122,8 +122,8 @@ struct CheckpointDiff {
 
 /// Compares `a` and `b` array by array, reading both through their indexes (so the dp layouts may
 /// differ) in double precision, chunk by chunk; arrays are spread over comm's ranks. Collective
-/// over comm. Throws CheckpointError (collective) when a file cannot be opened or the two have
-/// different tp sizes (tp pieces cannot be matched before resharding exists).
+/// over comm. At equal tp the tp pieces are compared one by one, otherwise whole tensors joined
+/// from each file's pieces. Throws CheckpointError (collective) when a file cannot be opened.
 CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b, Communicator& comm,
                                 const DiffOptions& opt);
 

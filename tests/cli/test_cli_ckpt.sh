@@ -21,7 +21,7 @@ expect_exit 0 "subcommands:" -- "$TRIDENT" ckpt --help
 expect_exit 0 "ckpt +inspect checkpoints" -- "$TRIDENT" --help
 expect_exit 2 "usage: trident ckpt" -- "$TRIDENT" ckpt
 expect_exit 2 "unknown ckpt subcommand 'lss'" -- "$TRIDENT" ckpt lss
-for sub in ls verify diff export; do
+for sub in ls verify diff reshard export; do
   expect_exit 0 "usage: trident ckpt $sub" -- "$TRIDENT" ckpt "$sub" --help
 done
 expect_exit 0 "--shard-size-mb" -- "$TRIDENT" ckpt export --help
@@ -202,6 +202,63 @@ cp "$c6" "$WORK/tp2.h5"
 # A file that claims tp = 2 but indexes one piece: refused, naming the tensor it cannot complete.
 expect_exit 1 "does not hold all of param of tensor 'transformer.wte.weight' \(tp piece 1" -- \
   "$TRIDENT" ckpt export --format safetensors --output "$WORK/hf_tp2" "$WORK/tp2.h5"
+
+# ---- reshard ----------------------------------------------------------------------------------
+# Oracle: resharding offline must give exactly what a resume at the target layout reads (the same
+# ModelState code), so (1) diff against the source is identical whatever the layouts, (2) a round
+# trip through another tp comes back bitwise, and (3) a run resumed from the resharded file
+# continues bitwise like a run resumed from the original at that layout.
+tiny_deck "$WORK/tp2.ini" "$WORK/tp2run" "$WORK/tok.h5"
+sed -i 's/^\[train\]/[parallel]\ntp = 2\nzero_stage = 1\n[train]/' "$WORK/tp2.ini"
+expect_exit 0 "step +6/6 .*loss" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/tp2.ini"
+t6="$WORK/tp2run/checkpoints/step_00000006.h5"
+expect_exit 0 "resharded step 6 from .*\(1 x 2 x 1, ZeRO-1\) to .*r_dp2.h5 \(2 x 1 x 1, ZeRO-1\)" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" ckpt reshard --tp 1 --output "$WORK/r_dp2.h5" "$WORK/tp2run"
+expect_exit 0 "identical: 45 arrays" -- "$TRIDENT" ckpt diff "$t6" "$WORK/r_dp2.h5"
+expect_exit 0 "\(1 x 1 x 1, ZeRO-3\)" -- "$TRIDENT" ckpt reshard --zero-stage 3 --output "$WORK/r1.h5" "$WORK/r_dp2.h5"
+expect_exit 0 "r1.h5 .*1 x 1 x 1, zero 3 .* ok" -- "$TRIDENT" ckpt ls --verify "$WORK/r1.h5"
+expect_exit 0 "ok: .*r1.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/r1.h5"
+# A directory output gets step_N.h5 and latest, like a run's checkpoints/ directory.
+expect_exit 0 "to .*rdir/step_00000006.h5 \(1 x 2 x 1, ZeRO-1\)" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" ckpt reshard --tp 2 --zero-stage 1 --output "$WORK/rdir" "$WORK/r1.h5"
+expect_exit 0 "to .*pp2.h5 \(1 x 1 x 2, ZeRO-2\)" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" ckpt reshard --tp 1 --pp 2 --zero-stage 2 --output "$WORK/pp2.h5" "$t6"
+expect_exit 0 "identical: 45 arrays" -- "$TRIDENT" ckpt diff "$WORK/pp2.h5" "$WORK/r_dp2.h5"
+check "reshard: the directory's latest names the file" grep -qx "step_00000006.h5" "$WORK/rdir/latest"
+cat > "$WORK/same_shards.py" <<'EOF'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+for kind in ("param", "exp_avg", "exp_avg_sq"):
+    assert sorted(a["shards"][kind]) == sorted(b["shards"][kind]), kind
+    for name in a["shards"][kind]:
+        x, y = a["shards"][kind][name][()], b["shards"][kind][name][()]
+        assert x.shape == y.shape and np.array_equal(x.view(np.uint32), y.view(np.uint32)), name
+print("round trip bitwise")
+EOF
+expect_exit 0 "round trip bitwise" -- "$PY" "$WORK/same_shards.py" "$t6" "$WORK/rdir/step_00000006.h5"
+# Resume at dp 2 (tp 1) from the original tp-2 file and from the offline resharded file: the same.
+for name in online offline; do
+  tiny_deck "$WORK/$name.ini" "$WORK/$name" "$WORK/tok.h5"
+  sed -i 's/^max_steps = 6/max_steps = 9/; s/^\[train\]/[parallel]\nzero_stage = 1\n[train]/' "$WORK/$name.ini"
+done
+expect_exit 0 "step +9/9" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/online.ini" --resume "$t6"
+expect_exit 0 "step +9/9" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/offline.ini" --resume "$WORK/r_dp2.h5"
+check "reshard: resuming the resharded file = resuming the original at that layout (bitwise)" \
+  cmp -s <(cut -d, -f1-5 "$WORK/online/metrics.csv") <(cut -d, -f1-5 "$WORK/offline/metrics.csv")
+# Bad input: each refused with a message, nothing written.
+expect_exit 2 "no --output" -- "$TRIDENT" ckpt reshard "$t6"
+expect_exit 2 "--zero-stage must be 0, 1, 2 or 3" -- "$TRIDENT" ckpt reshard --zero-stage 4 --output "$WORK/x.h5" "$t6"
+expect_exit 2 "target layout is not possible: .*the number of ranks \(1\) is not divisible by tp \* pp = 2 \* 1" -- \
+  "$TRIDENT" ckpt reshard --output "$WORK/x.h5" "$t6"
+expect_exit 2 "dp \* tp \* pp = 2 \* 1 \* 1 = 2 does not match the number of ranks \(1\)" -- \
+  "$TRIDENT" ckpt reshard --dp 2 --tp 1 --output "$WORK/x.h5" "$t6"
+expect_exit 2 "the output '.*r1.h5' exists; remove it or pass --force" -- \
+  "$TRIDENT" ckpt reshard --tp 1 --output "$WORK/r1.h5" "$t6"
+expect_exit 2 "is the input checkpoint" -- "$TRIDENT" ckpt reshard --tp 1 --force --output "$WORK/r1.h5" "$WORK/r1.h5"
+expect_exit 1 "'$WORK/absent.h5' does not exist" -- "$TRIDENT" ckpt reshard --output "$WORK/x.h5" "$WORK/absent.h5"
+expect_exit 1 "ckpt reshard: .*text.txt" -- "$TRIDENT" ckpt reshard --output "$WORK/x.h5" "$WORK/text.txt"
+check "reshard: nothing written by a refused reshard" test ! -e "$WORK/x.h5" -a ! -e "$WORK/x.h5.tmp"
+expect_exit 0 "\(1 x 1 x 1, ZeRO-0\)" -- "$TRIDENT" ckpt reshard --tp 1 --zero-stage 0 --force --output "$WORK/r1.h5" "$t6"
 
 echo "$FAILED failed"
 exit "$FAILED"
