@@ -102,6 +102,9 @@ class Schema {
     add("data", "path", &c.data.path, "HDF5 token file written by `trident prep`");
     add("data", "cache_max_mb", &c.data.cache_max_mb,
         "splits up to this many MiB are held in memory; larger ones are read on demand");
+    add("data", "sample_log", &c.data.sample_log,
+        "write <out_dir>/samples.csv (step,sample,offset): the global index and token offset of every "
+        "training window, as the ranks loaded it (for auditing the data order across resumes and layouts)");
     add("checkpoint", "interval", &c.checkpoint.interval,
         "write a checkpoint every this many steps; 0 = only at the end");
     add("checkpoint", "keep", &c.checkpoint.keep, "number of committed checkpoints to keep");

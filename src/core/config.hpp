@@ -72,6 +72,7 @@ struct TrainConfig {
 struct DataConfig {
   std::string path;              ///< HDF5 token file written by `trident prep`
   double cache_max_mb = 1024.0;  ///< splits up to this size are read into memory, larger ones on demand
+  bool sample_log = false;       ///< write <out_dir>/samples.csv: every training sample's index and window offset
 };
 
 struct CheckpointConfig {

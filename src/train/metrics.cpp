@@ -3,6 +3,8 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 namespace trident {
@@ -21,8 +23,12 @@ std::string format_row(const MetricsRow& r) {
 }
 }  // namespace
 
-MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step) : path_(path) {
-  std::vector<std::string> lines = {kHeader};
+MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step)
+    : MetricsCsv(path, keep_until_step, kHeader) {}
+
+MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& header)
+    : path_(path) {
+  std::vector<std::string> lines = {header};
   if (keep_until_step >= 0) {
     std::ifstream in(path);
     std::string line;
@@ -35,11 +41,26 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step) : 
   if (!out) throw IoError("cannot write metrics file '" + path_ + "'");
 }
 
-void MetricsCsv::write(const MetricsRow& r) {
+void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "\n"); }
+
+void MetricsCsv::append(const std::string& lines) {
   std::ofstream out(path_, std::ios::app);
-  out << format_row(r) << "\n";
+  out << lines;
   out.flush();
-  if (!out) throw IoError("cannot append to metrics file '" + path_ + "'");
+  if (!out) throw IoError("cannot append to '" + path_ + "'");
+}
+
+SampleLogCsv::SampleLogCsv(const std::string& path, std::int64_t keep_until_step)
+    : MetricsCsv(path, keep_until_step, "step,sample,offset") {}
+
+void SampleLogCsv::write(std::int64_t step, std::vector<std::int64_t> pairs) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> rows;
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) rows.emplace_back(pairs[i], pairs[i + 1]);
+  std::sort(rows.begin(), rows.end());
+  std::string text;
+  for (const auto& [sample, offset] : rows)
+    text += std::to_string(step) + "," + std::to_string(sample) + "," + std::to_string(offset) + "\n";
+  append(text);
 }
 
 }  // namespace trident

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace trident {
 
@@ -34,8 +35,24 @@ class MetricsCsv {
   /// Appends one row and flushes it.
   void write(const MetricsRow& r);
 
+ protected:
+  /// The same for a CSV file with another header whose rows start with the step.
+  MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& header);
+  /// Appends `lines` (each ending in a newline) and flushes them.
+  void append(const std::string& lines);
+
  private:
   std::string path_;
+};
+
+/// <out_dir>/samples.csv ([data] sample_log): columns step,sample,offset, one row per training
+/// window of the step: its global sample index and the token offset of the window the ranks
+/// loaded (data/sampler.hpp). Same resume rule as MetricsCsv.
+class SampleLogCsv : public MetricsCsv {
+ public:
+  SampleLogCsv(const std::string& path, std::int64_t keep_until_step);
+  /// Appends the rows of `step`; `pairs` = (sample, offset) pairs, written in sample order.
+  void write(std::int64_t step, std::vector<std::int64_t> pairs);
 };
 
 }  // namespace trident

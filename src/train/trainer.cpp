@@ -101,6 +101,11 @@ void Trainer<T>::load_micro_batch(std::int64_t first, int stash) {
   const std::int64_t mb = cfg_.train.micro_batch_size, n = mb * T_;
   std::vector<std::int64_t> offsets(static_cast<size_t>(mb));
   for (std::int64_t b = 0; b < mb; ++b) offsets[static_cast<size_t>(b)] = sampler_.offset(first + b);
+  if (grid_.pp_rank() == 0)
+    for (std::int64_t b = 0; b < mb; ++b) {
+      loaded_samples_.push_back(first + b);
+      loaded_samples_.push_back(offsets[static_cast<size_t>(b)]);
+    }
   std::vector<token_t> tok(static_cast<size_t>(n)), tgt(static_cast<size_t>(n));
   data_.load_batch("train", offsets, T_, tok.data(), tgt.data());
   auto sub = [&](Kokkos::View<token_t*, MemSpace>& v) {
@@ -125,6 +130,7 @@ StepResult Trainer<T>::train_step() {
   Communicator& ppc = grid_.pp_comm();
   ZeroEngine<T>& zero = state_.engine();
   zero.begin_step();
+  loaded_samples_.clear();
 
   double loss_sum = 0.0, busy = 0.0;
   std::vector<Request> fwd_send(static_cast<size_t>(n_stash_));
@@ -410,6 +416,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
 
   // Run directory: resolved deck and metrics (rank 0 writes, everyone agrees it worked).
   std::unique_ptr<MetricsCsv> metrics;
+  std::unique_ptr<SampleLogCsv> sample_log;
   run_agreed(world, "cannot set up the run directory", [&] {
     if (world.rank() != 0) return;
     std::error_code ec;
@@ -432,6 +439,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     if (!deck) throw IoError("cannot write " + (fs::path(cfg.train.out_dir) / "deck.ini").string());
     metrics = std::make_unique<MetricsCsv>((fs::path(cfg.train.out_dir) / "metrics.csv").string(),
                                            resume_from.empty() ? -1 : trainer.step());
+    if (cfg.data.sample_log)
+      sample_log = std::make_unique<SampleLogCsv>((fs::path(cfg.train.out_dir) / "samples.csv").string(),
+                                                  resume_from.empty() ? -1 : trainer.step());
     // Find an unwritable checkpoint directory or a file system without lock support now, not at
     // the first save hours later.
     fs::create_directories(ckdir.dir());
@@ -580,6 +590,13 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       }
     }
     if (metrics) metrics->write(row);
+    if (cfg.data.sample_log && grid.tp_rank() == 0 && grid.pp_rank() == 0) {
+      // What every dp rank actually loaded (the first stage's ranks of tp piece 0), to world rank 0.
+      const std::vector<std::int64_t>& mine = trainer.loaded_samples();
+      std::vector<std::int64_t> all(mine.size() * static_cast<size_t>(grid.dp_size()));
+      grid.dp_comm().all_gather(mine.data(), all.data(), mine.size(), DataType::i64);
+      if (sample_log) sample_log->write(r.step, std::move(all));
+    }
 
     if (cfg.checkpoint.interval > 0 && r.step % cfg.checkpoint.interval == 0) save("interval", false);
     // Preemption: a SIGUSR1/SIGTERM on any rank stops every rank after this step, with a checkpoint.

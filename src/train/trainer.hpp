@@ -63,6 +63,9 @@ class Trainer {
   std::vector<T> master_copy() const;
   std::vector<T> exp_avg_copy() const;
   std::vector<T> exp_avg_sq_copy() const;
+  /// (global sample index, window offset) pairs this rank loaded in the last train_step, on the
+  /// first pipeline stage (empty elsewhere); [data] sample_log gathers them over dp. Local.
+  const std::vector<std::int64_t>& loaded_samples() const { return loaded_samples_; }
   /// Bytes this rank sent over the dp communicators since construction (ring model).
   std::int64_t comm_bytes() const;
 
@@ -106,6 +109,7 @@ class Trainer {
   TrackedBuffer<T> send_buf_;  // backward: the input gradient in flight to the previous stage
   std::int64_t step_ = 0;
   std::int64_t consumed_samples_ = 0;
+  std::vector<std::int64_t> loaded_samples_;
 };
 
 /// Predicted per-rank memory (bytes by category) of a run of `cfg` (validated, vocab resolved):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job end to end at 2 ranks: prep, train, checkpoints, exact resume after stop_at_step
 # (losses and every shard of parameters and AdamW moments bitwise equal to an uninterrupted run,
-# compared with h5diff), time_limit_min, resuming at another dp size, sampling.
+# compared with h5diff), time_limit_min, resuming at another dp size, sampling, and the sample
+# order of a resume in the middle of an epoch ([data] sample_log).
 set -u
 source "$(dirname "$0")/cli_lib.sh"
 
@@ -61,6 +62,36 @@ expect_exit 0 "." -- "$TRIDENT" sample --checkpoint "$WORK/a" --prompt "int " --
 s1="$("$TRIDENT" sample --checkpoint "$WORK/a" --prompt "int " --tokens 40 --seed 3 2>&1)"
 s2="$("$TRIDENT" sample --checkpoint "$WORK/a/checkpoints/step_00000008.h5" --prompt "int " --tokens 40 --seed 3 2>&1)"
 check "sampling is reproducible for a seed" test "$s1" = "$s2"
+
+# ---- resume in the middle of an epoch: the same samples, at another dp -------------------------
+# A corpus so short that one epoch is 5 steps (63 characters: 56 training tokens, 40 windows of T+1 = 17 tokens, batch 8): the
+# uninterrupted run at dp 2 and a run stopped at step 7 (mid-epoch 2) and resumed at dp 1 and then
+# dp 2 again must load exactly the same windows, step by step ([data] sample_log writes what the
+# ranks loaded); every epoch must visit each of the 40 windows once.
+head -c 63 "$WORK/text.txt" > "$WORK/short.txt"
+"$TRIDENT" prep --output "$WORK/short.h5" "$WORK/short.txt" >/dev/null || { echo "prep of the short corpus failed"; FAILED=$((FAILED + 1)); }
+for name in e1 e2; do
+  tiny_deck "$WORK/$name.ini" "$WORK/$name" "$WORK/short.h5"
+  sed -i 's/^max_steps = 6/max_steps = 12/; s/^eval_interval = 3/eval_interval = 0/; s/^\[checkpoint\]/sample_log = true\n[checkpoint]/' "$WORK/$name.ini"
+done
+expect_exit 0 "step +12/12" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/e1.ini"
+expect_exit 0 "stopping after step 7" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/e2.ini" --train.stop_at_step=7
+expect_exit 0 "stopping after step 10" -- \
+  "$TRIDENT" train --config "$WORK/e2.ini" --resume --train.stop_at_step=10 --parallel.dp=1
+expect_exit 0 "step +12/12" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/e2.ini" --resume
+check "samples.csv: one row per sample of every step" test "$(tail -n +2 "$WORK/e2/samples.csv" | wc -l)" -eq 96
+check "mid-epoch resume at dp 1 and dp 2 loads the uninterrupted run's samples" \
+  cmp -s "$WORK/e1/samples.csv" "$WORK/e2/samples.csv"
+expect_exit 0 "epochs ok: 2 full" -- /usr/bin/python3 - "$WORK/e1/samples.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+samples = [int(r["sample"]) for r in rows]
+assert samples == list(range(96)), "sample indices are not 0..95 in order"
+offsets = [int(r["offset"]) for r in rows]
+assert sorted(offsets[:40]) == list(range(40)) and sorted(offsets[40:80]) == list(range(40)), "an epoch repeats a window"
+assert offsets[:40] != offsets[40:80], "epoch 2 repeats epoch 1's order"
+print("epochs ok: 2 full")
+EOF
 
 echo "$FAILED failed"
 exit "$FAILED"
