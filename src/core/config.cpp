@@ -5,6 +5,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -164,9 +165,22 @@ Config parse_impl(std::istream& in, const std::string& source, const std::string
   po::variables_map vm;
   try {
     // Command-line overrides first: Program_options keeps the first value stored for a key.
-    // Overrides are accepted as "--section.key=value" or "section.key=value".
+    // Overrides are accepted as "--section.key=value" or "section.key=value". A key overridden
+    // more than once takes the last value (job scripts append to a user's arguments); only the
+    // deck file itself may not give a key twice.
     std::vector<std::string> args;
-    for (const auto& o : overrides) args.push_back(o.rfind("-", 0) == 0 ? o : "--" + o);
+    std::vector<std::string> keys;
+    for (const auto& o : overrides) {
+      std::string a = o.rfind("-", 0) == 0 ? o : "--" + o;
+      std::string key = strip_dashes(a.substr(0, a.find('=')));
+      const auto it = std::find(keys.begin(), keys.end(), key);
+      if (it != keys.end()) {
+        args.erase(args.begin() + (it - keys.begin()));
+        keys.erase(it);
+      }
+      args.push_back(std::move(a));
+      keys.push_back(std::move(key));
+    }
     po::store(po::command_line_parser(args)
                   .options(schema.desc())
                   .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)

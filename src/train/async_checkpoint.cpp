@@ -37,9 +37,14 @@ void AsyncCheckpointWriter::start(const CheckpointDir& dir, std::int64_t step, C
 AsyncCheckpointWriter::Result AsyncCheckpointWriter::wait() {
   if (!thread_.joinable()) return Result{};
   thread_.join();
-  snap_ = CheckpointSnapshot{};  // free the host copy
   if (error_) std::rethrow_exception(error_);
   return result_;
+}
+
+CheckpointSnapshot AsyncCheckpointWriter::release() {
+  CheckpointSnapshot s = std::move(snap_);
+  snap_ = CheckpointSnapshot{};
+  return s;
 }
 
 }  // namespace trident

@@ -45,6 +45,9 @@ class AsyncCheckpointWriter {
   /// every rank throws the same). Local wait; the outcome is the same on every rank.
   Result wait();
   bool busy() const { return thread_.joinable(); }
+  /// The snapshot of the last finished save (empty when there is none), for reuse of its buffers
+  /// (ModelState::recycle). Local; call after wait().
+  CheckpointSnapshot release();
 
  private:
   std::unique_ptr<Communicator> comm_;

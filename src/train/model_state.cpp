@@ -123,7 +123,10 @@ CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
     }
   w.shard.length = len;
   // Host copies the snapshot owns: the live buffers keep changing while a background thread writes.
-  snap.storage.assign(3, std::vector<char>(static_cast<size_t>(len) * sizeof(T)));
+  const size_t nbytes = static_cast<size_t>(len) * sizeof(T);
+  if (spare_.size() == 3 && spare_[0].size() == nbytes) snap.storage = std::move(spare_);
+  else snap.storage.assign(3, HostBytes(nbytes));
+  spare_.clear();
   T* param = reinterpret_cast<T*>(snap.storage[0].data());
   T* m1 = reinterpret_cast<T*>(snap.storage[1].data());
   T* m2 = reinterpret_cast<T*>(snap.storage[2].data());
@@ -139,6 +142,12 @@ CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
   }
   w.arrays = {param, m1, m2};
   return snap;
+}
+
+template <class T>
+void ModelState<T>::recycle(CheckpointSnapshot&& done) const {
+  spare_ = std::move(done.storage);
+  done.write.arrays.clear();
 }
 
 template <class T>

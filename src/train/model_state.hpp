@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trident {
@@ -31,10 +32,30 @@ struct RunState {
   std::vector<std::int32_t> vocab;    ///< tokenizer vocabulary (empty for gpt2)
 };
 
+/// An allocator that leaves new elements uninitialised: a snapshot buffer is overwritten right
+/// away, and zeroing 12 bytes per parameter first would double the cost of the copy.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) {}
+  template <class U>
+  void construct(U*) noexcept {}  // default-initialisation: nothing for char
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using HostBytes = std::vector<char, UninitAllocator<char>>;
+
 /// A checkpoint's worth of one rank, in host memory it owns. `write.arrays` point into `storage`.
 struct CheckpointSnapshot {
   CheckpointWrite write;
-  std::vector<std::vector<char>> storage;
+  std::vector<HostBytes> storage;
   std::int64_t bytes() const;
 };
 
@@ -51,8 +72,12 @@ class ModelState {
   /// Bytes this rank sent over all communicators it uses (ring model).
   std::int64_t comm_bytes() const;
 
-  /// A host copy of this rank's part of a checkpoint at `run`. Local.
+  /// A host copy of this rank's part of a checkpoint at `run`, in the buffers of the last
+  /// recycled snapshot when there is one of the right size (else newly allocated). Local.
   CheckpointSnapshot snapshot(const RunState& run) const;
+  /// Keeps the buffers of a written snapshot for the next one: allocating and first touching
+  /// 12 bytes per parameter again costs more than the copy itself (page faults). Local.
+  void recycle(CheckpointSnapshot&& done) const;
   /// Restores master weights, moments and the optimizer step from `path`, written at any layout
   /// and ZeRO stage, and rebuilds the working parameters. Returns the run state recorded there.
   /// Collective over the grid. Throws CheckpointError (collective) for another model.
@@ -64,6 +89,7 @@ class ModelState {
   ParamLayout layout_;
   std::unique_ptr<Communicator> shard_comm_, replicate_comm_, tied_comm_;
   std::unique_ptr<ZeroEngine<T>> engine_;
+  mutable std::vector<HostBytes> spare_;  // buffers of a recycled snapshot
 };
 
 }  // namespace trident

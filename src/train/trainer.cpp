@@ -289,8 +289,9 @@ CheckpointSnapshot Trainer<T>::snapshot() const {
 
 template <class T>
 void Trainer<T>::write_checkpoint(const std::string& path) {
-  const CheckpointSnapshot snap = snapshot();
+  CheckpointSnapshot snap = snapshot();
   write_checkpoint_file(path, grid_.world_comm(), snap.write);
+  recycle(std::move(snap));
 }
 
 template <class T>
@@ -385,6 +386,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   // Resume: a given file, or the newest committed checkpoint that is complete (checksums verified;
   // a damaged or half-written one is reported and skipped).
   std::string resume_from;
+  Timer resume_timer;
   if (opt.resume) {
     if (!opt.resume_path.empty()) {
       // A run or checkpoint directory, or its `latest` pointer, means its newest checkpoint.
@@ -408,6 +410,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     }
   }
   if (!resume_from.empty()) {
+    if (cfg.checkpoint.verify_on_resume)
+      log::info("resume: %s verified (XXH64 checksum of every shard dataset) in %.2f s", resume_from.c_str(),
+                resume_timer.seconds());
     Timer t;
     trainer.load_checkpoint(resume_from);
     log::info("resumed from %s at step %lld (%lld samples consumed; loaded in %.2f s)", resume_from.c_str(),
@@ -508,10 +513,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     if (!writer || !writer->busy()) return;
     try {
       const auto r = writer->wait();
+      trainer.recycle(writer->release());
       last_saved = std::max(last_saved, r.step);
       log::info("checkpoint: %s written in the background in %.2f s (%.1f MiB on rank 0)", r.path.c_str(), r.seconds,
                 static_cast<double>(r.bytes) / (1024.0 * 1024.0));
     } catch (const CheckpointError& e) {
+      trainer.recycle(writer->release());
       handle_failure(e, trainer.step());
     }
   };
@@ -534,6 +541,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
           cfg.checkpoint.keep);
       last_save_seconds = t.seconds();
       last_saved = trainer.step();
+      trainer.recycle(std::move(snap));
       log::info("checkpoint: %s (%s, %.2f s)", p.c_str(), why, last_save_seconds);
     } catch (const CheckpointError& e) {
       handle_failure(e, trainer.step());

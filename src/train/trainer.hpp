@@ -87,6 +87,8 @@ class Trainer {
   /// This rank's part of a checkpoint of the current step, in host memory it owns (for a
   /// background writer). Local.
   CheckpointSnapshot snapshot() const;
+  /// Hands a written snapshot's buffers back for the next snapshot (ModelState::recycle). Local.
+  void recycle(CheckpointSnapshot&& done) { state_.recycle(std::move(done)); }
   /// Step, data position, last LR and tokenizer: what a checkpoint records besides the model.
   RunState run_state() const;
 

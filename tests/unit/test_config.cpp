@@ -49,6 +49,16 @@ TEST(Config, OverridesTakePrecedenceOverTheFile) {
   EXPECT_EQ(c.model.n_layer, 3);
 }
 
+TEST(Config, TheLastOfRepeatedOverridesWins) {
+  // Job scripts append their own overrides after the user's (jobscripts/chain.sh).
+  Config c = parse_deck_text(kDeck, "t", {"--train.max_steps=5", "train.lr=0.5", "--train.max_steps=7"});
+  EXPECT_EQ(c.train.max_steps, 7);
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
+  // The deck file itself may not give a key twice (a typo protection).
+  EXPECT_NE(error_of(std::string(kDeck) + "[train]\nmax_steps = 3\n", 1).find("'max_steps' in section [train] is given twice"),
+            std::string::npos);
+}
+
 TEST(Config, RejectsUnknownKeysNamingThem) {
   EXPECT_NE(error_of(std::string(kDeck) + "[model]\nn_layers = 3\n", 1).find("'n_layers' in section [model]"),
             std::string::npos);
