@@ -3,35 +3,16 @@
 # tools/slurm_local.sh): jobscripts/chain.sh submits 8 jobs of jobscripts/train.sbatch with the
 # same name and --dependency=singleton; each job resumes the run and stops cleanly a few seconds
 # in ([train] time_limit_min, what chain.sh derives from -t), so the run is carried by several
-# jobs in turn. Checks: every job exits 0, at least two jobs trained, the run reaches max_steps,
-# and its losses are bitwise equal to an uninterrupted run. Needs root (munged, slurmd); exit 77
+# jobs in turn. Checks: every job exits 0, at least two jobs stopped on the time limit and later
+# ones resumed, and the losses are bitwise equal to an uninterrupted run. How far 8 jobs of ~4 s
+# get depends on the machine's speed and load, so a run the chain left short of max_steps is
+# finished by one more resume outside Slurm before the comparison (the chain's share is printed). Needs root (munged, slurmd); exit 77
 # (ctest: skipped) when Slurm or root is not available.
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../cli/cli_lib.sh"
-repo="$(cd "$here/../.." && pwd)"
-if [ "$(id -u)" -ne 0 ] || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
-  echo "skipped: needs root and the slurm-wlm and munge packages (tools/install_deps.sh --test)"
-  exit 77
-fi
-state="$WORK/slurm"
-export SLURM_LOCAL_PORT="${SLURM_LOCAL_PORT:-6917}"
-if ! conf_line="$("$repo/tools/slurm_local.sh" start "$state")"; then
-  echo "FAIL: could not start the local Slurm cluster"; exit 1
-fi
-eval "$conf_line"
-trap '"$repo/tools/slurm_local.sh" stop "$state" >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-
-make_text "$WORK/text.txt"
-"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
-for name in ref job; do
-  tiny_deck "$WORK/$name.ini" "$WORK/$name" "$WORK/tok.h5"
-  sed -i 's/^max_steps = 6/max_steps = 12000/; s/^interval = 3/interval = 0/; s/^eval_interval = 3/eval_interval = 0/; s/^log_interval = 1/log_interval = 500/' "$WORK/$name.ini"
-done
-timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/ref.ini" >/dev/null 2>&1 ||
-  { echo "FAIL: the uninterrupted reference run failed"; exit 1; }
-
-cd "$WORK" || exit 1
+source "$here/slurm_lib.sh"
+slurm_test_setup 's/^max_steps = 6/max_steps = 12000/; s/^interval = 3/interval = 0/; s/^eval_interval = 3/eval_interval = 0/; s/^log_interval = 1/log_interval = 500/'
 expect_exit 2 "-t 'soon' is not a Slurm time limit" -- "$repo/jobscripts/chain.sh" -t soon
 expect_exit 2 "-n 'x' is not a positive number" -- "$repo/jobscripts/chain.sh" -n x
 expect_exit 0 "dependency=singleton" -- "$repo/jobscripts/chain.sh" --help
@@ -50,7 +31,12 @@ check "all 8 jobs ran and exited 0" test "$(grep -c "trident exited with status 
 check "at least two jobs stopped on the time limit with a checkpoint" \
   test "$(grep -c "time_limit_min = 0.07 is near" <<<"$out")" -ge 2
 check "later jobs resumed the run" grep -qE "resumed from .*step_0*[1-9][0-9]*\.h5" <<<"$out"
-check "the run reached max_steps" test "$(tail -n 1 "$WORK/job/metrics.csv" | cut -d, -f1)" -eq 12000
+reached="$(tail -n 1 "$WORK/job/metrics.csv" | cut -d, -f1)"
+echo "the chain carried the run to step $reached of 12000"
+if [ "$reached" != 12000 ]; then
+  expect_exit 0 "step +12000/12000" -- timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train \
+    --config "$WORK/job.ini" --resume
+fi
 check "losses bitwise equal to the uninterrupted run" \
   cmp -s <(cut -d, -f1-5 "$WORK/ref/metrics.csv") <(cut -d, -f1-5 "$WORK/job/metrics.csv")
 [ "$FAILED" -eq 0 ] || { echo "--- job outputs"; grep -h "train.sbatch\|stopping\|resumed\|error" "$WORK"/chain-*.out | tail -40; }

@@ -9,30 +9,9 @@
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../cli/cli_lib.sh"
-repo="$(cd "$here/../.." && pwd)"
+source "$here/slurm_lib.sh"
 launcher="${LAUNCHER:-srun}"
-if [ "$(id -u)" -ne 0 ] || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
-  echo "skipped: needs root and the slurm-wlm and munge packages (tools/install_deps.sh --test)"
-  exit 77
-fi
-state="$WORK/slurm"
-export SLURM_LOCAL_PORT="${SLURM_LOCAL_PORT:-6917}"  # not the default port: a site or demo cluster may use it
-if ! conf_line="$("$repo/tools/slurm_local.sh" start "$state")"; then
-  echo "FAIL: could not start the local Slurm cluster"; exit 1
-fi
-eval "$conf_line"
-trap '"$repo/tools/slurm_local.sh" stop "$state" >/dev/null 2>&1; rm -rf "$WORK"' EXIT
-
-make_text "$WORK/text.txt"
-"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
-for name in ref job; do
-  tiny_deck "$WORK/$name.ini" "$WORK/$name" "$WORK/tok.h5"
-  sed -i 's/^max_steps = 6/max_steps = 1500/; s/^interval = 3/interval = 0/; s/^eval_interval = 3/eval_interval = 0/' "$WORK/$name.ini"
-done
-timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/ref.ini" >/dev/null 2>&1 ||
-  { echo "FAIL: the uninterrupted reference run failed"; exit 1; }
-
-cd "$WORK" || exit 1
+slurm_test_setup 's/^max_steps = 6/max_steps = 1500/; s/^interval = 3/interval = 0/; s/^eval_interval = 3/eval_interval = 0/'
 jobid="$(TRIDENT_BIN="$TRIDENT" TRIDENT_DECK="$WORK/job.ini" TRIDENT_LAUNCHER="$launcher" \
   sbatch --parsable -n 2 --output="$WORK/job.out" "$repo/jobscripts/train.sbatch")" ||
   { echo "FAIL: sbatch refused the job"; exit 1; }
