@@ -120,7 +120,8 @@ int ckpt_diff(Runtime& rt, const std::vector<std::string>& args) {
       "Compares two checkpoints tensor by tensor (through their indexes, so their dp layouts may\n"
       "differ): for each array, max |a-b| and the max relative difference max |a-b| / max |b|;\n"
       "also the attributes step, consumed_samples and adam_step, the dtype, and tensors or kinds\n"
-      "present on one side only. Like diff(1): exits 0 when identical, 1 when anything differs.\n\n"
+      "present on one side only. A NaN on one side only counts as an infinite difference (shown as\n"
+      "inf). Like diff(1): exits 0 when identical, 1 when anything differs.\n\n"
       "options");
   desc.add_options()("help,h", "this text")(
       "kind", po::value<std::string>(&kinds)->default_value("all"),
@@ -163,6 +164,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
       "of attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj are written transposed to (in, out),\n"
       "HF's Conv1D layout; a model without biases has none (config.json: \"bias\": false). The LM\n"
       "head is tied to wte and not written. Any layout can be exported (tp pieces are joined).\n"
+      "FILE is verified first (every checksum); a damaged checkpoint is not exported.\n"
       "Rank 0 does all the work.\n\noptions");
   desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format),
                                             "output format; only 'safetensors' for now (required)")(
@@ -201,7 +203,9 @@ int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
       "any layout); this is for users who want a file laid out for a fixed job size. Runs on\n"
       "R = dp * tp * pp ranks, each reading only the pieces it owns. OUT ending in .h5 is a file,\n"
       "written as OUT.tmp and renamed when complete; anything else is a checkpoint directory that\n"
-      "receives step_NNNNNNNN.h5 and a `latest` pointer (usable as a run's checkpoints/ directory).\n\n"
+      "receives step_NNNNNNNN.h5 and a `latest` pointer (usable as a run's checkpoints/ directory);\n"
+      "it must not hold that step or a later one, nor belong to a run that is training. FILE is\n"
+      "verified first (every checksum): a damaged checkpoint is never rewritten as an intact one.\n\n"
       "options");
   desc.add_options()("help,h", "this text")("output,o", po::value<std::string>(&opt.output),
                                             "output file (*.h5) or checkpoint directory (required)")(

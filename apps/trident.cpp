@@ -17,7 +17,7 @@ commands:
   prep     turn text files or llm.c token shards into an HDF5 token file
   train    train a model from an input deck; resume from a checkpoint
   sample   generate text from a checkpoint
-  ckpt     inspect checkpoints: ls, verify, diff, export (safetensors)
+  ckpt     inspect and convert checkpoints: ls, verify, diff, reshard, export (safetensors)
 
 options:
   -h, --help     this text; `trident <command> --help` documents each command

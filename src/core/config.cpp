@@ -110,7 +110,7 @@ class Schema {
         "write a checkpoint every this many steps; 0 = only at the end");
     add("checkpoint", "keep", &c.checkpoint.keep, "number of committed checkpoints to keep");
     add("checkpoint", "save_final", &c.checkpoint.save_final,
-        "write a checkpoint at the end of the run and when stopping early (false: benchmarks only)");
+        "write a checkpoint at the end of the run and when stopping early (false: benchmarks only; a stop signal always saves)");
     add("checkpoint", "async", &c.checkpoint.async,
         "copy the state to host memory at the step boundary and write it in a background thread");
     add("checkpoint", "on_error", &c.checkpoint.on_error,

@@ -127,6 +127,12 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     info.vocab_size = tok.vocab_size();
     info.vocab = tok.vocab();
   }
+  // Like `trident train` with its out_dir, create the output's directory (data/ in a fresh clone).
+  const std::filesystem::path parent = std::filesystem::path(opt.output).parent_path();
+  if (!parent.empty()) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) throw IoError("prep: cannot create directory '" + parent.string() + "' for --output: " + ec.message());
+  }
   write_token_file(opt.output, info, train, val);
   PrepResult r;
   r.tokenizer = info.tokenizer;

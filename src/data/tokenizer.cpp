@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 
 namespace trident {
@@ -52,6 +53,16 @@ Tokenizer::Tokenizer(std::string kind, std::vector<std::int32_t> vocab, std::int
     : kind_(std::move(kind)), vocab_(std::move(vocab)), vocab_size_(vocab_size) {
   if (kind_ != "char" && kind_ != "byte" && kind_ != "gpt2")
     throw Error("unknown tokenizer '" + kind_ + "' (expected char, byte or gpt2)");
+  // A vocabulary read from a file is checked before it is used as an index.
+  for (size_t i = 0; i < vocab_.size(); ++i) {
+    const std::int32_t cp = vocab_[i];
+    const bool valid = kind_ == "byte" ? (cp >= 0 && cp < 256) : (cp >= 0 && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF));
+    if (!valid)
+      throw Error("the " + kind_ + " tokenizer's vocabulary entry " + std::to_string(i) + " = " + std::to_string(cp) +
+                  (kind_ == "byte" ? " is not a byte value" : " is not a Unicode code point"));
+    if (kind_ == "char" && i > 0 && cp <= vocab_[i - 1])
+      throw Error("the char tokenizer's vocabulary is not sorted and distinct at entry " + std::to_string(i));
+  }
   if (kind_ == "char") {
     std::int32_t maxcp = 0;
     for (auto cp : vocab_) maxcp = std::max(maxcp, cp);
@@ -86,7 +97,10 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
     if (id < 0) {
       std::string ch;
       utf8_append(ch, cp);
-      throw Error("character '" + ch + "' (U+" + std::to_string(cp) + ") is not in the vocabulary of this model");
+      char code[16];
+      std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(cp));
+      throw Error("character '" + (cp < 0x20 || cp == 0x7F ? std::string("?") : ch) + "' (" + code +
+                  ") is not in the vocabulary of this model");
     }
     ids.push_back(id);
   }

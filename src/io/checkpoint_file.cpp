@@ -551,8 +551,13 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
   const std::size_t K = kinds_.size();
   const std::size_t es = dtype_size(dtype_);
   std::vector<std::uint64_t> want(shards_.size() * K, 0);
-  std::string local_problem;
+  // Each rank reports its first kMaxListed problems; the rest are counted.
+  constexpr int kMaxListed = 8;
+  std::string local_problems;
   int local_bad = 0;
+  auto note = [&](const std::string& what) {
+    if (local_bad++ < kMaxListed) local_problems += what + "\n";
+  };
   try {
     h5::Dataset d(H5Dopen2(impl_->file, "/index/checksums", H5P_DEFAULT), "opening /index/checksums");
     {
@@ -580,26 +585,28 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
                       "reading " + p);
           if (XXH64(buf.data(), buf.size(), 0) != want[s * K + k]) throw CheckpointError(p + " fails its checksum");
         } catch (const std::exception& e) {
-          if (local_bad++ == 0) local_problem = e.what();
+          note(e.what());
         }
       }
     }
   } catch (const std::exception& e) {
-    if (local_bad++ == 0) local_problem = e.what();
+    note(e.what());
   }
-  // Every rank reports the same list: the first problem of each rank that found any.
+  // Every rank reports the same list: the listed problems of every rank, in rank order.
   const std::int32_t total = comm.all_reduce_value<std::int32_t>(local_bad);
   std::vector<std::string> problems;
   if (total == 0) return problems;
-  std::vector<char> mine(512, '\0'), all(512 * static_cast<size_t>(comm.size()));
-  std::strncpy(mine.data(), local_problem.c_str(), mine.size() - 1);
+  constexpr std::size_t kBytes = 4096;
+  std::vector<char> mine(kBytes, '\0'), all(kBytes * static_cast<size_t>(comm.size()));
+  std::strncpy(mine.data(), local_problems.c_str(), mine.size() - 1);
   comm.all_gather(mine.data(), all.data(), mine.size(), DataType::u8);
   for (int r = 0; r < comm.size(); ++r) {
-    std::string p(&all[static_cast<size_t>(r) * 512]);
-    if (!p.empty()) problems.push_back(p);
+    const std::string text(&all[static_cast<size_t>(r) * kBytes]);
+    for (size_t a = 0, b; (b = text.find('\n', a)) != std::string::npos; a = b + 1) problems.push_back(text.substr(a, b - a));
   }
   if (static_cast<int>(problems.size()) < total)
-    problems.push_back("(" + std::to_string(total) + " problems in all)");
+    problems.push_back("... and " + std::to_string(total - static_cast<int>(problems.size())) + " more (" +
+                       std::to_string(total) + " dataset problems in all)");
   return problems;
 }
 

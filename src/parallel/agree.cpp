@@ -38,8 +38,11 @@ void run_agreed(Communicator& comm, const std::string& context, const std::funct
   comm.broadcast(buf.data(), buf.size(), DataType::u8, first_bad);
   std::memcpy(&kind, buf.data(), sizeof kind);
   std::string text = std::string(buf.data() + sizeof kind);
-  if (!context.empty()) text = context + ": " + text;
-  if (comm.size() > 1) text += " (rank " + std::to_string(first_bad) + ")";
+  // Nested agreements (and messages that already name their context) are not prefixed twice.
+  if (!context.empty() && text.rfind(context, 0) != 0) text = context + ": " + text;
+  const std::string where = " (rank " + std::to_string(first_bad) + ")";
+  if (comm.size() > 1 && (text.size() < where.size() || text.compare(text.size() - where.size(), where.size(), where) != 0))
+    text += where;
   switch (kind) {
     case 1: throw ConfigError(text);
     case 2: throw IoError(text, true);

@@ -91,6 +91,10 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
     std::string problem;
     try {
       CheckpointReader rd(path, comm);
+      const auto named = step_of(fs::path(path).filename().string());
+      if (named && (!rd.has_attr("step") || rd.attr_int("step") != *named))
+        throw CheckpointError("the file name says step " + std::to_string(*named) + " but attribute step is " +
+                              (rd.has_attr("step") ? std::to_string(rd.attr_int("step")) : std::string("missing")));
       if (verify) {
         const auto problems = rd.verify(comm);
         if (!problems.empty()) problem = problems.front();
@@ -178,6 +182,26 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
         throw CheckpointError("cannot update '" + dir_ + "/latest': " + std::strerror(errno));
       fsync_path(dir_, true);
       fault_point("commit.latest");
+      // Checkpoints of later steps belong to a branch this run abandoned (it was resumed from an
+      // older checkpoint): moved aside, never deleted, so that a later --resume cannot jump back to
+      // them and rotation cannot delete this branch's checkpoints in their favour.
+      std::vector<std::string> moved;
+      for (const auto& [s, p] : list()) {
+        if (s <= step) continue;
+        const fs::path aside = fs::path(dir_) / "superseded";
+        std::error_code ec;
+        fs::create_directories(aside, ec);
+        if (!ec) fs::rename(p, aside / fs::path(p).filename(), ec);
+        if (ec) log::warn("could not move '%s' of an abandoned later branch aside: %s", p.c_str(), ec.message().c_str());
+        else moved.push_back(fs::path(p).filename().string());
+      }
+      if (!moved.empty()) {
+        fsync_path(dir_, true);
+        std::string names;
+        for (const auto& n : moved) names += (names.empty() ? "" : ", ") + n;
+        log::warn("moved %zu checkpoint(s) of later steps (%s), left by the run this one branched from, to %s/superseded/",
+                  moved.size(), names.c_str(), dir_.c_str());
+      }
       // Rotation: the new checkpoint is committed and named by latest; delete the oldest beyond keep.
       auto all = list();
       for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {

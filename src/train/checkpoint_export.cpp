@@ -165,6 +165,7 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     res.checkpoint = resolve_checkpoint_path(path);
   });
   CheckpointReader rd(res.checkpoint, comm);
+  require_intact(rd, comm, "run `trident ckpt verify " + res.checkpoint + "`; nothing was exported");
 
   run_agreed(comm, "cannot export '" + res.checkpoint + "'", [&] {
     // The plan (which tensor goes where) is computed on every rank from the index alone.

@@ -22,14 +22,22 @@ std::string resolve_checkpoint_path(const std::string& path) {
   throw CheckpointError("no checkpoint found in directory '" + path + "'");
 }
 
+void require_intact(const CheckpointReader& rd, Communicator& comm, const std::string& hint) {
+  run_agreed(comm, "", [&] {
+    const auto problems = rd.verify(comm);
+    if (problems.empty()) return;
+    std::string more;
+    if (problems.size() > 1) more = "; " + std::to_string(problems.size() - 1) + " more problem(s)";
+    throw CheckpointError("checkpoint '" + rd.path() + "' is damaged: " + problems.front() + more +
+                          (hint.empty() ? "" : " (" + hint + ")"));
+  });
+}
+
 CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& comm) {
   std::string path;
   run_agreed(comm, "", [&] { path = resolve_checkpoint_path(path_in); });
   CheckpointReader rd(path, comm);
-  run_agreed(comm, "", [&] {
-    const auto problems = rd.verify(comm);
-    if (!problems.empty()) throw CheckpointError("checkpoint '" + path + "' is damaged: " + problems.front());
-  });
+  require_intact(rd, comm, "run `trident ckpt verify " + path + "`");
   CheckpointModel out;
   run_agreed(comm, "cannot load a model from '" + path + "'", [&] {
     out.cfg = parse_deck_text(rd.text("config"), rd.attr_string("deck_name"));

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "io/checkpoint_file.hpp"
 #include "model/param_store.hpp"
 #include "parallel/communicator.hpp"
 
@@ -26,6 +27,13 @@ struct CheckpointModel {
 /// A directory is accepted too: its checkpoints/latest (a run directory) or latest (a checkpoint
 /// directory). Collective over comm (the file is opened through MPI-IO). Throws CheckpointError.
 CheckpointModel load_checkpoint_model(const std::string& path, Communicator& comm);
+
+/// Recomputes the XXH64 checksum of every shard dataset of `rd` (CheckpointReader::verify, the
+/// reading spread over comm) and throws CheckpointError on every rank when any dataset is missing,
+/// short or fails its checksum: "checkpoint 'P' is damaged: <first problem> (<hint>)". Every reader
+/// of parameters (resume, sample, reshard, export) calls it first, so a damaged file is never
+/// turned into a new one. Collective over comm.
+void require_intact(const CheckpointReader& rd, Communicator& comm, const std::string& hint);
 
 /// `path` itself if it is a file, else the latest checkpoint below a run or checkpoint directory.
 /// Throws CheckpointError when there is none. Local.

@@ -6,12 +6,14 @@
 #include "parallel/process_grid.hpp"
 #include "train/checkpoint_dir.hpp"
 #include "train/checkpoint_model.hpp"
+#include "train/run_lock.hpp"
 #include "train/model_state.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 
 namespace trident {
 
@@ -83,6 +85,16 @@ void reshard_as(const Config& cfg, const std::string& input, const std::string& 
   snap.write.file_locking = cfg.checkpoint.file_locking;
   auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); };
   if (to_dir) {
+    // A run directory whose job holds its lock (train/run_lock.hpp) is not written into.
+    std::unique_ptr<RunLock> lock;
+    run_agreed(world, "ckpt reshard", [&] {
+      fs::path dir = fs::path(output).lexically_normal();
+      if (dir.filename().empty()) dir = dir.parent_path();  // "run/checkpoints/"
+      const fs::path run = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+      std::error_code ec;
+      if (world.rank() == 0 && dir.filename() == "checkpoints" && fs::exists(run / ".trident.lock", ec))
+        lock = std::make_unique<RunLock>(run.string());
+    });
     res.output = CheckpointDir(output).commit(run.step, world, write, std::numeric_limits<std::int64_t>::max());
   } else {
     commit_file(output, world, write);
@@ -111,7 +123,23 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
         throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
     }
     CheckpointReader rd(res.input, world);
+    require_intact(rd, world, "run `trident ckpt verify " + res.input + "`; nothing was written");
     if (!rd.has("config")) throw CheckpointError("'" + res.input + "' holds no /config deck");
+    if (to_dir) {
+      // A checkpoint directory: the file lands as step_NNNNNNNN.h5 and `latest` moves to it, so
+      // the directory must not hold this step or a later one (that would replace the input, or
+      // move `latest` of a live run backwards) and no job may be training in it.
+      const std::int64_t step = rd.attr_int("step");
+      CheckpointDir out(opt.output);
+      for (const auto& [s, p] : out.list()) {
+        if (fs::equivalent(p, res.input, ec))
+          throw ConfigError("the output directory '" + opt.output + "' holds the input checkpoint; write to another directory");
+        if (s >= step)
+          throw ConfigError("the output directory '" + opt.output + "' already holds " + fs::path(p).filename().string() +
+                            " (step " + std::to_string(s) + " >= " + std::to_string(step) +
+                            "): write to an empty directory or a *.h5 file");
+      }
+    }
     cfg = parse_deck_text(rd.text("config"), rd.has_attr("deck_name") ? rd.attr_string("deck_name") : "checkpoint");
     res.from_layout = layout_text(rd.attr_int("dp"), rd.attr_int("tp"), rd.attr_int("pp"), rd.attr_int("zero_stage"));
   });

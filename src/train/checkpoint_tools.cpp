@@ -3,6 +3,7 @@
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "data/tokenizer.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_file.hpp"
 #include "model/param_layout.hpp"
@@ -296,6 +297,34 @@ std::vector<std::string> check_checkpoint_metadata(const CheckpointReader& rd) {
     if (rd.rank_state_columns().empty()) p.add("/rank_state is missing or names no columns");
 
     auto get = [&](const char* a) { return rd.has_attr(a) ? rd.attr_int(a) : 0; };
+    // A committed file's name is its step: resume and rotation order checkpoints by it.
+    const std::int64_t named = step_from_name(fs::path(rd.path()).filename().string());
+    if (named >= 0 && rd.has_attr("step") && named != rd.attr_int("step"))
+      p.add("the file name says step " + std::to_string(named) + " but attribute step = " +
+            std::to_string(rd.attr_int("step")));
+    // Every rank writes the same global restart state (docs/checkpoint-format.md, /rank_state).
+    {
+      const auto& cols = rd.rank_state_columns();
+      const std::pair<const char*, const char*> expect[] = {
+          {"consumed_samples", "consumed_samples"}, {"data_seed", "seed"}, {"rng_seed", "seed"}, {"rng_step", "step"}};
+      for (std::size_t row = 0; row < rd.shards().size() && !cols.empty(); ++row) {
+        std::vector<std::int64_t> v;
+        try {
+          v = rd.rank_state(static_cast<int>(row));
+        } catch (const std::exception& e) {
+          p.add(std::string("/rank_state cannot be read: ") + e.what());
+          break;
+        }
+        for (const auto& [col, attr] : expect) {
+          const auto it = std::find(cols.begin(), cols.end(), col);
+          if (it == cols.end() || !rd.has_attr(attr)) continue;
+          const std::int64_t have = v[static_cast<std::size_t>(it - cols.begin())];
+          if (have != rd.attr_int(attr))
+            p.add("/rank_state row " + std::to_string(row) + ": " + col + " = " + std::to_string(have) +
+                  " but attribute " + attr + " = " + std::to_string(rd.attr_int(attr)));
+        }
+      }
+    }
     for (const char* a : {"step", "consumed_samples", "adam_step", "seed"})
       if (rd.has_attr(a) && rd.attr_int(a) < 0) p.add(std::string("attribute ") + a + " is negative");
     if (rd.has_attr("step") && rd.has_attr("adam_step") && rd.attr_int("adam_step") > rd.attr_int("step"))
@@ -389,6 +418,12 @@ std::vector<std::string> check_checkpoint_metadata(const CheckpointReader& rd) {
         try {
           const auto vocab = rd.int_array("tokenizer/vocab");
           if (vocab.empty()) p.add("/tokenizer/vocab is empty");
+          try {
+            Tokenizer check(tok, std::vector<std::int32_t>(vocab.begin(), vocab.end()),
+                            static_cast<std::int64_t>(vocab.size()));
+          } catch (const Error& e) {
+            p.add(std::string("/tokenizer/vocab: ") + e.what());
+          }
           if (have_model && static_cast<std::int64_t>(vocab.size()) > m.vocab_size)
             p.add("/tokenizer/vocab has " + std::to_string(vocab.size()) + " tokens, more than model_vocab_size = " +
                   std::to_string(m.vocab_size));

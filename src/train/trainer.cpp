@@ -398,10 +398,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       if (cfg.checkpoint.verify_on_resume)
         run_agreed(world, "", [&] {
           CheckpointReader rd(resume_from, world);
-          const auto problems = rd.verify(world);
-          if (!problems.empty())
-            throw CheckpointError("checkpoint '" + resume_from + "' is damaged: " + problems.front() +
-                                  " (resume from another one, or set [checkpoint] verify_on_resume = false)");
+          require_intact(rd, world, "resume from another one, or set [checkpoint] verify_on_resume = false");
         });
     } else {
       auto chosen = ckdir.newest_complete(world, cfg.checkpoint.verify_on_resume);
@@ -503,8 +500,11 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   }
   // A failed save ends the run, or with [checkpoint] on_error = continue is reported and training
   // goes on; the previous checkpoint is intact either way (commit protocol of CheckpointDir).
+  std::int64_t async_step = -1;   // the step the background writer is (or was last) saving
+  std::int64_t last_failed = -1;  // the step whose save failed last (not retried at a stop)
   auto handle_failure = [&](const CheckpointError& e, std::int64_t step) {
     if (cfg.checkpoint.on_error != "continue") throw;
+    last_failed = step;
     log::warn("checkpoint of step %lld failed: %s; training continues ([checkpoint] on_error = continue), the last "
               "good checkpoint is %s",
               static_cast<long long>(step), e.what(), last_saved >= 0 ? ckdir.path_for(last_saved).c_str() : "none");
@@ -519,17 +519,20 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                 static_cast<double>(r.bytes) / (1024.0 * 1024.0));
     } catch (const CheckpointError& e) {
       trainer.recycle(writer->release());
-      handle_failure(e, trainer.step());
+      handle_failure(e, async_step);
     }
   };
+  // save_final = false skips the end-of-run and early-stop saves (benchmarks), never a save a
+  // signal asks for: exit status 3 promises a checkpoint of the step the run stopped at.
   auto save = [&](const char* why, bool sync) {
-    if (!cfg.checkpoint.save_final && std::string(why) != "interval") return;
+    if (!cfg.checkpoint.save_final && std::string(why) != "interval" && std::string(why) != "signal") return;
     finish_async();
     Timer t;
     try {
       CheckpointSnapshot snap = trainer.snapshot();
       snap.write.file_locking = cfg.checkpoint.file_locking;
       if (writer && !sync) {
+        async_step = trainer.step();
         writer->start(ckdir, trainer.step(), std::move(snap), cfg.checkpoint.keep);
         last_save_seconds = t.seconds();
         log::info("checkpoint: step %lld (%s) snapshot in %.3f s, writing in the background",
@@ -546,6 +549,22 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     } catch (const CheckpointError& e) {
       handle_failure(e, trainer.step());
     }
+  };
+  // The save that ends a run (or stops it early) must leave a checkpoint of its last step; with
+  // on_error = continue a failed one was only warned about, so it is reported here and the run
+  // exits 1 (a job script must not take the stop for a clean one). Returns true when saved.
+  auto final_save = [&](const char* why, std::int64_t step) {
+    finish_async();
+    if (last_saved != step && last_failed != step) save(why, true);
+    if (last_saved == step) return true;
+    if (!cfg.checkpoint.save_final && std::string(why) != "signal") {
+      log::info("no checkpoint of step %lld: [checkpoint] save_final = false", static_cast<long long>(step));
+      return true;
+    }
+    if (world.rank() == 0)
+      log::error("the checkpoint of step %lld (%s) failed; the last good checkpoint is %s", static_cast<long long>(step),
+                 why, last_saved >= 0 ? ckdir.path_for(last_saved).c_str() : "none (a resume starts from step 0)");
+    return false;
   };
   install_stop_signal_handlers();
 
@@ -610,8 +629,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     // Preemption: a SIGUSR1/SIGTERM on any rank stops every rank after this step, with a checkpoint.
     const int sig = world.all_reduce_value<std::int32_t>(stop_signal_received(), ReduceOp::max);
     if (sig != 0) {
-      finish_async();
-      if (last_saved != r.step) save("signal", true);
+      if (!final_save("signal", r.step)) return 1;  // the final checkpoint failed (reported above)
       log::info("stopping after step %lld on %s; exit status %d asks the job script to requeue",
                 static_cast<long long>(r.step), sig == SIGTERM ? "SIGTERM" : "SIGUSR1", kExitRequeue);
       // Some launchers (MPICH hydra's mpiexec after it forwarded the signal) exit 0 whatever the
@@ -621,8 +639,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     }
     if (last) break;
     if (cfg.train.stop_at_step > 0 && r.step >= cfg.train.stop_at_step) {
-      finish_async();
-      if (last_saved != r.step) save("stop_at_step", true);
+      if (!final_save("stop_at_step", r.step)) return 1;  // the final checkpoint failed (reported above)
       log::info("stopping after step %lld as [train] stop_at_step asks; continue with --resume",
                 static_cast<long long>(r.step));
       return 0;
@@ -633,16 +650,14 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       std::int32_t stop = wall.seconds() + need > cfg.train.time_limit_min * 60.0 ? 1 : 0;
       world.broadcast(&stop, 1, 0);
       if (stop) {
-        finish_async();
-        if (last_saved != r.step) save("time limit", true);
+        if (!final_save("time limit", r.step)) return 1;  // the final checkpoint failed (reported above)
         log::info("stopping after step %lld: [train] time_limit_min = %g is near; continue with --resume",
                   static_cast<long long>(r.step), cfg.train.time_limit_min);
         return 0;
       }
     }
   }
-  finish_async();
-  if (last_saved != trainer.step()) save("end of run", true);
+  if (!final_save("end of run", trainer.step())) return 1;  // the final checkpoint failed (reported above)
   const double secs = run_timer.seconds();
   log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",
             static_cast<long long>(first_step + 1), static_cast<long long>(trainer.step()), secs,

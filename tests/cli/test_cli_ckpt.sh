@@ -18,7 +18,7 @@ c2="$ck/step_00000002.h5" c4="$ck/step_00000004.h5" c6="$ck/step_00000006.h5"
 
 # ---- usage ----------------------------------------------------------------------------------
 expect_exit 0 "subcommands:" -- "$TRIDENT" ckpt --help
-expect_exit 0 "ckpt +inspect checkpoints" -- "$TRIDENT" --help
+expect_exit 0 "ckpt +inspect and convert checkpoints" -- "$TRIDENT" --help
 expect_exit 2 "usage: trident ckpt" -- "$TRIDENT" ckpt
 expect_exit 2 "unknown ckpt subcommand 'lss'" -- "$TRIDENT" ckpt lss
 for sub in ls verify diff reshard export; do
@@ -65,6 +65,52 @@ expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- \
 expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt verify "$WORK/bad/step_00000004.h5"
 expect_exit 0 "step_00000004.h5 .* ok" -- "$TRIDENT" ckpt ls "$WORK/bad"
 expect_exit 1 "BAD: .*pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt ls --verify "$WORK/bad"
+
+# Every damaged dataset is listed (not only the first), also at one rank.
+cp "$WORK/bad/step_00000004.h5" "$WORK/bad2.h5"
+"$PY" - "$WORK/bad2.h5" <<'EOF'
+import sys, h5py
+path = sys.argv[1]
+with h5py.File(path, "r") as f:
+    ds = f["shards/param/pp0_dp0_tp0"]
+    offset, size = ds.id.get_offset(), ds.id.get_storage_size()
+with open(path, "r+b") as fh:
+    fh.seek(offset + size // 2)
+    fh.write(b"\xde\xad\xbe\xef" * 4)
+EOF
+out="$("$TRIDENT" ckpt verify "$WORK/bad2.h5" 2>&1)"
+check "verify lists every damaged dataset" grep -q "param/pp0_dp0_tp0 fails" <<<"$out"
+check "verify lists every damaged dataset (2)" grep -q "exp_avg/pp0_dp1_tp0 fails" <<<"$out"
+# A damaged checkpoint is never rewritten as an intact one, nor exported.
+expect_exit 1 "is damaged: .*fails its checksum" -- \
+  "$TRIDENT" ckpt reshard --zero-stage 1 --output "$WORK/from_bad.h5" "$WORK/bad/step_00000004.h5"
+expect_exit 1 "is damaged: .*fails its checksum" -- \
+  "$MPIEXEC" -n 2 "$TRIDENT" ckpt reshard --output "$WORK/from_bad_dir" "$WORK/bad/step_00000004.h5"
+expect_exit 1 "is damaged: .*fails its checksum.*nothing was exported" -- \
+  "$TRIDENT" ckpt export --format safetensors --output "$WORK/from_bad_st" "$WORK/bad/step_00000004.h5"
+check "nothing written from a damaged checkpoint" \
+  test ! -e "$WORK/from_bad.h5" -a ! -e "$WORK/from_bad_dir/latest" -a -z "$(ls "$WORK/from_bad_st" 2>/dev/null)"
+# Metadata a resume relies on: the step in the file name, the per-rank restart state, the vocabulary.
+mkdir -p "$WORK/meta" && cp "$c4" "$WORK/meta/step_00000040.h5"
+expect_exit 1 "the file name says step 40 but attribute step = 4" -- "$TRIDENT" ckpt verify "$WORK/meta/step_00000040.h5"
+cp "$c4" "$WORK/meta/edited.h5"
+"$PY" - "$WORK/meta/edited.h5" <<'EOF'
+import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    c = f["rank_state"].attrs["columns"]
+    cols = (c.decode() if isinstance(c, bytes) else str(c)).split(",")
+    rs = f["rank_state"][...]
+    rs[0, cols.index("consumed_samples")] = 1000
+    f["rank_state"][...] = rs
+    v = f["tokenizer/vocab"][...]
+    v[0] = -5
+    f["tokenizer/vocab"][...] = v
+EOF
+out="$("$TRIDENT" ckpt verify "$WORK/meta/edited.h5" 2>&1)"; rc=$?
+check "verify: an edited checkpoint fails" test "$rc" -eq 1
+check "verify: /rank_state disagreeing with the root attributes" \
+  grep -q "/rank_state row 0: consumed_samples = 1000 but attribute consumed_samples" <<<"$out"
+check "verify: a vocabulary entry that is no code point" grep -q "vocabulary entry 0 = -5 is not a Unicode code point" <<<"$out"
 
 head -c 5000 "$c4" > "$WORK/bad/truncated.h5"
 expect_exit 1 "not an HDF5 file|truncated" -- "$TRIDENT" ckpt verify "$WORK/bad/truncated.h5"
@@ -225,6 +271,16 @@ expect_exit 0 "to .*pp2.h5 \(1 x 1 x 2, ZeRO-2\)" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" ckpt reshard --tp 1 --pp 2 --zero-stage 2 --output "$WORK/pp2.h5" "$t6"
 expect_exit 0 "identical: 45 arrays" -- "$TRIDENT" ckpt diff "$WORK/pp2.h5" "$WORK/r_dp2.h5"
 check "reshard: the directory's latest names the file" grep -qx "step_00000006.h5" "$WORK/rdir/latest"
+expect_exit 2 "already holds step_00000006.h5 \(step 6 >= 6\)" -- \
+  "$TRIDENT" ckpt reshard --force --output "$WORK/rdir" "$WORK/r1.h5"
+expect_exit 2 "holds the input checkpoint" -- "$TRIDENT" ckpt reshard --output "$WORK/rdir/" "$WORK/rdir/step_00000006.h5"
+check "reshard: a refused directory output leaves latest alone" grep -qx "step_00000006.h5" "$WORK/rdir/latest"
+mkdir -p "$WORK/busy/checkpoints" && touch "$WORK/busy/.trident.lock"
+flock "$WORK/busy/.trident.lock" sleep 30 & holder=$!
+sleep 0.3
+expect_exit 1 "is in use by another Trident job" -- "$TRIDENT" ckpt reshard --output "$WORK/busy/checkpoints/" "$WORK/r1.h5"
+check "reshard: nothing written into a run directory in use" test -z "$(ls "$WORK/busy/checkpoints")"
+kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 cat > "$WORK/same_shards.py" <<'EOF'
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")

@@ -8,7 +8,9 @@
 #     rank reports it, the run stops (on_error = stop) or goes on (continue), nothing hangs, and the
 #     previous checkpoint stays intact;
 #  3. a corrupted dataset, a truncated file and a missing `latest` target in the newest
-#     checkpoint: the resume falls back to the previous complete one, saying so.
+#     checkpoint: the resume falls back to the previous complete one, saying so;
+#  4. a resume from an older checkpoint branches off: later checkpoints are moved aside;
+#  5. a stop signal to one rank: all stop at one step with a checkpoint and exit 3.
 set -u
 source "$(dirname "$0")/cli_lib.sh"
 PY=/usr/bin/python3
@@ -92,7 +94,9 @@ if [ "$(id -u)" -eq 0 ] && mkdir -p "$WORK/full/checkpoints" &&
   check "the previous checkpoint verifies after the failed save" "$TRIDENT" ckpt verify "$WORK/full/checkpoints/step_00000002.h5"
   check "latest still names the last good checkpoint" grep -qx "step_00000002.h5" "$WORK/full/checkpoints/latest"
   check "no half-written file is left" test -z "$(ls "$WORK/full/checkpoints" | grep tmp)"
-  expect_exit 0 "training continues \(\[checkpoint\] on_error = continue\)" -- \
+  # The saves of steps 4, 6 and 8 fail; training goes on to the end, but a run whose final
+  # checkpoint failed exits 1 (a job script must not take it for a clean end).
+  expect_exit 1 "the checkpoint of step 8 \(end of run\) failed; the last good checkpoint is .*step_00000002.h5" -- \
     run --config "$WORK/full.ini" --resume --checkpoint.on_error=continue
   check "on_error = continue trained to the end" grep -q "^8," "$WORK/full/metrics.csv"
   check "the last good checkpoint still verifies" "$TRIDENT" ckpt verify "$WORK/full/checkpoints/step_00000002.h5"
@@ -125,6 +129,39 @@ check "after a dangling latest: bitwise equal to the uninterrupted run" same_as_
 expect_exit 1 "is damaged" -- bash -c "cp '$WORK/dmg/checkpoints/step_00000006.h5' '$WORK/bad.h5' && \
   printf 'ZZZZZZZZ' | dd of='$WORK/bad.h5' bs=1 seek=\$(( \$(stat -c %s '$WORK/bad.h5') - 4096 )) conv=notrunc 2>/dev/null; \
   timeout -k 10 120 '$MPIEXEC' -n 2 '$TRIDENT' train --config '$WORK/dmg.ini' --resume '$WORK/bad.h5'"
+
+# ---- 4. a run resumed from an older checkpoint branches off -----------------------------------
+# Resuming from step 6 of a run that reached step 8 starts a new branch: its first save moves the
+# old step 8 aside (superseded/), so a later plain --resume continues the branch, not the old run.
+deck "$WORK/br.ini" "$WORK/br"
+mkdir -p "$WORK/br" && cp -r "$WORK/ref/checkpoints" "$WORK/ref/metrics.csv" "$WORK/br/"
+expect_exit 0 "moved 1 checkpoint\(s\) of later steps \(step_00000008.h5\).*superseded" -- \
+  run --config "$WORK/br.ini" --resume "$WORK/br/checkpoints/step_00000006.h5" --checkpoint.interval=1 --train.stop_at_step=7
+check "branch: the old step 8 is kept aside" test -f "$WORK/br/checkpoints/superseded/step_00000008.h5"
+check "branch: latest names the branch's step 7" grep -qx "step_00000007.h5" "$WORK/br/checkpoints/latest"
+expect_exit 0 "resumed from .*step_00000007.h5" -- run --config "$WORK/br.ini" --resume
+check "branch: continued bitwise equal to the uninterrupted run" same_as_reference "$WORK/br"
+
+# ---- 5. a stop signal always writes a checkpoint ------------------------------------------------
+# SIGUSR1 to one rank: every rank stops after the same step with a checkpoint of it and exits 3,
+# also with [checkpoint] save_final = false (exit 3 promises a checkpoint to resume from).
+deck "$WORK/sig.ini" "$WORK/sig"
+sed -i 's/^max_steps = 8/max_steps = 100000/; s/^interval = 2/interval = 0/; s/^log_interval = 1/log_interval = 1000/' "$WORK/sig.ini"
+timeout -k 10 120 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/sig.ini" --checkpoint.save_final=false \
+  > "$WORK/sig.out" 2>&1 & job=$!
+for _ in $(seq 300); do
+  [ "$(wc -l < "$WORK/sig/metrics.csv" 2>/dev/null || echo 0)" -gt 20 ] && break
+  sleep 0.2
+done
+rank_pid="$(pgrep -f "^$TRIDENT train --config $WORK/sig.ini" | head -n 1)"
+if [ -n "$rank_pid" ]; then kill -USR1 "$rank_pid"; fi
+wait "$job"; rc=$?
+check "signal: exit status 3" test "$rc" -eq 3
+stopped="$(sed -n 's/.*stopping after step \([0-9]*\) on SIGUSR1.*/\1/p' "$WORK/sig.out")"
+check "signal: a checkpoint of the step it stopped at, despite save_final = false" \
+  test -n "$stopped" -a -f "$WORK/sig/checkpoints/$(printf 'step_%08d.h5' "${stopped:-0}")"
+check "signal: latest names it" grep -qx "$(printf 'step_%08d.h5' "${stopped:-0}")" "$WORK/sig/checkpoints/latest"
+[ "$rc" -eq 3 ] || tail -5 "$WORK/sig.out"
 
 echo "$FAILED failed"
 exit "$FAILED"

@@ -40,6 +40,27 @@ TEST(Tokenizer, VocabularyIsSortedDistinctCharacters) {
   EXPECT_EQ(b.encode("A\xff"), (std::vector<std::int32_t>{65, 255}));
 }
 
+// A vocabulary read from a file (token file, checkpoint) is validated before it is used as an index.
+TEST(Tokenizer, RejectsVocabulariesThatAreNoCodePointsOrUnsorted) {
+  EXPECT_THROW(Tokenizer("char", {10, -5}, 2), Error);
+  EXPECT_THROW(Tokenizer("char", {0xD800}, 1), Error);     // a UTF-16 surrogate
+  EXPECT_THROW(Tokenizer("char", {0x110000}, 1), Error);   // beyond Unicode
+  EXPECT_THROW(Tokenizer("char", {'b', 'a'}, 2), Error);   // not sorted
+  EXPECT_THROW(Tokenizer("char", {'a', 'a'}, 2), Error);   // not distinct
+  EXPECT_THROW(Tokenizer("byte", {0, 256}, 2), Error);
+  EXPECT_NO_THROW(Tokenizer("char", {'\n', 'a', 0x10FFFF}, 3));
+}
+
+TEST(Tokenizer, UnknownCharacterIsNamedByItsHexCodePoint) {
+  Tokenizer t = Tokenizer::build_char("ab");
+  try {
+    t.encode("\xc3\xa9");  // U+00E9
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(U+00E9)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Prep, TextSplitsNinetyTen) {
   const std::string in = scratch("text.txt"), out = scratch("text.h5");
   std::string text;
