@@ -49,17 +49,20 @@ expect_exit 0 "ok: .*step_00000004.h5 is intact" -- "$MPIEXEC" -n 2 "$TRIDENT" c
 expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/run"
 
 # Corrupt 16 bytes in the middle of one shard dataset: HDF5 still reads it, only checksums notice.
-mkdir -p "$WORK/bad" && cp "$c4" "$WORK/bad/step_00000004.h5"
-"$PY" - "$WORK/bad/step_00000004.h5" <<'EOF'
+corrupt_dataset() {  # corrupt_dataset FILE DATASET: overwrite 16 bytes in the middle of its data
+  "$PY" - "$1" "$2" <<'EOF'
 import sys, h5py
-path = sys.argv[1]
+path, name = sys.argv[1], sys.argv[2]
 with h5py.File(path, "r") as f:
-    ds = f["shards/exp_avg/pp0_dp1_tp0"]
+    ds = f[name]
     offset, size = ds.id.get_offset(), ds.id.get_storage_size()
 with open(path, "r+b") as fh:
     fh.seek(offset + size // 2)
     fh.write(b"\xde\xad\xbe\xef" * 4)
 EOF
+}
+mkdir -p "$WORK/bad" && cp "$c4" "$WORK/bad/step_00000004.h5"
+corrupt_dataset "$WORK/bad/step_00000004.h5" shards/exp_avg/pp0_dp1_tp0
 expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$WORK/bad/step_00000004.h5"
 expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt verify "$WORK/bad/step_00000004.h5"
@@ -68,16 +71,7 @@ expect_exit 1 "BAD: .*pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt ls --ve
 
 # Every damaged dataset is listed (not only the first), also at one rank.
 cp "$WORK/bad/step_00000004.h5" "$WORK/bad2.h5"
-"$PY" - "$WORK/bad2.h5" <<'EOF'
-import sys, h5py
-path = sys.argv[1]
-with h5py.File(path, "r") as f:
-    ds = f["shards/param/pp0_dp0_tp0"]
-    offset, size = ds.id.get_offset(), ds.id.get_storage_size()
-with open(path, "r+b") as fh:
-    fh.seek(offset + size // 2)
-    fh.write(b"\xde\xad\xbe\xef" * 4)
-EOF
+corrupt_dataset "$WORK/bad2.h5" shards/param/pp0_dp0_tp0
 out="$("$TRIDENT" ckpt verify "$WORK/bad2.h5" 2>&1)"
 check "verify lists every damaged dataset" grep -q "param/pp0_dp0_tp0 fails" <<<"$out"
 check "verify lists every damaged dataset (2)" grep -q "exp_avg/pp0_dp1_tp0 fails" <<<"$out"
