@@ -181,11 +181,27 @@ Config parse_impl(std::istream& in, const std::string& source, const std::string
       args.push_back(std::move(a));
       keys.push_back(std::move(key));
     }
+    // "--section.key=" (an empty value, e.g. out_dir = default) is rejected by the command-line
+    // parser; it goes through the config-file parser, which accepts it as a deck line would.
+    std::string empties;
+    for (size_t i = 0; i < args.size();) {
+      if (!args[i].empty() && args[i].back() == '=' && args[i].find('=') == args[i].size() - 1) {
+        empties += keys[i] + "=\n";
+        args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
+        keys.erase(keys.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
     po::store(po::command_line_parser(args)
                   .options(schema.desc())
                   .style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing)
                   .run(),
               vm);
+    if (!empties.empty()) {
+      std::istringstream empty_in(empties);
+      po::store(po::parse_config_file(empty_in, schema.desc(), /*allow_unregistered=*/false), vm);
+    }
     po::store(po::parse_config_file(in, schema.desc(), /*allow_unregistered=*/false), vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {

@@ -59,6 +59,17 @@ TEST(Config, TheLastOfRepeatedOverridesWins) {
             std::string::npos);
 }
 
+TEST(Config, AnEmptyOverrideValueIsAcceptedAsInADeck) {
+  // "--train.out_dir=" asks for the default run directory, as "out_dir =" in a deck does.
+  Config c = parse_deck_text(kDeck, "t", {"--train.out_dir=/elsewhere", "--train.out_dir="});
+  EXPECT_TRUE(c.train.out_dir.empty() || c.train.out_dir == "runs/t") << c.train.out_dir;
+  c = parse_deck_text(kDeck, "t", {"--train.out_dir=", "--train.out_dir=/x"});
+  EXPECT_EQ(c.train.out_dir, "/x");
+  // An empty number is still a bad value, named.
+  EXPECT_NE(error_of(kDeck, 1, {"--model.n_layer="}).find("n_layer"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.nope="}).find("'nope' in section [train]"), std::string::npos);
+}
+
 TEST(Config, RejectsUnknownKeysNamingThem) {
   EXPECT_NE(error_of(std::string(kDeck) + "[model]\nn_layers = 3\n", 1).find("'n_layers' in section [model]"),
             std::string::npos);
