@@ -2,6 +2,7 @@
 #include "apps/commands.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "train/signals.hpp"
 #include "trident_version.hpp"
 
 #include <cstdio>
@@ -27,10 +28,21 @@ Exit status: 0 success (also an early stop on request), 1 runtime error, 2 bad d
 3 stopped on SIGUSR1/SIGTERM after writing a checkpoint (the job script requeues).
 )";
 
+// glibc runs an executable's constructors with (argc, argv, envp) after the shared libraries are
+// loaded and before main: the earliest point where `train` can start recording a stop signal.
+__attribute__((constructor)) void install_early_stop_handlers(int argc, char** argv, char**) {
+  if (argc > 1 && argv != nullptr && argv[1] != nullptr && std::strcmp(argv[1], "train") == 0)
+    trident::install_stop_signal_handlers();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A preemption signal may arrive while a job starts (MPI and Kokkos initialisation, a long
+  // resume): `train` records it from before main on (install_early_stop_handlers) and stops after
+  // its first step. MPICH's MPI_Init installs its own SIGUSR1 handler, so ours goes back after it.
   trident::Runtime rt(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "train") == 0) trident::install_stop_signal_handlers();
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     if (rt.world_rank() == 0) std::fputs(kUsage, args.empty() ? stderr : stdout);

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/fault.hpp"
 #include "io/checkpoint_file.hpp"
+#include "train/checkpoint_model.hpp"
 #include "core/log.hpp"
 
 #include <fcntl.h>
@@ -86,7 +87,11 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
   joined.resize(static_cast<size_t>(n));
   comm.broadcast(joined.data(), joined.size(), DataType::u8, 0);
   for (size_t a = 0, b; (b = joined.find('\n', a)) != std::string::npos; a = b + 1) candidates.push_back(joined.substr(a, b - a));
-  const auto pointer = latest();
+  std::string pointer;  // what `latest` names, "" when there is no pointer
+  {
+    std::ifstream in(fs::path(dir_) / "latest");
+    if (in) std::getline(in, pointer);
+  }
   for (const std::string& path : candidates) {
     std::string problem;
     try {
@@ -95,18 +100,17 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
       if (named && (!rd.has_attr("step") || rd.attr_int("step") != *named))
         throw CheckpointError("the file name says step " + std::to_string(*named) + " but attribute step is " +
                               (rd.has_attr("step") ? std::to_string(rd.attr_int("step")) : std::string("missing")));
-      if (verify) {
-        const auto problems = rd.verify(comm);
-        if (!problems.empty()) problem = problems.front();
-      }
+      if (verify) require_intact(rd, comm, "");  // index, metadata and checksums; agreed
     } catch (const Error& e) {
       problem = e.what();
     }
     if (problem.empty()) {
-      if (pointer && *pointer != path)
-        log::warn("resuming from %s, the newest complete checkpoint (latest names %s)", path.c_str(), pointer->c_str());
+      if (!pointer.empty() && fs::path(path).filename().string() != pointer)
+        log::warn("resuming from %s, the newest complete checkpoint (latest names %s)", path.c_str(), pointer.c_str());
       return path;
     }
+    const std::string prefix = "checkpoint '" + path + "' is damaged: ";
+    if (problem.rfind(prefix, 0) == 0) problem.erase(0, prefix.size());
     log::warn("checkpoint %s is incomplete or damaged (%s); trying an older one", path.c_str(), problem.c_str());
   }
   return std::nullopt;
@@ -124,7 +128,7 @@ void agree_or_throw(Communicator& comm, const std::string& err, const std::strin
 }  // namespace
 
 void commit_file(const std::string& final_path, Communicator& comm,
-                 const std::function<void(const std::string&)>& write) {
+                 const std::function<void(const std::string&)>& write, const std::function<void()>& before_rename) {
   const std::string tmp = final_path + ".tmp";
   // The directory must exist before any rank opens the file.
   std::string err;
@@ -151,21 +155,56 @@ void commit_file(const std::string& final_path, Communicator& comm,
     try {
       fsync_path(tmp, false);
       fault_point("commit.synced");
+      if (before_rename) before_rename();
       if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
         throw CheckpointError("cannot rename '" + tmp + "' to '" + final_path + "': " + std::strerror(errno));
       fsync_path(dir.string(), true);
       fault_point("commit.renamed");
     } catch (const std::exception& e) {
       err = e.what();
+      std::error_code ec;
+      fs::remove(tmp, ec);  // the complete but uncommitted file would only take space
     }
   }
   agree_or_throw(comm, err, "checkpoint commit failed: ");
 }
 
+void CheckpointDir::supersede_from(std::int64_t step) const {
+  std::vector<std::pair<std::int64_t, std::string>> later;
+  for (const auto& e : list())
+    if (e.first >= step) later.push_back(e);
+  if (later.empty()) return;
+  // One new folder per branch point, so that nothing already set aside is ever replaced.
+  const fs::path root = fs::path(dir_) / "superseded";
+  fs::path aside;
+  std::error_code ec;
+  for (int n = 0;; ++n) {
+    aside = root / ("before_step_" + std::to_string(step) + (n ? "." + std::to_string(n) : std::string()));
+    if (!fs::exists(aside, ec)) break;
+  }
+  fs::create_directories(aside, ec);
+  if (ec)
+    throw CheckpointError("cannot create '" + aside.string() + "' to move the checkpoints of an abandoned branch aside: " +
+                          ec.message());
+  std::string names;
+  for (const auto& [s, p] : later) {
+    fs::rename(p, aside / fs::path(p).filename(), ec);
+    if (ec) throw CheckpointError("cannot move '" + p + "' of an abandoned branch to '" + aside.string() + "': " + ec.message());
+    names += (names.empty() ? "" : ", ") + fs::path(p).filename().string();
+  }
+  fsync_path(aside.string(), true);
+  fsync_path(dir_, true);
+  log::warn("this run branched from an older checkpoint: moved %zu checkpoint(s) of step %lld and later (%s) to %s/",
+            later.size(), static_cast<long long>(step), names.c_str(), aside.string().c_str());
+}
+
 std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
                                   const std::function<void(const std::string&)>& write, std::int64_t keep) const {
   const std::string final_path = path_for(step);
-  commit_file(final_path, comm, write);  // steps (1)-(3)
+  // Steps (1)-(3); just before the rename, checkpoints of this step and later ones (left by the
+  // run this one branched from) are moved aside: kept, never replaced or deleted, so that a later
+  // --resume continues this branch and rotation never deletes its checkpoints in their favour.
+  commit_file(final_path, comm, write, [&] { supersede_from(step); });
 
   std::string err;
   if (comm.rank() == 0) {
@@ -182,26 +221,6 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
         throw CheckpointError("cannot update '" + dir_ + "/latest': " + std::strerror(errno));
       fsync_path(dir_, true);
       fault_point("commit.latest");
-      // Checkpoints of later steps belong to a branch this run abandoned (it was resumed from an
-      // older checkpoint): moved aside, never deleted, so that a later --resume cannot jump back to
-      // them and rotation cannot delete this branch's checkpoints in their favour.
-      std::vector<std::string> moved;
-      for (const auto& [s, p] : list()) {
-        if (s <= step) continue;
-        const fs::path aside = fs::path(dir_) / "superseded";
-        std::error_code ec;
-        fs::create_directories(aside, ec);
-        if (!ec) fs::rename(p, aside / fs::path(p).filename(), ec);
-        if (ec) log::warn("could not move '%s' of an abandoned later branch aside: %s", p.c_str(), ec.message().c_str());
-        else moved.push_back(fs::path(p).filename().string());
-      }
-      if (!moved.empty()) {
-        fsync_path(dir_, true);
-        std::string names;
-        for (const auto& n : moved) names += (names.empty() ? "" : ", ") + n;
-        log::warn("moved %zu checkpoint(s) of later steps (%s), left by the run this one branched from, to %s/superseded/",
-                  moved.size(), names.c_str(), dir_.c_str());
-      }
       // Rotation: the new checkpoint is committed and named by latest; delete the oldest beyond keep.
       auto all = list();
       for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {

@@ -5,8 +5,10 @@
 // agreed by all-reduce (inside the writer); (3) world rank 0 fsyncs the file, renames it to
 // step_NNNNNNNN.h5 and fsyncs the directory; (4) only then `latest` is replaced (write
 // latest.tmp, fsync, rename); (5) checkpoints beyond `keep` are deleted, oldest first, never the
-// one `latest` names. A crash at any point leaves the previous checkpoint and pointer intact; a
-// leftover *.tmp is ignored and overwritten later.
+// one `latest` names. Between the fsync and the rename of (3), committed checkpoints of this step
+// or later ones (an abandoned branch: the run was resumed from an older file) are moved to
+// superseded/. A crash at any point leaves the previous checkpoint and pointer intact; a leftover
+// *.tmp is ignored and overwritten later.
 #pragma once
 
 #include "parallel/communicator.hpp"
@@ -25,8 +27,11 @@ namespace trident {
 /// removed), then world rank 0 fsyncs it, renames it to `final_path` and fsyncs the directory. An
 /// existing `final_path` is replaced only by a complete file. Collective over comm. Throws
 /// CheckpointError (collective) when any step fails.
+/// `before_rename`, when given, runs on world rank 0 after the fsync and before the rename; an
+/// exception from it fails the commit like any other step (the .tmp is removed).
 void commit_file(const std::string& final_path, Communicator& comm,
-                 const std::function<void(const std::string&)>& write);
+                 const std::function<void(const std::string&)>& write,
+                 const std::function<void()>& before_rename = {});
 
 class CheckpointDir {
  public:
@@ -44,6 +49,11 @@ class CheckpointDir {
   /// newer files first; each one skipped is reported with its reason on rank 0. Nothing when there
   /// is none. Collective over comm (the files are opened and verified by all ranks).
   std::optional<std::string> newest_complete(Communicator& comm, bool verify) const;
+
+  /// Moves the committed checkpoints of `step` and later steps to a new folder
+  /// <dir>/superseded/before_step_<step>[.n]/ (never replacing anything). Local (rank 0's work).
+  /// Throws CheckpointError when the folder cannot be created or a file cannot be moved.
+  void supersede_from(std::int64_t step) const;
 
   /// Runs the protocol above; `write(tmp_path)` must write the file collectively over comm and
   /// throw on every rank on failure. Collective over comm. Returns the committed path. Throws

@@ -4,6 +4,7 @@
 #include "io/checkpoint_file.hpp"
 #include "parallel/agree.hpp"
 #include "train/checkpoint_dir.hpp"
+#include "train/checkpoint_tools.hpp"
 #include "train/checkpoint_reshard.hpp"
 
 #include <filesystem>
@@ -24,7 +25,13 @@ std::string resolve_checkpoint_path(const std::string& path) {
 
 void require_intact(const CheckpointReader& rd, Communicator& comm, const std::string& hint) {
   run_agreed(comm, "", [&] {
-    const auto problems = rd.verify(comm);
+    // The index and the metadata (not covered by the shard checksums) first: cheap and local,
+    // the same on every rank; then every shard dataset's checksum, collectively.
+    std::vector<std::string> problems = check_checkpoint_index(rd);
+    const auto meta = check_checkpoint_metadata(rd);
+    problems.insert(problems.end(), meta.begin(), meta.end());
+    const auto data = rd.verify(comm);
+    problems.insert(problems.end(), data.begin(), data.end());
     if (problems.empty()) return;
     std::string more;
     if (problems.size() > 1) more = "; " + std::to_string(problems.size() - 1) + " more problem(s)";

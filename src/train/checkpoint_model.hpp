@@ -28,9 +28,10 @@ struct CheckpointModel {
 /// directory). Collective over comm (the file is opened through MPI-IO). Throws CheckpointError.
 CheckpointModel load_checkpoint_model(const std::string& path, Communicator& comm);
 
-/// Recomputes the XXH64 checksum of every shard dataset of `rd` (CheckpointReader::verify, the
-/// reading spread over comm) and throws CheckpointError on every rank when any dataset is missing,
-/// short or fails its checksum: "checkpoint 'P' is damaged: <first problem> (<hint>)". Every reader
+/// Checks the index and the restart metadata of `rd` (check_checkpoint_index/_metadata, what
+/// `trident ckpt verify` checks), recomputes the XXH64 checksum of every shard dataset
+/// (CheckpointReader::verify, the reading spread over comm) and throws CheckpointError on every
+/// rank when anything is wrong: "checkpoint 'P' is damaged: <first problem> (<hint>)". Every reader
 /// of parameters (resume, sample, reshard, export) calls it first, so a damaged file is never
 /// turned into a new one. Collective over comm.
 void require_intact(const CheckpointReader& rd, Communicator& comm, const std::string& hint);

@@ -85,16 +85,6 @@ void reshard_as(const Config& cfg, const std::string& input, const std::string& 
   snap.write.file_locking = cfg.checkpoint.file_locking;
   auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); };
   if (to_dir) {
-    // A run directory whose job holds its lock (train/run_lock.hpp) is not written into.
-    std::unique_ptr<RunLock> lock;
-    run_agreed(world, "ckpt reshard", [&] {
-      fs::path dir = fs::path(output).lexically_normal();
-      if (dir.filename().empty()) dir = dir.parent_path();  // "run/checkpoints/"
-      const fs::path run = dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
-      std::error_code ec;
-      if (world.rank() == 0 && dir.filename() == "checkpoints" && fs::exists(run / ".trident.lock", ec))
-        lock = std::make_unique<RunLock>(run.string());
-    });
     res.output = CheckpointDir(output).commit(run.step, world, write, std::numeric_limits<std::int64_t>::max());
   } else {
     commit_file(output, world, write);
@@ -109,6 +99,9 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
   ReshardResult res;
   Config cfg;
   bool to_dir = false;
+  std::string out = opt.output;  // the file, or the checkpoint directory written into
+  // Rank 0 holds the lock of a run directory written into (train/run_lock.hpp) to the end.
+  std::unique_ptr<RunLock> lock;
   run_agreed(world, "ckpt reshard", [&] {
     std::error_code ec;
     if (!fs::exists(input, ec)) throw CheckpointError("'" + input + "' does not exist");
@@ -128,14 +121,27 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     if (to_dir) {
       // A checkpoint directory: the file lands as step_NNNNNNNN.h5 and `latest` moves to it, so
       // the directory must not hold this step or a later one (that would replace the input, or
-      // move `latest` of a live run backwards) and no job may be training in it.
+      // move `latest` of a live run backwards) and no job may be training in it. A run directory
+      // (it has checkpoints/ or a run lock) means its checkpoints/, as for an input path; links
+      // are followed, so a run is recognised under any name.
+      fs::path dir = fs::weakly_canonical(fs::path(opt.output), ec);
+      if (ec) dir = fs::absolute(fs::path(opt.output)).lexically_normal();
+      if (fs::is_directory(dir / "checkpoints", ec) || fs::exists(dir / ".trident.lock", ec)) dir /= "checkpoints";
+      out = dir.string();
+      const fs::path run = dir.parent_path();
+      if (world.rank() == 0 && dir.filename() == "checkpoints" && fs::exists(run / ".trident.lock", ec)) {
+        try {
+          lock = std::make_unique<RunLock>(run.string(), "reshard into another directory or a *.h5 file");
+        } catch (const IoError& e) {
+          throw ConfigError(std::string("--output: ") + e.what());  // a usage error: exit 2
+        }
+      }
       const std::int64_t step = rd.attr_int("step");
-      CheckpointDir out(opt.output);
-      for (const auto& [s, p] : out.list()) {
+      for (const auto& [s, p] : CheckpointDir(out).list()) {
         if (fs::equivalent(p, res.input, ec))
-          throw ConfigError("the output directory '" + opt.output + "' holds the input checkpoint; write to another directory");
+          throw ConfigError("the output directory '" + out + "' holds the input checkpoint; write to another directory");
         if (s >= step)
-          throw ConfigError("the output directory '" + opt.output + "' already holds " + fs::path(p).filename().string() +
+          throw ConfigError("the output directory '" + out + "' already holds " + fs::path(p).filename().string() +
                             " (step " + std::to_string(s) + " >= " + std::to_string(step) +
                             "): write to an empty directory or a *.h5 file");
       }
@@ -163,9 +169,9 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
   });
   res.to_layout = layout_text(cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.zero_stage);
   if (cfg.train.dtype == "double")
-    reshard_as<double>(cfg, res.input, opt.output, to_dir, world, res);
+    reshard_as<double>(cfg, res.input, out, to_dir, world, res);
   else
-    reshard_as<float>(cfg, res.input, opt.output, to_dir, world, res);
+    reshard_as<float>(cfg, res.input, out, to_dir, world, res);
   std::error_code ec;
   res.bytes = static_cast<std::int64_t>(fs::file_size(res.output, ec));
   res.seconds = timer.seconds();

@@ -478,19 +478,17 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
       if (ec) throw CheckpointError("cannot list directory '" + dir + "': " + ec.message());
     }
     if (dir.empty()) dir = ".";
-    std::string latest, fallback;
+    std::string latest;
     std::ifstream in(fs::path(dir) / "latest");
     if (in) std::getline(in, latest);
-    if (auto l = CheckpointDir(dir).latest()) fallback = fs::path(*l).filename().string();
-    scan = dir + "\n" + latest + "\n" + fallback + "\n";
+    scan = dir + "\n" + latest + "\n";
     for (const auto& n : names) scan += n + "\n";
   });
   broadcast_string(comm, scan);
   std::stringstream ss(scan);
   std::getline(ss, out.dir);
   std::getline(ss, out.latest_name);
-  std::string fallback, name;  // what a resume uses when `latest` is missing or dangling
-  std::getline(ss, fallback);
+  std::string name;
   while (std::getline(ss, name)) {
     CheckpointSummary e;
     e.file_name = name;
@@ -506,15 +504,6 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
   std::sort(out.entries.begin(), out.entries.end(), [](const CheckpointSummary& a, const CheckpointSummary& b) {
     return std::make_tuple(a.step, !a.committed, a.file_name) < std::make_tuple(b.step, !b.committed, b.file_name);
   });
-  if (!out.latest_name.empty()) {
-    const bool found = std::any_of(out.entries.begin(), out.entries.end(), [](const auto& e) { return e.latest; });
-    std::error_code ec;
-    if (!found && !fs::is_regular_file(fs::path(out.dir) / out.latest_name, ec))
-      out.latest_note = "'latest' names " + out.latest_name + ", which does not exist (a resume would use " +
-                        (fallback.empty() ? std::string("none") : fallback) + ")";
-  } else if (!fallback.empty() && fs::is_directory(path)) {
-    out.latest_note = "there is no 'latest' pointer (a resume would use " + fallback + ")";
-  }
 
   for (CheckpointSummary& e : out.entries) {
     if (!e.committed) continue;  // a *.tmp file is never read (docs/checkpoint-format.md)
@@ -542,6 +531,25 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
     } catch (const Error& err) {
       e.problems.push_back(err.what());
     }
+  }
+  // What an auto-resume takes: the newest committed checkpoint without problems (with --verify,
+  // checksums included; without, a resume may still find a checksum failure and go further back).
+  std::string usable;
+  for (auto it = out.entries.rbegin(); it != out.entries.rend(); ++it)
+    if (it->committed && it->problems.empty()) {
+      usable = it->file_name;
+      break;
+    }
+  const std::string would = "a resume would use " + (usable.empty() ? std::string("none, starting at step 0") : usable);
+  if (!out.latest_name.empty()) {
+    const bool found = std::any_of(out.entries.begin(), out.entries.end(), [](const auto& e) { return e.latest; });
+    std::error_code ec;
+    if (!found && !fs::is_regular_file(fs::path(out.dir) / out.latest_name, ec))
+      out.latest_note = "'latest' names " + out.latest_name + ", which does not exist (" + would + ")";
+    else if (usable != out.latest_name)
+      out.latest_note = "'latest' names " + out.latest_name + ", but " + would;
+  } else if (!out.entries.empty() && fs::is_directory(path)) {
+    out.latest_note = "there is no 'latest' pointer (" + would + ")";
   }
   return out;
 }

@@ -4,6 +4,9 @@
 #include "core/log.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -28,17 +31,38 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step)
 
 MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& header)
     : path_(path) {
-  std::vector<std::string> lines = {header};
+  std::vector<std::string> lines = {header}, dropped;
   if (keep_until_step >= 0) {
     std::ifstream in(path);
     std::string line;
-    for (bool header = true; std::getline(in, line); header = false)
-      if (!header && !line.empty() && std::atoll(line.c_str()) <= keep_until_step) lines.push_back(line);
+    for (bool first = true; std::getline(in, line); first = false) {
+      if (first || line.empty()) continue;
+      (std::atoll(line.c_str()) <= keep_until_step ? lines : dropped).push_back(line);
+    }
   }
-  std::ofstream out(path_, std::ios::trunc);
-  for (const auto& l : lines) out << l << "\n";
-  out.flush();
-  if (!out) throw IoError("cannot write metrics file '" + path_ + "'");
+  // Rows past the resume point (an interrupted run's last steps, or a branch this run abandoned)
+  // are kept in <name>.superseded.csv, never lost.
+  if (!dropped.empty()) {
+    const std::string aside = path_.size() > 4 && path_.compare(path_.size() - 4, 4, ".csv") == 0
+                                  ? path_.substr(0, path_.size() - 4) + ".superseded.csv"
+                                  : path_ + ".superseded";
+    const bool fresh = !std::ifstream(aside).good();
+    std::ofstream a(aside, std::ios::app);
+    if (fresh) a << header << "\n";
+    for (const auto& l : dropped) a << l << "\n";
+    a.flush();
+    if (!a) throw IoError("cannot write '" + aside + "'");
+  }
+  // Rewritten as a new file and renamed over the old one: a crash leaves one or the other whole.
+  const std::string tmp = path_ + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& l : lines) out << l << "\n";
+    out.flush();
+    if (!out) throw IoError("cannot write metrics file '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0)
+    throw IoError("cannot rename '" + tmp + "' to '" + path_ + "': " + std::strerror(errno));
 }
 
 void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "\n"); }

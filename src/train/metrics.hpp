@@ -30,7 +30,8 @@ struct MetricsRow {
 class MetricsCsv {
  public:
   /// Opens `path`. keep_until_step < 0: a new file. Otherwise (a resumed run) rows of steps
-  /// <= keep_until_step are kept and later ones (from the interrupted run) dropped.
+  /// <= keep_until_step are kept and later ones (from the interrupted run, or a branch the run
+  /// abandoned) are moved to <name>.superseded.csv (appended). Throws IoError.
   MetricsCsv(const std::string& path, std::int64_t keep_until_step);
   /// Appends one row and flushes it.
   void write(const MetricsRow& r);

@@ -13,7 +13,7 @@
 
 namespace trident {
 
-RunLock::RunLock(const std::string& dir) {
+RunLock::RunLock(const std::string& dir, const std::string& advice) {
   const std::string path = dir + "/.trident.lock";
   fd_ = ::open(path.c_str(), O_CREAT | O_RDWR, 0644);
   if (fd_ < 0) throw IoError("cannot create '" + path + "': " + std::strerror(errno));
@@ -27,7 +27,7 @@ RunLock::RunLock(const std::string& dir) {
       std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
       while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
       throw IoError("run directory '" + dir + "' is in use by another Trident job (" + who +
-                    "); wait for it to end or choose another [train] out_dir");
+                    "); " + advice);
     }
     log::warn("cannot lock '%s' (%s): nothing prevents two jobs from using this run directory", path.c_str(),
               std::strerror(err));

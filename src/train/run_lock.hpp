@@ -14,8 +14,9 @@ namespace trident {
 class RunLock {
  public:
   /// Takes the lock of run directory `dir` (which must exist). Local. Throws IoError naming the
-  /// directory and the holder ("host pid") when another process holds it.
-  explicit RunLock(const std::string& dir);
+  /// directory, the holder ("host pid") and `advice` when another process holds it.
+  explicit RunLock(const std::string& dir,
+                   const std::string& advice = "wait for it to end or choose another [train] out_dir");
   ~RunLock();
   RunLock(const RunLock&) = delete;
   RunLock& operator=(const RunLock&) = delete;

@@ -239,8 +239,9 @@ expect_exit 0 "export ok: 15 tensors in [0-9]+ files, bfloat16" -- \
 
 cp "$c6" "$WORK/tp2.h5"
 "$PY" -c "import h5py, numpy as np, sys; f = h5py.File(sys.argv[1], 'r+'); f.attrs['tp'] = np.int64(2)" "$WORK/tp2.h5"
-# A file that claims tp = 2 but indexes one piece: refused, naming the tensor it cannot complete.
-expect_exit 1 "does not hold all of param of tensor 'transformer.wte.weight' \(tp piece 1" -- \
+# A file that claims tp = 2 but indexes one piece: refused by the verification every export does
+# first, naming the tensor it cannot complete.
+expect_exit 1 "is damaged: /index/segments row 0 points past the end of tensor 'transformer.wte.weight'.*nothing was exported" -- \
   "$TRIDENT" ckpt export --format safetensors --output "$WORK/hf_tp2" "$WORK/tp2.h5"
 
 # ---- reshard ----------------------------------------------------------------------------------
@@ -272,8 +273,12 @@ check "reshard: a refused directory output leaves latest alone" grep -qx "step_0
 mkdir -p "$WORK/busy/checkpoints" && touch "$WORK/busy/.trident.lock"
 flock "$WORK/busy/.trident.lock" sleep 30 & holder=$!
 sleep 0.3
-expect_exit 1 "is in use by another Trident job" -- "$TRIDENT" ckpt reshard --output "$WORK/busy/checkpoints/" "$WORK/r1.h5"
-check "reshard: nothing written into a run directory in use" test -z "$(ls "$WORK/busy/checkpoints")"
+expect_exit 2 "is in use by another Trident job.*reshard into another directory" -- "$TRIDENT" ckpt reshard --output "$WORK/busy/checkpoints/" "$WORK/r1.h5"
+# The run directory itself means its checkpoints/; a link to it is the same directory.
+expect_exit 2 "run directory '$WORK/busy' is in use" -- "$TRIDENT" ckpt reshard --output "$WORK/busy" "$WORK/r1.h5"
+ln -s "$WORK/busy/checkpoints" "$WORK/busylink"
+expect_exit 2 "run directory '$WORK/busy' is in use" -- "$TRIDENT" ckpt reshard --output "$WORK/busylink" "$WORK/r1.h5"
+check "reshard: nothing written into a run directory in use" test -z "$(ls "$WORK/busy/checkpoints")" -a ! -e "$WORK/busy/latest"
 kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 cat > "$WORK/same_shards.py" <<'EOF'
 import sys, h5py, numpy as np

@@ -116,7 +116,7 @@ with h5py.File(sys.argv[1], "r") as f:
 with open(sys.argv[1], "r+b") as g:
     g.seek(off + 64); g.write(b"\x5a" * 32)
 PYEOF
-expect_exit 0 "step_00000008.h5 is incomplete or damaged \(.*fails its checksum\); trying an older one" -- \
+expect_exit 0 "step_00000008.h5 is incomplete or damaged \(.*fails its checksum.*\); trying an older one" -- \
   run --config "$WORK/dmg.ini" --resume
 check "after a corrupted dataset: bitwise equal to the uninterrupted run" same_as_reference "$WORK/dmg"
 head -c 20000 "$WORK/dmg/checkpoints/step_00000008.h5" > "$WORK/short.h5" && mv "$WORK/short.h5" "$WORK/dmg/checkpoints/step_00000008.h5"
@@ -134,13 +134,27 @@ expect_exit 1 "is damaged" -- bash -c "cp '$WORK/dmg/checkpoints/step_00000006.h
 # Resuming from step 6 of a run that reached step 8 starts a new branch: its first save moves the
 # old step 8 aside (superseded/), so a later plain --resume continues the branch, not the old run.
 deck "$WORK/br.ini" "$WORK/br"
+sed -i 's/^keep = 2/keep = 10/' "$WORK/br.ini"
 mkdir -p "$WORK/br" && cp -r "$WORK/ref/checkpoints" "$WORK/ref/metrics.csv" "$WORK/br/"
-expect_exit 0 "moved 1 checkpoint\(s\) of later steps \(step_00000008.h5\).*superseded" -- \
+expect_exit 0 "branched from an older checkpoint: moved 1 checkpoint\(s\) of step 7 and later \(step_00000008.h5\) to .*superseded/before_step_7/" -- \
   run --config "$WORK/br.ini" --resume "$WORK/br/checkpoints/step_00000006.h5" --checkpoint.interval=1 --train.stop_at_step=7
-check "branch: the old step 8 is kept aside" test -f "$WORK/br/checkpoints/superseded/step_00000008.h5"
+check "branch: the old step 8 is kept aside" test -f "$WORK/br/checkpoints/superseded/before_step_7/step_00000008.h5"
 check "branch: latest names the branch's step 7" grep -qx "step_00000007.h5" "$WORK/br/checkpoints/latest"
 expect_exit 0 "resumed from .*step_00000007.h5" -- run --config "$WORK/br.ini" --resume
 check "branch: continued bitwise equal to the uninterrupted run" same_as_reference "$WORK/br"
+check "branch: the abandoned branch's metrics rows are kept aside" grep -q "^8," "$WORK/br/metrics.superseded.csv"
+# Branching again at the same step never replaces what an earlier branch set aside.
+before="$(md5sum < "$WORK/br/checkpoints/superseded/before_step_7/step_00000008.h5")"
+expect_exit 0 "moved 2 checkpoint\(s\) of step 7 and later \(step_00000007.h5, step_00000008.h5\) to .*before_step_7.1/" -- \
+  run --config "$WORK/br.ini" --resume "$WORK/br/checkpoints/step_00000006.h5" --checkpoint.interval=1 --train.stop_at_step=7
+check "branch: what an earlier branch set aside is untouched" \
+  test "$(md5sum < "$WORK/br/checkpoints/superseded/before_step_7/step_00000008.h5")" = "$before"
+# Where the checkpoints cannot be moved aside the save fails (on_error = stop): nothing is deleted.
+rm -rf "$WORK/br/checkpoints/superseded" && echo x > "$WORK/br/checkpoints/superseded"
+expect_exit 1 "cannot create .*superseded/before_step_7" -- \
+  run --config "$WORK/br.ini" --resume "$WORK/br/checkpoints/step_00000006.h5" --checkpoint.interval=1 --train.stop_at_step=7
+check "branch: a failed move aside deletes nothing" \
+  test -f "$WORK/br/checkpoints/step_00000006.h5" -a -f "$WORK/br/checkpoints/step_00000007.h5" -a ! -e "$WORK/br/checkpoints/step_00000007.h5.tmp"
 
 # ---- 5. a stop signal always writes a checkpoint ------------------------------------------------
 # SIGUSR1 to one rank: every rank stops after the same step with a checkpoint of it and exits 3,
