@@ -541,6 +541,8 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
       break;
     }
   const std::string would = "a resume would use " + (usable.empty() ? std::string("none, starting at step 0") : usable);
+  std::error_code dir_ec;
+  if (!fs::is_directory(path, dir_ec)) return out;  // one file listed: the directory is not judged
   if (!out.latest_name.empty()) {
     const bool found = std::any_of(out.entries.begin(), out.entries.end(), [](const auto& e) { return e.latest; });
     std::error_code ec;

@@ -4,6 +4,9 @@
 #include "core/log.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <sstream>
+#include <unistd.h>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,7 +18,7 @@ namespace trident {
 namespace {
 const char* kHeader =
     "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
-    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble";
+    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,segment";
 
 std::string format_row(const MetricsRow& r) {
   std::string val = r.has_val ? log::format("%.9g", r.val_loss) : "";
@@ -28,6 +31,116 @@ std::string format_row(const MetricsRow& r) {
 
 MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step)
     : MetricsCsv(path, keep_until_step, kHeader) {}
+
+namespace {
+std::string superseded_path(const std::string& path) {
+  return path.size() > 4 && path.compare(path.size() - 4, 4, ".csv") == 0 ? path.substr(0, path.size() - 4) + ".superseded.csv"
+                                                                           : path + ".superseded";
+}
+
+std::vector<std::string> data_lines(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  for (bool first = true; std::getline(in, line); first = false)
+    if (!first && !line.empty()) out.push_back(line);
+  return out;
+}
+
+/// Writes header + lines to `path` through a temporary file and a rename.
+void rewrite(const std::string& path, const std::string& header, const std::vector<std::string>& lines) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << header << "\n";
+    for (const auto& l : lines) out << l << "\n";
+    out.flush();
+    if (!out) throw IoError("cannot write '" + tmp + "'");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+}
+
+std::string last_field(const std::string& line) {
+  const auto comma = line.rfind(',');
+  return comma == std::string::npos ? std::string() : line.substr(comma + 1);
+}
+}  // namespace
+
+MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& lineage,
+                       const std::string& segment)
+    : path_(path), segment_(segment) {
+  if (lineage.empty() || keep_until_step < 0) {
+    *this = MetricsCsv(path, keep_until_step);
+    segment_ = segment;
+    return;
+  }
+  // (segment, first step) pairs; segment k trained the steps (first_k, first_{k+1}].
+  std::vector<std::pair<std::string, std::int64_t>> segs;
+  std::stringstream ss(lineage);
+  std::string item;
+  while (std::getline(ss, item, ';')) {
+    const auto at = item.find('@');
+    if (at != std::string::npos) segs.emplace_back(item.substr(0, at), std::atoll(item.c_str() + at + 1));
+  }
+  if (segs.empty()) {
+    *this = MetricsCsv(path, keep_until_step);
+    segment_ = segment;
+    return;
+  }
+  const std::int64_t s0 = segs.front().second;
+  auto in_lineage = [&](const std::string& line) {
+    const std::int64_t st = std::atoll(line.c_str());
+    if (st > keep_until_step) return false;
+    const std::string sg = last_field(line);
+    for (size_t k = 0; k < segs.size(); ++k) {
+      const std::int64_t end = k + 1 < segs.size() ? segs[k + 1].second : keep_until_step;
+      if (segs[k].first == sg && st > segs[k].second && st <= end) return true;
+    }
+    return false;
+  };
+  const std::string aside = superseded_path(path_);
+  std::vector<std::string> kept, dropped, seen;
+  // Rows before the recorded lineage (written before lineages existed) follow the step rule.
+  for (const std::string& l : data_lines(path_)) {
+    const std::int64_t st = std::atoll(l.c_str());
+    if ((st <= s0 && st <= keep_until_step) || in_lineage(l)) kept.push_back(l);
+    else dropped.push_back(l);
+  }
+  std::vector<std::string> restored_from, still_aside;
+  for (const std::string& l : data_lines(aside)) {
+    if (in_lineage(l) && std::find(kept.begin(), kept.end(), l) == kept.end()) kept.push_back(l);
+    else still_aside.push_back(l);
+  }
+  std::stable_sort(kept.begin(), kept.end(),
+                   [](const std::string& a, const std::string& b) { return std::atoll(a.c_str()) < std::atoll(b.c_str()); });
+  still_aside.insert(still_aside.end(), dropped.begin(), dropped.end());
+  if (!still_aside.empty()) rewrite(aside, kHeader, still_aside);
+  else std::remove(aside.c_str());
+  rewrite(path_, kHeader, kept);
+}
+
+std::string new_segment_id() {
+  const auto ns = std::chrono::steady_clock::now().time_since_epoch().count() ^
+                  std::chrono::system_clock::now().time_since_epoch().count();
+  const std::uint64_t x = static_cast<std::uint64_t>(ns) * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(::getpid()) << 17;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>((x >> 32) ^ x));
+  return buf;
+}
+
+std::string extend_lineage(const std::string& lineage, const std::string& id, std::int64_t step) {
+  std::vector<std::string> items;
+  std::stringstream ss(lineage);
+  std::string item;
+  while (std::getline(ss, item, ';'))
+    if (!item.empty()) items.push_back(item);
+  items.push_back(id + "@" + std::to_string(step));
+  const size_t first = items.size() > 200 ? items.size() - 200 : 0;
+  std::string out;
+  for (size_t k = first; k < items.size(); ++k) out += (out.empty() ? "" : ";") + items[k];
+  return out;
+}
 
 MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& header)
     : path_(path) {
@@ -43,9 +156,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   // Rows past the resume point (an interrupted run's last steps, or a branch this run abandoned)
   // are kept in <name>.superseded.csv, never lost.
   if (!dropped.empty()) {
-    const std::string aside = path_.size() > 4 && path_.compare(path_.size() - 4, 4, ".csv") == 0
-                                  ? path_.substr(0, path_.size() - 4) + ".superseded.csv"
-                                  : path_ + ".superseded";
+    const std::string aside = superseded_path(path_);
     const bool fresh = !std::ifstream(aside).good();
     std::ofstream a(aside, std::ios::app);
     if (fresh) a << header << "\n";
@@ -54,18 +165,10 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     if (!a) throw IoError("cannot write '" + aside + "'");
   }
   // Rewritten as a new file and renamed over the old one: a crash leaves one or the other whole.
-  const std::string tmp = path_ + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& l : lines) out << l << "\n";
-    out.flush();
-    if (!out) throw IoError("cannot write metrics file '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path_.c_str()) != 0)
-    throw IoError("cannot rename '" + tmp + "' to '" + path_ + "': " + std::strerror(errno));
+  rewrite(path_, header, std::vector<std::string>(lines.begin() + 1, lines.end()));
 }
 
-void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "\n"); }
+void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "," + segment_ + "\n"); }
 
 void MetricsCsv::append(const std::string& lines) {
   std::ofstream out(path_, std::ios::app);

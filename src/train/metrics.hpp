@@ -6,8 +6,17 @@
 // mem_optimizer, mem_gathered, mem_activations, mem_comm) and comm_mib, the MiB this rank sent
 // over all axes during the step (ring model, see parallel/communicator.hpp), and bubble, the
 // measured pipeline bubble fraction (mean over stages; 0 with pp = 1). val_loss is empty
-// where the step was not evaluated. peak_mem_mib is the process's peak resident set size. Every row is flushed when written, so a
-// killed job keeps its metrics up to the last completed step.
+// where the step was not evaluated. peak_mem_mib is the process's peak resident set size. The
+// last column, segment, names the invocation of `trident train` that trained the step (see
+// Lineage below). Every row is flushed when written, so a killed job keeps its metrics up to
+// the last completed step.
+//
+// Lineage: every invocation is a segment with a random id; a checkpoint records the segments
+// that led to it ("id@first_step;id@first_step;...", attribute `lineage`). On resume,
+// metrics.csv keeps exactly the rows of the resumed checkpoint's lineage (from metrics.csv and
+// metrics.superseded.csv together), so that after branches, abandoned branches and crashes it
+// always describes the history of the state being trained; every other row is kept in
+// metrics.superseded.csv.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +42,11 @@ class MetricsCsv {
   /// <= keep_until_step are kept and later ones (from the interrupted run, or a branch the run
   /// abandoned) are moved to <name>.superseded.csv (appended). Throws IoError.
   MetricsCsv(const std::string& path, std::int64_t keep_until_step);
+  /// A resumed run's metrics with lineage (above): `lineage` is the resumed checkpoint's
+  /// ("" for a checkpoint without one: then the rule of the constructor above), `segment` this
+  /// invocation's id, written in the segment column of every new row. Throws IoError.
+  MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& lineage,
+             const std::string& segment);
   /// Appends one row and flushes it.
   void write(const MetricsRow& r);
 
@@ -44,11 +58,19 @@ class MetricsCsv {
 
  private:
   std::string path_;
+  std::string segment_;
 };
+
+/// A new segment id: 8 hex digits from the clock and the process id. Local.
+std::string new_segment_id();
+/// `lineage` extended by segment `id` starting after step `step` ("" -> "id@step"); at most the
+/// newest 200 entries are kept (older rows then fall back to the step rule).
+std::string extend_lineage(const std::string& lineage, const std::string& id, std::int64_t step);
 
 /// <out_dir>/samples.csv ([data] sample_log): columns step,sample,offset, one row per training
 /// window of the step: its global sample index and the token offset of the window the ranks
-/// loaded (data/sampler.hpp). Same resume rule as MetricsCsv.
+/// loaded (data/sampler.hpp). On resume, the step rule of MetricsCsv's first constructor (rows
+/// past the resume step go to samples.superseded.csv; no lineage).
 class SampleLogCsv : public MetricsCsv {
  public:
   SampleLogCsv(const std::string& path, std::int64_t keep_until_step);

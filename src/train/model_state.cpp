@@ -94,6 +94,7 @@ CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
                     {"deck_name", cfg_.deck_name},
                     {"tokenizer", run.tokenizer},
                     {"param_dtype", cfg_.train.param_dtype}};
+  if (!run.lineage.empty()) w.string_attrs["lineage"] = run.lineage;
   w.texts = {{"config", cfg_.to_ini()}};
   if (!run.vocab.empty()) w.int_arrays["tokenizer/vocab"] = run.vocab;
   w.rank_state_columns = {"consumed_samples", "data_seed", "rng_seed", "rng_step"};
@@ -209,6 +210,7 @@ RunState ModelState<T>::load(const std::string& path) {
     run.consumed_samples = rd.attr_int("consumed_samples");
     run.last_lr = rd.has_attr("last_lr") ? rd.attr_double("last_lr") : 0.0;
     run.tokenizer = rd.has_attr("tokenizer") ? rd.attr_string("tokenizer") : "";
+    run.lineage = rd.has_attr("lineage") ? rd.attr_string("lineage") : "";
     if (rd.has("tokenizer/vocab")) run.vocab = rd.int_array("tokenizer/vocab");
     zero.optimizer().set_step_count(rd.attr_int("adam_step"));
   });

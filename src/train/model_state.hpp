@@ -30,6 +30,7 @@ struct RunState {
   double last_lr = 0.0;               ///< learning rate of the last update
   std::string tokenizer;              ///< char | byte | gpt2
   std::vector<std::int32_t> vocab;    ///< tokenizer vocabulary (empty for gpt2)
+  std::string lineage;                ///< "segment@first_step;..." that led here (train/metrics.hpp)
 };
 
 /// An allocator that leaves new elements uninitialised: a snapshot buffer is overwritten right

@@ -279,6 +279,7 @@ RunState Trainer<T>::run_state() const {
   r.last_lr = step_ > 0 ? schedule_.at(step_ - 1) : 0.0;
   r.tokenizer = data_.info().tokenizer;
   r.vocab = data_.info().vocab;
+  r.lineage = lineage_;
   return r;
 }
 
@@ -299,6 +300,7 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
   const RunState r = state_.load(path);
   step_ = r.step;
   consumed_samples_ = r.consumed_samples;
+  lineage_ = r.lineage;
 }
 
 template class Trainer<float>;
@@ -416,6 +418,11 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
               static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()), t.seconds());
   }
 
+  // This invocation's segment id (rank 0's, the same on every rank): metrics rows and the
+  // lineage of the checkpoints it writes name it (train/metrics.hpp).
+  std::string segment = world.rank() == 0 ? new_segment_id() : std::string(8, ' ');
+  segment.resize(8, ' ');
+  world.broadcast(segment.data(), segment.size(), DataType::u8, 0);
   // Run directory: resolved deck and metrics (rank 0 writes, everyone agrees it worked).
   std::unique_ptr<MetricsCsv> metrics;
   std::unique_ptr<SampleLogCsv> sample_log;
@@ -440,7 +447,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     deck << cfg.to_ini();
     if (!deck) throw IoError("cannot write " + (fs::path(cfg.train.out_dir) / "deck.ini").string());
     metrics = std::make_unique<MetricsCsv>((fs::path(cfg.train.out_dir) / "metrics.csv").string(),
-                                           resume_from.empty() ? -1 : trainer.step());
+                                           resume_from.empty() ? -1 : trainer.step(), trainer.lineage(), segment);
     if (cfg.data.sample_log)
       sample_log = std::make_unique<SampleLogCsv>((fs::path(cfg.train.out_dir) / "samples.csv").string(),
                                                   resume_from.empty() ? -1 : trainer.step());
@@ -450,6 +457,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     probe_checkpoint_dir(ckdir.dir(), cfg.checkpoint.file_locking);
   });
 
+  trainer.begin_segment(segment);
   const ModelConfig& m = cfg.model;
   const double peak = cfg.train.peak_tflops > 0 ? cfg.train.peak_tflops * 1e12 : measure_gemm_flops();
   const double tokens_per_step = static_cast<double>(cfg.train.global_batch_size) * m.block_size;

@@ -21,6 +21,7 @@
 #include "model/gpt.hpp"
 #include "parallel/process_grid.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/metrics.hpp"
 #include "train/model_state.hpp"
 #include "train/zero.hpp"
 
@@ -92,6 +93,11 @@ class Trainer {
   /// Step, data position, last LR and tokenizer: what a checkpoint records besides the model.
   RunState run_state() const;
 
+  /// The segments of training that led to the current state (RunState::lineage).
+  const std::string& lineage() const { return lineage_; }
+  /// Records that segment `id` (this invocation) trains from the current step on. Local.
+  void begin_segment(const std::string& id) { lineage_ = extend_lineage(lineage_, id, step_); }
+
   /// Restores parameters, moments, step and data position from `path`. Collective over the grid.
   /// Throws CheckpointError (collective) when the file belongs to another model or layout.
   void load_checkpoint(const std::string& path);
@@ -111,6 +117,7 @@ class Trainer {
   TrackedBuffer<T> send_buf_;  // backward: the input gradient in flight to the previous stage
   std::int64_t step_ = 0;
   std::int64_t consumed_samples_ = 0;
+  std::string lineage_;
   std::vector<std::int64_t> loaded_samples_;
 };
 

@@ -156,6 +156,19 @@ expect_exit 1 "cannot create .*superseded/before_step_7" -- \
 check "branch: a failed move aside deletes nothing" \
   test -f "$WORK/br/checkpoints/step_00000006.h5" -a -f "$WORK/br/checkpoints/step_00000007.h5" -a ! -e "$WORK/br/checkpoints/step_00000007.h5.tmp"
 
+# A rank killed in the branch's first save: the branch left no checkpoint, so a plain --resume
+# takes the old line's newest one, and metrics.csv follows it (lineage), not the dead branch.
+deck "$WORK/kb.ini" "$WORK/kb"
+sed -i 's/^keep = 2/keep = 10/' "$WORK/kb.ini"
+mkdir -p "$WORK/kb" && cp -r "$WORK/ref/checkpoints" "$WORK/ref/metrics.csv" "$WORK/kb/"
+TRIDENT_FAULT=ckpt.written:1 TRIDENT_FAULT_RANK=1 run --config "$WORK/kb.ini" --resume "$WORK/kb/checkpoints/step_00000006.h5" \
+  --checkpoint.interval=1 --train.lr=0.01 >/dev/null 2>&1
+check "lineage: the dead branch wrote a row of step 7" test "$(grep -c "^7," "$WORK/kb/metrics.csv")" -ge 1
+expect_exit 0 "the run is already complete: step 8" -- run --config "$WORK/kb.ini" --resume
+check "lineage: metrics.csv is the old line's history again" \
+  cmp -s <(cut -d, -f1-5 "$WORK/ref/metrics.csv") <(cut -d, -f1-5 "$WORK/kb/metrics.csv")
+check "lineage: the dead branch's row is kept aside" grep -q "^7," "$WORK/kb/metrics.superseded.csv"
+
 # ---- 5. a stop signal always writes a checkpoint ------------------------------------------------
 # SIGUSR1 to one rank: every rank stops after the same step with a checkpoint of it and exits 3,
 # also with [checkpoint] save_final = false (exit 3 promises a checkpoint to resume from).
