@@ -115,9 +115,10 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   std::stable_sort(kept.begin(), kept.end(),
                    [](const std::string& a, const std::string& b) { return std::atoll(a.c_str()) < std::atoll(b.c_str()); });
   still_aside.insert(still_aside.end(), dropped.begin(), dropped.end());
+  // metrics.csv first: a crash between the two renames leaves a row in both files, never in none.
+  rewrite(path_, kHeader, kept);
   if (!still_aside.empty()) rewrite(aside, kHeader, still_aside);
   else std::remove(aside.c_str());
-  rewrite(path_, kHeader, kept);
 }
 
 std::string new_segment_id() {
@@ -144,13 +145,15 @@ std::string extend_lineage(const std::string& lineage, const std::string& id, st
 
 MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& header)
     : path_(path) {
+  // keep_until_step < 0 (a new run, or a resume that found no checkpoint): every existing row
+  // is set aside, like the rows past a resume step.
   std::vector<std::string> lines = {header}, dropped;
-  if (keep_until_step >= 0) {
+  {
     std::ifstream in(path);
     std::string line;
     for (bool first = true; std::getline(in, line); first = false) {
       if (first || line.empty()) continue;
-      (std::atoll(line.c_str()) <= keep_until_step ? lines : dropped).push_back(line);
+      (keep_until_step >= 0 && std::atoll(line.c_str()) <= keep_until_step ? lines : dropped).push_back(line);
     }
   }
   // Rows past the resume point (an interrupted run's last steps, or a branch this run abandoned)

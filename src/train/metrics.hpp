@@ -38,7 +38,8 @@ struct MetricsRow {
 
 class MetricsCsv {
  public:
-  /// Opens `path`. keep_until_step < 0: a new file. Otherwise (a resumed run) rows of steps
+  /// Opens `path`. keep_until_step < 0: a new file (rows of an existing one are set aside as
+  /// below). Otherwise (a resumed run) rows of steps
   /// <= keep_until_step are kept and later ones (from the interrupted run, or a branch the run
   /// abandoned) are moved to <name>.superseded.csv (appended). Throws IoError.
   MetricsCsv(const std::string& path, std::int64_t keep_until_step);

@@ -169,6 +169,15 @@ check "lineage: metrics.csv is the old line's history again" \
   cmp -s <(cut -d, -f1-5 "$WORK/ref/metrics.csv") <(cut -d, -f1-5 "$WORK/kb/metrics.csv")
 check "lineage: the dead branch's row is kept aside" grep -q "^7," "$WORK/kb/metrics.superseded.csv"
 
+# A run killed in its very first save leaves rows but no checkpoint: the next --resume starts at
+# step 0 and sets those rows aside instead of deleting them.
+deck "$WORK/k0.ini" "$WORK/k0"
+TRIDENT_FAULT=ckpt.written:1 TRIDENT_FAULT_RANK=1 run --config "$WORK/k0.ini" >/dev/null 2>&1
+expect_exit 0 "step +8/8" -- run --config "$WORK/k0.ini" --resume
+check "lineage: rows of a run that never saved are kept aside" grep -q "^2," "$WORK/k0/metrics.superseded.csv"
+check "lineage: the restarted run's metrics equal the reference" \
+  cmp -s <(cut -d, -f1-5 "$WORK/ref/metrics.csv") <(cut -d, -f1-5 "$WORK/k0/metrics.csv")
+
 # ---- 5. a stop signal always writes a checkpoint ------------------------------------------------
 # SIGUSR1 to one rank: every rank stops after the same step with a checkpoint of it and exits 3,
 # also with [checkpoint] save_final = false (exit 3 promises a checkpoint to resume from).
