@@ -31,7 +31,9 @@ void fsync_path(const std::string& p, bool directory) {
   if (rc != 0 && err != EINVAL) throw CheckpointError("fsync of '" + p + "' failed: " + std::strerror(err));
 }
 
-std::optional<std::int64_t> step_of(const std::string& name) {
+}  // namespace
+
+std::optional<std::int64_t> step_of_name(const std::string& name) {
   // step_NNNNNNNN.h5
   if (name.size() < 9 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 3) != ".h5") return std::nullopt;
   const std::string digits = name.substr(5, name.size() - 8);
@@ -40,7 +42,15 @@ std::optional<std::int64_t> step_of(const std::string& name) {
   if (digits.empty() || res.ec != std::errc() || res.ptr != digits.data() + digits.size() || step < 0) return std::nullopt;
   return step;
 }
-}  // namespace
+
+std::string step_name_problem(const CheckpointReader& rd) {
+  const auto named = step_of_name(fs::path(rd.path()).filename().string());
+  if (!named) return "";
+  if (!rd.has_attr("step")) return "the file name says step " + std::to_string(*named) + " but attribute step is missing";
+  if (rd.attr_int("step") == *named) return "";
+  return "the file name says step " + std::to_string(*named) + " but attribute step = " +
+         std::to_string(rd.attr_int("step"));
+}
 
 std::string CheckpointDir::path_for(std::int64_t step) const {
   char buf[32];
@@ -53,7 +63,7 @@ std::vector<std::pair<std::int64_t, std::string>> CheckpointDir::list() const {
   std::error_code ec;
   if (!fs::is_directory(dir_, ec)) return out;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    auto s = step_of(e.path().filename().string());
+    auto s = step_of_name(e.path().filename().string());
     if (s && e.is_regular_file(ec)) out.emplace_back(*s, e.path().string());
   }
   std::sort(out.begin(), out.end());
@@ -64,7 +74,7 @@ std::optional<std::string> CheckpointDir::latest() const {
   std::ifstream in(fs::path(dir_) / "latest");
   std::string name;
   // Only a plain file name of this directory counts (never a path leading elsewhere).
-  if (in && std::getline(in, name) && step_of(name).has_value()) {
+  if (in && std::getline(in, name) && step_of_name(name).has_value()) {
     const fs::path p = fs::path(dir_) / name;
     std::error_code ec;
     if (fs::is_regular_file(p, ec)) return p.string();
@@ -96,11 +106,8 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
     std::string problem;
     try {
       CheckpointReader rd(path, comm);
-      const auto named = step_of(fs::path(path).filename().string());
-      if (named && (!rd.has_attr("step") || rd.attr_int("step") != *named))
-        throw CheckpointError("the file name says step " + std::to_string(*named) + " but attribute step is " +
-                              (rd.has_attr("step") ? std::to_string(rd.attr_int("step")) : std::string("missing")));
-      if (verify) require_intact(rd, comm, "");  // index, metadata and checksums; agreed
+      if (verify) require_intact(rd, comm, "");  // index, metadata (with the name) and checksums; agreed
+      else if (const std::string p = step_name_problem(rd); !p.empty()) throw CheckpointError(p);
     } catch (const Error& e) {
       problem = e.what();
     }

@@ -11,6 +11,7 @@
 // *.tmp is ignored and overwritten later.
 #pragma once
 
+#include "io/checkpoint_file.hpp"
 #include "parallel/communicator.hpp"
 
 #include <cstdint>
@@ -27,6 +28,14 @@ namespace trident {
 /// removed), then world rank 0 fsyncs it, renames it to `final_path` and fsyncs the directory. An
 /// existing `final_path` is replaced only by a complete file. Collective over comm. Throws
 /// CheckpointError (collective) when any step fails.
+/// NNNNNNNN of a committed checkpoint's name "step_NNNNNNNN.h5", else nothing. Local.
+std::optional<std::int64_t> step_of_name(const std::string& name);
+
+/// "" when the file name of `rd` is not step_NNNNNNNN.h5 or names its `step` attribute, else the
+/// problem ("the file name says step 40 but attribute step = 4"): resume and rotation order
+/// checkpoints by name, so a misnamed file counts as damaged. Local.
+std::string step_name_problem(const CheckpointReader& rd);
+
 /// `before_rename`, when given, runs on world rank 0 after the fsync and before the rename; an
 /// exception from it fails the commit like any other step (the .tmp is removed).
 void commit_file(const std::string& final_path, Communicator& comm,

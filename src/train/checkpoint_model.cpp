@@ -25,13 +25,7 @@ std::string resolve_checkpoint_path(const std::string& path) {
 
 void require_intact(const CheckpointReader& rd, Communicator& comm, const std::string& hint) {
   run_agreed(comm, "", [&] {
-    // The index and the metadata (not covered by the shard checksums) first: cheap and local,
-    // the same on every rank; then every shard dataset's checksum, collectively.
-    std::vector<std::string> problems = check_checkpoint_index(rd);
-    const auto meta = check_checkpoint_metadata(rd);
-    problems.insert(problems.end(), meta.begin(), meta.end());
-    const auto data = rd.verify(comm);
-    problems.insert(problems.end(), data.begin(), data.end());
+    const std::vector<std::string> problems = checkpoint_problems(rd, comm);  // what `ckpt verify` checks
     if (problems.empty()) return;
     std::string more;
     if (problems.size() > 1) more = "; " + std::to_string(problems.size() - 1) + " more problem(s)";

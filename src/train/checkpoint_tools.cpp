@@ -119,10 +119,7 @@ void broadcast_string(Communicator& comm, std::string& s) {
 std::int64_t step_from_name(const std::string& name) {
   std::string base = name;
   if (base.size() > 4 && base.compare(base.size() - 4, 4, ".tmp") == 0) base.resize(base.size() - 4);
-  if (base.size() < 9 || base.rfind("step_", 0) != 0 || base.compare(base.size() - 3, 3, ".h5") != 0) return -1;
-  const std::string digits = base.substr(5, base.size() - 8);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
-  return std::stoll(digits);
+  return step_of_name(base).value_or(-1);
 }
 
 bool ends_with(const std::string& s, const std::string& tail) {
@@ -297,11 +294,7 @@ std::vector<std::string> check_checkpoint_metadata(const CheckpointReader& rd) {
     if (rd.rank_state_columns().empty()) p.add("/rank_state is missing or names no columns");
 
     auto get = [&](const char* a) { return rd.has_attr(a) ? rd.attr_int(a) : 0; };
-    // A committed file's name is its step: resume and rotation order checkpoints by it.
-    const std::int64_t named = step_from_name(fs::path(rd.path()).filename().string());
-    if (named >= 0 && rd.has_attr("step") && named != rd.attr_int("step"))
-      p.add("the file name says step " + std::to_string(named) + " but attribute step = " +
-            std::to_string(rd.attr_int("step")));
+    if (const std::string named = step_name_problem(rd); !named.empty()) p.add(named);
     // Every rank writes the same global restart state (docs/checkpoint-format.md, /rank_state).
     {
       const auto& cols = rd.rank_state_columns();
@@ -518,11 +511,8 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
         e.zero_stage = get("zero_stage");
         e.created_unix_time = get("created_unix_time");
         e.dtype = rd.dtype() == DataType::f64 ? "float64" : "float32";
-        const std::int64_t step = get("step");
-        if (e.step < 0) e.step = step;
-        else if (step != e.step)
-          e.problems.push_back("the file name says step " + std::to_string(e.step) + " but attribute step = " +
-                               std::to_string(step));
+        if (e.step < 0) e.step = get("step");
+        if (const std::string named = step_name_problem(rd); !named.empty()) e.problems.push_back(named);
         const auto index = check_checkpoint_index(rd);
         e.problems.insert(e.problems.end(), index.begin(), index.end());
       });
@@ -597,14 +587,18 @@ VerifyResult verify_checkpoint(const std::string& path, Communicator& comm) {
     res.problems.push_back(e.what());
     return res;
   }
-  std::vector<std::string>& problems = res.problems;
-  problems = check_checkpoint_index(*rd);
-  const auto meta = check_checkpoint_metadata(*rd);
+  res.problems = checkpoint_problems(*rd, comm);
+  return res;
+}
+
+std::vector<std::string> checkpoint_problems(const CheckpointReader& rd, Communicator& comm) {
+  std::vector<std::string> problems = check_checkpoint_index(rd);
+  const auto meta = check_checkpoint_metadata(rd);
   problems.insert(problems.end(), meta.begin(), meta.end());
   // CheckpointReader::verify checks existence, exact length and checksum of every shard dataset.
-  const auto data = rd->verify(comm);
+  const auto data = rd.verify(comm);
   problems.insert(problems.end(), data.begin(), data.end());
-  return res;
+  return problems;
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -95,6 +95,11 @@ struct VerifyResult {
 /// CheckpointError (collective) only when `path` names no file at all.
 VerifyResult verify_checkpoint(const std::string& path, Communicator& comm);
 
+/// The checks of verify_checkpoint on an open file: check_checkpoint_index,
+/// check_checkpoint_metadata, then CheckpointReader::verify. Collective over comm; the same list
+/// on every rank.
+std::vector<std::string> checkpoint_problems(const CheckpointReader& rd, Communicator& comm);
+
 // ---- diff -------------------------------------------------------------------------------------
 
 struct DiffOptions {

@@ -70,11 +70,6 @@ std::string last_field(const std::string& line) {
 MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& lineage,
                        const std::string& segment)
     : path_(path), segment_(segment) {
-  if (lineage.empty() || keep_until_step < 0) {
-    *this = MetricsCsv(path, keep_until_step);
-    segment_ = segment;
-    return;
-  }
   // (segment, first step) pairs; segment k trained the steps (first_k, first_{k+1}].
   std::vector<std::pair<std::string, std::int64_t>> segs;
   std::stringstream ss(lineage);
@@ -83,7 +78,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     const auto at = item.find('@');
     if (at != std::string::npos) segs.emplace_back(item.substr(0, at), std::atoll(item.c_str() + at + 1));
   }
-  if (segs.empty()) {
+  if (segs.empty() || keep_until_step < 0) {  // a new run, or a checkpoint without a lineage
     *this = MetricsCsv(path, keep_until_step);
     segment_ = segment;
     return;
@@ -100,14 +95,14 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     return false;
   };
   const std::string aside = superseded_path(path_);
-  std::vector<std::string> kept, dropped, seen;
+  std::vector<std::string> kept, dropped;
   // Rows before the recorded lineage (written before lineages existed) follow the step rule.
   for (const std::string& l : data_lines(path_)) {
     const std::int64_t st = std::atoll(l.c_str());
     if ((st <= s0 && st <= keep_until_step) || in_lineage(l)) kept.push_back(l);
     else dropped.push_back(l);
   }
-  std::vector<std::string> restored_from, still_aside;
+  std::vector<std::string> still_aside;
   for (const std::string& l : data_lines(aside)) {
     if (in_lineage(l) && std::find(kept.begin(), kept.end(), l) == kept.end()) kept.push_back(l);
     else still_aside.push_back(l);
@@ -147,15 +142,9 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     : path_(path) {
   // keep_until_step < 0 (a new run, or a resume that found no checkpoint): every existing row
   // is set aside, like the rows past a resume step.
-  std::vector<std::string> lines = {header}, dropped;
-  {
-    std::ifstream in(path);
-    std::string line;
-    for (bool first = true; std::getline(in, line); first = false) {
-      if (first || line.empty()) continue;
-      (keep_until_step >= 0 && std::atoll(line.c_str()) <= keep_until_step ? lines : dropped).push_back(line);
-    }
-  }
+  std::vector<std::string> lines, dropped;
+  for (const std::string& l : data_lines(path_))
+    (keep_until_step >= 0 && std::atoll(l.c_str()) <= keep_until_step ? lines : dropped).push_back(l);
   // Rows past the resume point (an interrupted run's last steps, or a branch this run abandoned)
   // are kept in <name>.superseded.csv, never lost.
   if (!dropped.empty()) {
@@ -168,7 +157,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     if (!a) throw IoError("cannot write '" + aside + "'");
   }
   // Rewritten as a new file and renamed over the old one: a crash leaves one or the other whole.
-  rewrite(path_, header, std::vector<std::string>(lines.begin() + 1, lines.end()));
+  rewrite(path_, header, lines);
 }
 
 void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "," + segment_ + "\n"); }
