@@ -63,3 +63,18 @@ interval = 3
 keep = 5
 DECK
 }
+
+# Damage one shard dataset of checkpoint FILE in place (16 bytes in the middle of its data):
+# HDF5 still reads it, only the checksums notice.
+corrupt_dataset() {  # corrupt_dataset FILE DATASET: overwrite 16 bytes in the middle of its data
+  /usr/bin/python3 - "$1" "$2" <<'EOF'
+import sys, h5py
+path, name = sys.argv[1], sys.argv[2]
+with h5py.File(path, "r") as f:
+    ds = f[name]
+    offset, size = ds.id.get_offset(), ds.id.get_storage_size()
+with open(path, "r+b") as fh:
+    fh.seek(offset + size // 2)
+    fh.write(b"\xde\xad\xbe\xef" * 4)
+EOF
+}

@@ -49,18 +49,6 @@ expect_exit 0 "ok: .*step_00000004.h5 is intact" -- "$MPIEXEC" -n 2 "$TRIDENT" c
 expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/run"
 
 # Corrupt 16 bytes in the middle of one shard dataset: HDF5 still reads it, only checksums notice.
-corrupt_dataset() {  # corrupt_dataset FILE DATASET: overwrite 16 bytes in the middle of its data
-  "$PY" - "$1" "$2" <<'EOF'
-import sys, h5py
-path, name = sys.argv[1], sys.argv[2]
-with h5py.File(path, "r") as f:
-    ds = f[name]
-    offset, size = ds.id.get_offset(), ds.id.get_storage_size()
-with open(path, "r+b") as fh:
-    fh.seek(offset + size // 2)
-    fh.write(b"\xde\xad\xbe\xef" * 4)
-EOF
-}
 mkdir -p "$WORK/bad" && cp "$c4" "$WORK/bad/step_00000004.h5"
 corrupt_dataset "$WORK/bad/step_00000004.h5" shards/exp_avg/pp0_dp1_tp0
 expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- \

@@ -109,13 +109,7 @@ fi
 deck "$WORK/dmg.ini" "$WORK/dmg"
 sed -i 's/^keep = 2/keep = 10/' "$WORK/dmg.ini"
 run --config "$WORK/dmg.ini" >/dev/null 2>&1
-"$PY" - "$WORK/dmg/checkpoints/step_00000008.h5" <<'PYEOF'
-import sys, h5py
-with h5py.File(sys.argv[1], "r") as f:
-    off = f["shards/exp_avg/pp0_dp1_tp0"].id.get_offset()
-with open(sys.argv[1], "r+b") as g:
-    g.seek(off + 64); g.write(b"\x5a" * 32)
-PYEOF
+corrupt_dataset "$WORK/dmg/checkpoints/step_00000008.h5" shards/exp_avg/pp0_dp1_tp0
 expect_exit 0 "step_00000008.h5 is incomplete or damaged \(.*fails its checksum.*\); trying an older one" -- \
   run --config "$WORK/dmg.ini" --resume
 check "after a corrupted dataset: bitwise equal to the uninterrupted run" same_as_reference "$WORK/dmg"

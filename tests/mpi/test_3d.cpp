@@ -127,19 +127,10 @@ Config config3d(int ranks, std::vector<std::string> extra) {
   return test::tiny_config(ranks, ov);
 }
 
-struct Trace {
-  std::vector<double> loss, norm;
-};
+using test::Trace;
 
 Trace run(Communicator& comm, const Config& cfg, int steps, bool check_tied = false) {
-  ProcessGrid grid(comm, {cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
-  TokenDataset data(cfg.data.path, 64.0);
-  Trainer<float> t(cfg, grid, data);
-  Trace tr;
-  for (int s = 0; s < steps; ++s) {
-    StepResult r = t.train_step();
-    tr.loss.push_back(r.loss);
-    tr.norm.push_back(r.grad_norm);
+  return test::train_trace(comm, cfg, steps, [&](Trainer<float>& t, ProcessGrid& grid, const StepResult& r, int s) {
     EXPECT_EQ(comm.all_reduce_value(r.loss, ReduceOp::min), comm.all_reduce_value(r.loss, ReduceOp::max));
     if (check_tied && grid.pp_size() > 1) {
       // The first stage's wte unit and the last stage's copy: same pieces, bitwise equal masters.
@@ -162,8 +153,7 @@ Trace run(Communicator& comm, const Config& cfg, int steps, bool check_tied = fa
       }
       if (grid.pp_rank() == last) grid.pp_comm().send(mine.data(), mine.size(), DataType::f32, 0, 92);
     }
-  }
-  return tr;
+  });
 }
 
 void expect_serial(const std::vector<std::string>& variant, int steps) {

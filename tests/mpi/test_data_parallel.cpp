@@ -17,22 +17,9 @@
 namespace trident {
 namespace {
 
-struct Trace {
-  std::vector<double> loss, norm;
-};
+using test::Trace;
 
-Trace run(Communicator& comm, const Config& cfg, int steps) {
-  ProcessGrid grid(comm, {cfg.parallel.dp, 1, 1});
-  TokenDataset data(cfg.data.path, 64.0);
-  Trainer<float> t(cfg, grid, data);
-  Trace tr;
-  for (int s = 0; s < steps; ++s) {
-    StepResult r = t.train_step();
-    tr.loss.push_back(r.loss);
-    tr.norm.push_back(r.grad_norm);
-  }
-  return tr;
-}
+Trace run(Communicator& comm, const Config& cfg, int steps) { return test::train_trace(comm, cfg, steps); }
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }
 

@@ -30,23 +30,13 @@ Config config(int ranks, std::vector<std::string> extra) {
   return c;
 }
 
-struct Trace {
-  std::vector<double> loss, norm;
-};
+using test::Trace;
 
 Trace run(Communicator& comm, const Config& cfg, int steps) {
-  ProcessGrid grid(comm, {cfg.parallel.dp, 1, 1});
-  TokenDataset data(cfg.data.path, 64.0);
-  Trainer<float> t(cfg, grid, data);
-  Trace tr;
-  for (int s = 0; s < steps; ++s) {
-    StepResult r = t.train_step();
-    tr.loss.push_back(r.loss);
-    tr.norm.push_back(r.grad_norm);
+  return test::train_trace(comm, cfg, steps, [&](Trainer<float>&, ProcessGrid&, const StepResult& r, int) {
     // The norm is the same on every rank of the job.
     EXPECT_EQ(comm.all_reduce_value(r.grad_norm, ReduceOp::min), comm.all_reduce_value(r.grad_norm, ReduceOp::max));
-  }
-  return tr;
+  });
 }
 
 double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b), 1e-30); }

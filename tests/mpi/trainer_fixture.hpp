@@ -2,7 +2,10 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "data/token_dataset.hpp"
 #include "io/token_file.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/trainer.hpp"
 #include "test_env.hpp"
 
 #include <cstdint>
@@ -63,6 +66,33 @@ seed = 7
   c.model.vocab_size = 37;
   validate(c, ranks);
   return c;
+}
+
+/// Loss and gradient norm of each step of a run.
+struct Trace {
+  std::vector<double> loss, norm;
+};
+
+/// Trains `steps` steps of `cfg` on the grid of `comm` (dp x tp x pp from cfg) and records each
+/// step's loss and norm; `after_step(trainer, grid, result, step_index)` runs after every step
+/// (per-step assertions). Collective over comm.
+template <class AfterStep>
+Trace train_trace(Communicator& comm, const Config& cfg, int steps, AfterStep&& after_step) {
+  ProcessGrid grid(comm, {cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  Trace tr;
+  for (int s = 0; s < steps; ++s) {
+    const StepResult r = t.train_step();
+    tr.loss.push_back(r.loss);
+    tr.norm.push_back(r.grad_norm);
+    after_step(t, grid, r, s);
+  }
+  return tr;
+}
+
+inline Trace train_trace(Communicator& comm, const Config& cfg, int steps) {
+  return train_trace(comm, cfg, steps, [](Trainer<float>&, ProcessGrid&, const StepResult&, int) {});
 }
 
 }  // namespace trident::test
