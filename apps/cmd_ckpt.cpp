@@ -1,13 +1,16 @@
 // apps/cmd_ckpt.cpp: `trident ckpt ls|verify|diff|reshard|export`, checkpoint inspection and export.
-// Thin driver: parses the subcommand's options, calls train/checkpoint_tools.hpp or
-// train/checkpoint_export.hpp (collective over the world), prints from rank 0. Exit status:
+// Thin driver: parses the subcommand's options, calls the checkpoint layer (checkpoint/tools.hpp,
+// verify.hpp, export.hpp, reshard.hpp; collective over the world) with the GPT model's schema
+// (train/model_schema.hpp), prints from rank 0. Exit status:
 // 0 fine, 1 a problem found (or a runtime error), 2 usage.
 #include "apps/commands.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "train/checkpoint_export.hpp"
-#include "train/checkpoint_reshard.hpp"
-#include "train/checkpoint_tools.hpp"
+#include "checkpoint/export.hpp"
+#include "checkpoint/reshard.hpp"
+#include "checkpoint/tools.hpp"
+#include "checkpoint/verify.hpp"
+#include "train/model_schema.hpp"
 
 #include <boost/program_options.hpp>
 
@@ -102,7 +105,7 @@ int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse(rt, args, desc, "file", -1, vm, "verify")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt verify takes one FILE (try `trident ckpt verify --help`)");
-  const VerifyResult r = verify_checkpoint(paths[0], rt.world());
+  const VerifyResult r = verify_checkpoint(paths[0], rt.world(), gpt_model_schema());
   std::string out;
   for (const auto& p : r.problems) out += "problem: " + p + "\n";
   out += r.problems.empty() ? "ok: " + r.file + " is intact\n"
@@ -180,7 +183,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   if (format.empty()) throw ConfigError("no --format given; use --format safetensors");
   if (format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format safetensors");
   if (opt.output_dir.empty()) throw ConfigError("no --output directory given");
-  const SafetensorsExportResult r = export_safetensors(paths[0], rt.world(), opt);
+  const SafetensorsExportResult r = export_safetensors(paths[0], rt.world(), opt, gpt_model_schema());
   std::string out = log::format("exported %lld tensors (%.2f MiB of %s) of step %lld from %s:\n",
                                 static_cast<long long>(r.n_tensors), static_cast<double>(r.total_size) / (1024.0 * 1024.0),
                                 opt.dtype.c_str(), static_cast<long long>(r.step), r.checkpoint.c_str());
@@ -224,7 +227,7 @@ int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
     throw ConfigError("--dp, --tp, --pp and --shard-group-size must be >= 0 (0: default)");
   if (opt.zero_stage < -1 || opt.zero_stage > 3) throw ConfigError("--zero-stage must be 0, 1, 2 or 3");
   opt.force = vm.count("force") > 0;
-  const ReshardResult r = reshard_checkpoint(paths[0], opt, rt.world());
+  const ReshardResult r = reshard_checkpoint(paths[0], opt, rt.world(), gpt_model_schema(), model_state_factory());
   print0(rt, log::format("resharded step %lld from %s (%s) to %s (%s): %.2f MiB in %.2f s\n",
                          static_cast<long long>(r.step), r.input.c_str(), r.from_layout.c_str(), r.output.c_str(),
                          r.to_layout.c_str(), static_cast<double>(r.bytes) / (1024.0 * 1024.0), r.seconds));

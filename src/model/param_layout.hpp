@@ -21,6 +21,7 @@
 #pragma once
 
 #include "core/config.hpp"
+#include "core/tp_partition.hpp"
 #include "core/types.hpp"
 
 #include <cstdint>
@@ -69,21 +70,6 @@ struct UnitSpec {
   int first_tensor = 0;    ///< tensors [first_tensor, first_tensor + n_tensors) belong to it
   int n_tensors = 0;
 };
-
-/// `count` consecutive elements of a local tp piece at `local`, which are elements
-/// [global, global + count) of the row-major global tensor.
-struct Run {
-  std::int64_t local = 0, global = 0, count = 0;
-};
-
-/// The valid elements of tp piece `tp_rank` of `tp_size` of a tensor with `global_shape`, split
-/// along split_dim in split_groups blocks, as runs in local order. Pure. Throws Error when a
-/// grouped or non-vocabulary split dimension does not divide by tp.
-std::vector<Run> tp_runs(const std::vector<std::int64_t>& global_shape, int split_dim, int split_groups, int tp_size,
-                         int tp_rank);
-/// Shape of tp piece `tp_rank` (padded to ceil for ungrouped dim-0 splits).
-std::vector<std::int64_t> tp_piece_shape(const std::vector<std::int64_t>& global_shape, int split_dim, int split_groups,
-                                         int tp_size);
 
 class ParamLayout {
  public:

@@ -2,7 +2,9 @@
 
 #include "core/error.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <vector>
 
 namespace trident {
@@ -49,6 +51,36 @@ void run_agreed(Communicator& comm, const std::string& context, const std::funct
     case 3: throw CheckpointError(text, true);
     default: throw Error(text, true);
   }
+}
+
+void broadcast_string(Communicator& comm, std::string& s, int root) {
+  std::int64_t n = static_cast<std::int64_t>(s.size());
+  comm.broadcast(&n, 1, root);
+  s.resize(static_cast<size_t>(n));
+  if (n > 0) comm.broadcast(s.data(), static_cast<size_t>(n), DataType::u8, root);
+}
+
+std::vector<std::string> gather_strings(Communicator& comm, const std::vector<std::string>& mine) {
+  std::string joined;
+  for (std::string s : mine) {
+    std::replace(s.begin(), s.end(), '\n', ' ');
+    joined += s + '\n';
+  }
+  std::int64_t n = static_cast<std::int64_t>(joined.size());
+  std::vector<std::int64_t> sizes(static_cast<size_t>(comm.size()));
+  comm.all_gather(&n, sizes.data(), 1, DataType::i64);
+  const std::int64_t width = *std::max_element(sizes.begin(), sizes.end());
+  std::vector<std::string> out;
+  if (width == 0) return out;
+  std::vector<char> buf(static_cast<size_t>(width), '\0'), all(static_cast<size_t>(width * comm.size()));
+  std::copy(joined.begin(), joined.end(), buf.begin());
+  comm.all_gather(buf.data(), all.data(), static_cast<size_t>(width), DataType::u8);
+  for (int r = 0; r < comm.size(); ++r) {
+    std::stringstream ss(std::string(&all[static_cast<size_t>(r * width)], static_cast<size_t>(sizes[r])));
+    std::string line;
+    while (std::getline(ss, line)) out.push_back(line);
+  }
+  return out;
 }
 
 }  // namespace trident

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace trident {
 
@@ -17,5 +18,12 @@ namespace trident {
 /// IoError, CheckpointError or Error) marked collective, carrying "<context>: <message>" of the
 /// lowest failing rank (with "(rank N)" when the job has several ranks). Collective over comm.
 void run_agreed(Communicator& comm, const std::string& context, const std::function<void()>& f);
+
+/// `s` on every rank = `s` on `root` (its length first, then its bytes). Collective over comm.
+void broadcast_string(Communicator& comm, std::string& s, int root = 0);
+
+/// Every rank's lines, concatenated in rank order, on every rank (newlines inside a line become
+/// spaces). Collective over comm. Used to turn rank-local findings into one agreed list.
+std::vector<std::string> gather_strings(Communicator& comm, const std::vector<std::string>& mine);
 
 }  // namespace trident

@@ -1,22 +1,16 @@
 #include "train/model_state.hpp"
 
+#include "checkpoint/metadata.hpp"
+#include "checkpoint/tensor_read.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "parallel/agree.hpp"
-#include "train/checkpoint_reshard.hpp"
-#include "trident_version.hpp"
+#include "train/model_schema.hpp"
 
 #include <algorithm>
 #include <cstring>
-#include <ctime>
 
 namespace trident {
-
-std::int64_t CheckpointSnapshot::bytes() const {
-  std::int64_t n = 0;
-  for (const auto& s : storage) n += static_cast<std::int64_t>(s.size());
-  return n;
-}
 
 template <class T>
 ModelState<T>::ModelState(const Config& cfg, const ProcessGrid& grid)
@@ -52,53 +46,17 @@ std::int64_t ModelState<T>::comm_bytes() const {
 
 template <class T>
 CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
-  const ModelConfig& m = cfg_.model;
   const ZeroEngine<T>& zero = *engine_;
   CheckpointSnapshot snap;
   CheckpointWrite& w = snap.write;
   // The index lists the whole model's tensors (global shapes), identically on every rank.
-  const ParamLayout full = ParamLayout::gpt(m, cfg_.parallel.unit_blocks);
-  for (const TensorSpec& t : full.tensors())
-    w.tensors.push_back(CkptTensor{t.name, t.global_shape, t.split_dim, t.split_groups});
-  w.kinds = {"param", "exp_avg", "exp_avg_sq"};
+  const ParamLayout full = ParamLayout::gpt(cfg_.model, cfg_.parallel.unit_blocks);
+  for (const TensorSpec& t : full.tensors()) w.tensors.push_back(checkpoint_tensor(t));
+  w.kinds = checkpoint_kinds();
   w.dtype = dtype_of<T>();
-  w.int_attrs = {{"step", run.step},
-                 {"consumed_samples", run.consumed_samples},
-                 {"adam_step", zero.optimizer().step_count()},
-                 {"seed", cfg_.train.seed},
-                 {"max_steps", cfg_.train.max_steps},
-                 {"warmup_steps", cfg_.train.warmup_steps},
-                 {"global_batch_size", cfg_.train.global_batch_size},
-                 {"dp", grid_.dp_size()},
-                 {"tp", grid_.tp_size()},
-                 {"pp", grid_.pp_size()},
-                 {"world_size", grid_.world_size()},
-                 {"zero_stage", cfg_.parallel.zero_stage},
-                 {"shard_group_size", shard_comm_->size()},
-                 {"model_n_layer", m.n_layer},
-                 {"model_n_head", m.n_head},
-                 {"model_n_embd", m.n_embd},
-                 {"model_block_size", m.block_size},
-                 {"model_vocab_size", m.vocab_size},
-                 {"model_bias", m.bias ? 1 : 0},
-                 {"created_unix_time", static_cast<std::int64_t>(std::time(nullptr))}};
-  w.double_attrs = {{"lr", cfg_.train.lr},
-                    {"min_lr", cfg_.train.min_lr},
-                    {"last_lr", run.last_lr},
-                    {"beta1", cfg_.train.beta1},
-                    {"beta2", cfg_.train.beta2},
-                    {"eps", cfg_.train.eps},
-                    {"weight_decay", cfg_.train.weight_decay},
-                    {"model_dropout", m.dropout}};
-  w.string_attrs = {{"code_version", std::string(TRIDENT_VERSION_STRING) + " (git " + TRIDENT_GIT_COMMIT + ")"},
-                    {"deck_name", cfg_.deck_name},
-                    {"tokenizer", run.tokenizer},
-                    {"param_dtype", cfg_.train.param_dtype}};
-  if (!run.lineage.empty()) w.string_attrs["lineage"] = run.lineage;
-  w.texts = {{"config", cfg_.to_ini()}};
-  if (!run.vocab.empty()) w.int_arrays["tokenizer/vocab"] = run.vocab;
-  w.rank_state_columns = {"consumed_samples", "data_seed", "rng_seed", "rng_step"};
-  w.rank_state = {run.consumed_samples, cfg_.train.seed, cfg_.train.seed, run.step};
+  CheckpointMeta::of_run(cfg_, run, zero.optimizer().step_count(), grid_.dp_size(), grid_.tp_size(), grid_.pp_size(),
+                         shard_comm_->size())
+      .write_to(w);
 
   // This rank's shard: the pieces it writes (each element of the model by exactly one rank), of
   // the fp32 master weights and both moments alike.
@@ -156,13 +114,16 @@ RunState ModelState<T>::load(const std::string& path) {
   CheckpointReader rd(path, grid_.world_comm());
   const ModelConfig& m = cfg_.model;
   ZeroEngine<T>& zero = *engine_;
-  RunState run;
+  CheckpointMeta meta;
   run_agreed(grid_.world_comm(), "cannot resume from '" + path + "'", [&] {
-    const std::pair<const char*, std::int64_t> model_keys[] = {
-        {"n_layer", m.n_layer}, {"n_head", m.n_head}, {"n_embd", m.n_embd},
-        {"block_size", m.block_size}, {"vocab_size", m.vocab_size}, {"bias", m.bias ? 1 : 0}};
-    for (const auto& [key, want] : model_keys) {
-      const std::int64_t have = rd.attr_int(std::string("model_") + key);
+    meta = CheckpointMeta::read(rd);
+    meta.require_complete(path);
+    const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> model_keys[] = {
+        {"n_layer", {meta.model.n_layer, m.n_layer}},       {"n_head", {meta.model.n_head, m.n_head}},
+        {"n_embd", {meta.model.n_embd, m.n_embd}},          {"block_size", {meta.model.block_size, m.block_size}},
+        {"vocab_size", {meta.model.vocab_size, m.vocab_size}}, {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}}};
+    for (const auto& [key, v] : model_keys) {
+      const auto [have, want] = v;
       if (have != want)
         throw CheckpointError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
                               " in the checkpoint, " + std::to_string(want) + " in this run");
@@ -172,19 +133,18 @@ RunState ModelState<T>::load(const std::string& path) {
       if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
       if (rd.tensors()[k].shape != t.global_shape) throw CheckpointError("tensor '" + t.name + "' has another shape");
     }
-    for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
+    for (const std::string& kind : checkpoint_kinds())
       if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())
-        throw CheckpointError(std::string("it holds no '") + kind + "' arrays");
+        throw CheckpointError("it holds no '" + kind + "' arrays");
     if (rd.dtype() != dtype_of<T>())
       log::warn("checkpoint '%s' holds %s values; converting to this run's [train] dtype = %s (resume is not bitwise)",
                 path.c_str(), rd.dtype() == DataType::f64 ? "float64" : "float32", cfg_.train.dtype.c_str());
-    if (rd.attr_int("seed") != cfg_.train.seed)
+    if (meta.seed != cfg_.train.seed)
       log::warn("checkpoint seed %lld differs from [train] seed = %lld: data order and dropout continue with the new seed",
-                static_cast<long long>(rd.attr_int("seed")), static_cast<long long>(cfg_.train.seed));
-    if (rd.attr_int("global_batch_size") != cfg_.train.global_batch_size)
+                static_cast<long long>(meta.seed), static_cast<long long>(cfg_.train.seed));
+    if (meta.global_batch_size != cfg_.train.global_batch_size)
       log::warn("[train] global_batch_size changed from %lld to %lld since the checkpoint",
-                static_cast<long long>(rd.attr_int("global_batch_size")),
-                static_cast<long long>(cfg_.train.global_batch_size));
+                static_cast<long long>(meta.global_batch_size), static_cast<long long>(cfg_.train.global_batch_size));
   });
   run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
     // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
@@ -199,23 +159,18 @@ RunState ModelState<T>::load(const std::string& path) {
         if (a >= b) continue;
         const std::int64_t dst = p.local_offset + (a - p.flat_offset);
         const int P = grid_.tp_size(), r = grid_.tp_rank();
-        read_tensor_piece(rd, "param", t, P, r, a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
-        read_tensor_piece(rd, "exp_avg", t, P, r, a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
-        read_tensor_piece(rd, "exp_avg_sq", t, P, r, a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
+        const CkptTensor ct = checkpoint_tensor(t);
+        read_tp_partition(rd, "param", ct, P, r, a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
+        read_tp_partition(rd, "exp_avg", ct, P, r, a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
+        read_tp_partition(rd, "exp_avg_sq", ct, P, r, a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
       }
     Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
     Kokkos::deep_copy(zero.optimizer().exp_avg().view(), m_h);
     Kokkos::deep_copy(zero.optimizer().exp_avg_sq().view(), v_h);
-    run.step = rd.attr_int("step");
-    run.consumed_samples = rd.attr_int("consumed_samples");
-    run.last_lr = rd.has_attr("last_lr") ? rd.attr_double("last_lr") : 0.0;
-    run.tokenizer = rd.has_attr("tokenizer") ? rd.attr_string("tokenizer") : "";
-    run.lineage = rd.has_attr("lineage") ? rd.attr_string("lineage") : "";
-    if (rd.has("tokenizer/vocab")) run.vocab = rd.int_array("tokenizer/vocab");
-    zero.optimizer().set_step_count(rd.attr_int("adam_step"));
+    zero.optimizer().set_step_count(meta.adam_step);
   });
   zero.refresh_params();
-  return run;
+  return meta.run;
 }
 
 template class ModelState<float>;

@@ -7,13 +7,14 @@
 #include "kernels/elementwise.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/runtime.hpp"
-#include "train/async_checkpoint.hpp"
-#include "train/checkpoint_dir.hpp"
-#include "train/checkpoint_model.hpp"
-#include "train/signals.hpp"
+#include "checkpoint/async_writer.hpp"
+#include "checkpoint/commit.hpp"
+#include "checkpoint/run_lock.hpp"
+#include "checkpoint/verify.hpp"
 #include "train/metrics.hpp"
+#include "train/model_schema.hpp"
 #include "train/perf.hpp"
-#include "train/run_lock.hpp"
+#include "train/signals.hpp"
 #include "trident_version.hpp"
 
 #include <cmath>
@@ -400,10 +401,11 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       if (cfg.checkpoint.verify_on_resume)
         run_agreed(world, "", [&] {
           CheckpointReader rd(resume_from, world);
-          require_intact(rd, world, "resume from another one, or set [checkpoint] verify_on_resume = false");
+          require_intact(rd, world, "resume from another one, or set [checkpoint] verify_on_resume = false",
+                         gpt_model_schema());
         });
     } else {
-      auto chosen = ckdir.newest_complete(world, cfg.checkpoint.verify_on_resume);
+      auto chosen = ckdir.newest_complete(world, cfg.checkpoint.verify_on_resume, gpt_model_schema());
       if (chosen) resume_from = *chosen;
       else log::info("resume: no complete checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
     }

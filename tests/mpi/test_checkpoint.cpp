@@ -5,7 +5,7 @@
 #include "data/token_dataset.hpp"
 #include "io/checkpoint_file.hpp"
 #include "parallel/process_grid.hpp"
-#include "train/checkpoint_dir.hpp"
+#include "checkpoint/commit.hpp"
 #include "train/trainer.hpp"
 #include "trainer_fixture.hpp"
 

@@ -6,8 +6,9 @@
 #include "data/token_dataset.hpp"
 #include "io/checkpoint_file.hpp"
 #include "parallel/process_grid.hpp"
-#include "train/checkpoint_dir.hpp"
-#include "train/checkpoint_reshard.hpp"
+#include "checkpoint/commit.hpp"
+#include "checkpoint/tensor_read.hpp"
+#include "train/model_schema.hpp"
 #include "train/trainer.hpp"
 #include "trainer_fixture.hpp"
 
@@ -47,8 +48,8 @@ void expect_same_state(const std::string& a, const std::string& b, const Config&
   for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
     for (const TensorSpec& t : full.tensors()) {
       std::vector<float> x(static_cast<size_t>(t.numel)), y(static_cast<size_t>(t.numel));
-      read_tensor_piece(ra, kind, t, 1, 0, 0, t.numel, DataType::f32, x.data());
-      read_tensor_piece(rb, kind, t, 1, 0, 0, t.numel, DataType::f32, y.data());
+      read_tp_partition(ra, kind, checkpoint_tensor(t), 1, 0, 0, t.numel, DataType::f32, x.data());
+      read_tp_partition(rb, kind, checkpoint_tensor(t), 1, 0, 0, t.numel, DataType::f32, y.data());
       ASSERT_EQ(x, y) << kind << " of " << t.name;
     }
 }

@@ -1,16 +1,14 @@
-#include "train/checkpoint_reshard.hpp"
+#include "checkpoint/reshard.hpp"
 
+#include "checkpoint/commit.hpp"
+#include "checkpoint/metadata.hpp"
+#include "checkpoint/run_lock.hpp"
+#include "checkpoint/verify.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/process_grid.hpp"
-#include "train/checkpoint_dir.hpp"
-#include "train/checkpoint_model.hpp"
-#include "train/run_lock.hpp"
-#include "train/model_state.hpp"
 
-#include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -18,52 +16,6 @@
 namespace trident {
 
 namespace fs = std::filesystem;
-
-void read_tensor_piece(const CheckpointReader& rd, const std::string& kind, const TensorSpec& t, int tp_size,
-                       int tp_rank, std::int64_t begin, std::int64_t count, DataType type, void* out) {
-  const int k = rd.find_tensor(t.name);
-  if (k < 0) throw CheckpointError("checkpoint '" + rd.path() + "' has no tensor '" + t.name + "'");
-  const CkptTensor& src = rd.tensors()[static_cast<size_t>(k)];
-  if (src.shape != t.global_shape)
-    throw CheckpointError("tensor '" + t.name + "' has another shape in checkpoint '" + rd.path() + "'");
-  if (src.split_dim != t.split_dim || src.split_groups != t.split_groups)
-    throw CheckpointError("tensor '" + t.name + "' is split differently in checkpoint '" + rd.path() + "'");
-  const std::size_t es = dtype_size(type);
-  char* dst = static_cast<char*>(out);
-  std::memset(dst, 0, static_cast<std::size_t>(count) * es);  // padding, and what no run covers
-  const std::int64_t end = begin + count;
-  // The reader's runs restricted to [begin, end), in global order.
-  std::vector<Run> want;
-  for (const Run& r : tp_runs(t.global_shape, t.split_dim, t.split_groups, tp_size, tp_rank)) {
-    const std::int64_t a = std::max(begin, r.local), b = std::min(end, r.local + r.count);
-    if (a < b) want.push_back(Run{a, r.global + (a - r.local), b - a});
-  }
-  if (want.empty()) return;
-  const int writer_tp = src.split_dim < 0 ? 1 : static_cast<int>(rd.attr_int("tp"));
-  std::int64_t covered = 0;
-  for (int w = 0; w < writer_tp; ++w) {
-    const std::vector<Run> have = tp_runs(src.shape, src.split_dim, src.split_groups, writer_tp, w);
-    // Two-pointer merge of two lists of disjoint runs sorted by global offset.
-    size_t i = 0, j = 0;
-    while (i < want.size() && j < have.size()) {
-      const Run& a = want[i];
-      const Run& h = have[j];
-      const std::int64_t lo = std::max(a.global, h.global), hi = std::min(a.global + a.count, h.global + h.count);
-      if (lo < hi) {
-        rd.read(kind, k, w, h.local + (lo - h.global), hi - lo, type,
-                dst + static_cast<std::size_t>(a.local - begin + (lo - a.global)) * es);
-        covered += hi - lo;
-      }
-      if (a.global + a.count <= h.global + h.count) ++i;
-      else ++j;
-    }
-  }
-  std::int64_t needed = 0;
-  for (const Run& r : want) needed += r.count;
-  if (covered != needed)
-    throw CheckpointError("checkpoint '" + rd.path() + "' does not cover all of tensor '" + t.name + "'");
-}
-
 
 // ------------------------------------------------------------------------------------------------
 // trident ckpt reshard
@@ -74,27 +26,10 @@ std::string layout_text(std::int64_t dp, std::int64_t tp, std::int64_t pp, std::
   return std::to_string(dp) + " x " + std::to_string(tp) + " x " + std::to_string(pp) + ", ZeRO-" + std::to_string(zero);
 }
 
-template <class T>
-void reshard_as(const Config& cfg, const std::string& input, const std::string& output, bool to_dir,
-                Communicator& world, ReshardResult& res) {
-  ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
-  ModelState<T> state(cfg, grid);
-  const RunState run = state.load(input);
-  res.step = run.step;
-  CheckpointSnapshot snap = state.snapshot(run);
-  snap.write.file_locking = cfg.checkpoint.file_locking;
-  auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); };
-  if (to_dir) {
-    res.output = CheckpointDir(output).commit(run.step, world, write, std::numeric_limits<std::int64_t>::max());
-  } else {
-    commit_file(output, world, write);
-    res.output = output;
-  }
-}
-
 }  // namespace
 
-ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions& opt, Communicator& world) {
+ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions& opt, Communicator& world,
+                                 const ModelSchema& schema, const CheckpointStateFactory& make_state) {
   Timer timer;
   ReshardResult res;
   Config cfg;
@@ -116,8 +51,9 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
         throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
     }
     CheckpointReader rd(res.input, world);
-    require_intact(rd, world, "run `trident ckpt verify " + res.input + "`; nothing was written");
-    if (!rd.has("config")) throw CheckpointError("'" + res.input + "' holds no /config deck");
+    require_intact(rd, world, "run `trident ckpt verify " + res.input + "`; nothing was written", schema);
+    const CheckpointMeta meta = CheckpointMeta::read(rd);
+    if (!meta.has("/config")) throw CheckpointError("'" + res.input + "' holds no /config deck");
     if (to_dir) {
       // A checkpoint directory: the file lands as step_NNNNNNNN.h5 and `latest` moves to it, so
       // the directory must not hold this step or a later one (that would replace the input, or
@@ -136,7 +72,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
           throw ConfigError(std::string("--output: ") + e.what());  // a usage error: exit 2
         }
       }
-      const std::int64_t step = rd.attr_int("step");
+      const std::int64_t step = meta.run.step;
       for (const auto& [s, p] : CheckpointDir(out).list()) {
         if (fs::equivalent(p, res.input, ec))
           throw ConfigError("the output directory '" + out + "' holds the input checkpoint; write to another directory");
@@ -146,8 +82,8 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
                             "): write to an empty directory or a *.h5 file");
       }
     }
-    cfg = parse_deck_text(rd.text("config"), rd.has_attr("deck_name") ? rd.attr_string("deck_name") : "checkpoint");
-    res.from_layout = layout_text(rd.attr_int("dp"), rd.attr_int("tp"), rd.attr_int("pp"), rd.attr_int("zero_stage"));
+    cfg = parse_deck_text(meta.config_text, meta.deck_name.empty() ? "checkpoint" : meta.deck_name);
+    res.from_layout = layout_text(meta.dp, meta.tp, meta.pp, meta.zero_stage);
   });
   run_agreed(world, "ckpt reshard: the target layout is not possible", [&] {
     ParallelConfig& p = cfg.parallel;
@@ -168,10 +104,22 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     cfg = trial;
   });
   res.to_layout = layout_text(cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.zero_stage);
-  if (cfg.train.dtype == "double")
-    reshard_as<double>(cfg, res.input, out, to_dir, world, res);
-  else
-    reshard_as<float>(cfg, res.input, out, to_dir, world, res);
+  {
+    // Exactly a resume at the target layout, then a save (the same code as a training run).
+    ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
+    std::unique_ptr<CheckpointState> state = make_state(cfg, grid);
+    const RunState run = state->load(res.input);
+    res.step = run.step;
+    CheckpointSnapshot snap = state->snapshot(run);
+    snap.write.file_locking = cfg.checkpoint.file_locking;
+    auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); };
+    if (to_dir) {
+      res.output = CheckpointDir(out).commit(run.step, world, write, std::numeric_limits<std::int64_t>::max());
+    } else {
+      commit_file(out, world, write);
+      res.output = out;
+    }
+  }
   std::error_code ec;
   res.bytes = static_cast<std::int64_t>(fs::file_size(res.output, ec));
   res.seconds = timer.seconds();

@@ -1,4 +1,4 @@
-#include "train/async_checkpoint.hpp"
+#include "checkpoint/async_writer.hpp"
 
 #include "core/error.hpp"
 #include "core/timer.hpp"

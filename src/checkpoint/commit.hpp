@@ -1,6 +1,6 @@
-// train/checkpoint_dir.hpp: the directory of a run's committed checkpoints and the commit protocol.
+// checkpoint/commit.hpp: the directory of a run's committed checkpoints and the commit protocol.
 //
-// Layer: train (filesystem work only; the file contents are io/checkpoint_file.hpp's).
+// Layer: checkpoint (filesystem work only; the file contents are io/checkpoint_file.hpp's).
 // Protocol of commit(): (1) every rank writes <dir>/step_NNNNNNNN.h5.tmp together; (2) success is
 // agreed by all-reduce (inside the writer); (3) world rank 0 fsyncs the file, renames it to
 // step_NNNNNNNN.h5 and fsyncs the directory; (4) only then `latest` is replaced (write
@@ -11,7 +11,7 @@
 // *.tmp is ignored and overwritten later.
 #pragma once
 
-#include "io/checkpoint_file.hpp"
+#include "checkpoint/model_schema.hpp"
 #include "parallel/communicator.hpp"
 
 #include <cstdint>
@@ -23,19 +23,14 @@
 
 namespace trident {
 
+/// NNNNNNNN of a committed checkpoint's name "step_NNNNNNNN.h5", else nothing. Local.
+std::optional<std::int64_t> step_of_name(const std::string& name);
+
 /// Steps (1)-(3) of the protocol for one file anywhere: creates its directory, lets `write` write
 /// `final_path`.tmp (collectively over comm, throwing on every rank on failure; the .tmp is then
 /// removed), then world rank 0 fsyncs it, renames it to `final_path` and fsyncs the directory. An
 /// existing `final_path` is replaced only by a complete file. Collective over comm. Throws
 /// CheckpointError (collective) when any step fails.
-/// NNNNNNNN of a committed checkpoint's name "step_NNNNNNNN.h5", else nothing. Local.
-std::optional<std::int64_t> step_of_name(const std::string& name);
-
-/// "" when the file name of `rd` is not step_NNNNNNNN.h5 or names its `step` attribute, else the
-/// problem ("the file name says step 40 but attribute step = 4"): resume and rotation order
-/// checkpoints by name, so a misnamed file counts as damaged. Local.
-std::string step_name_problem(const CheckpointReader& rd);
-
 /// `before_rename`, when given, runs on world rank 0 after the fsync and before the rename; an
 /// exception from it fails the commit like any other step (the .tmp is removed).
 void commit_file(const std::string& final_path, Communicator& comm,
@@ -54,10 +49,11 @@ class CheckpointDir {
   /// The checkpoint `latest` names, else the newest committed one, else nothing. Local.
   std::optional<std::string> latest() const;
 
-  /// The newest committed checkpoint that opens and (with verify) passes its checksums, trying
-  /// newer files first; each one skipped is reported with its reason on rank 0. Nothing when there
-  /// is none. Collective over comm (the files are opened and verified by all ranks).
-  std::optional<std::string> newest_complete(Communicator& comm, bool verify) const;
+  /// The newest committed checkpoint that opens and (with verify) passes require_intact (index,
+  /// metadata against `schema`, checksums), trying newer files first; each one skipped is reported
+  /// with its reason on rank 0. Nothing when there is none. Collective over comm (the files are
+  /// opened and verified by all ranks).
+  std::optional<std::string> newest_complete(Communicator& comm, bool verify, const ModelSchema& schema) const;
 
   /// Moves the committed checkpoints of `step` and later steps to a new folder
   /// <dir>/superseded/before_step_<step>[.n]/ (never replacing anything). Local (rank 0's work).

@@ -1,13 +1,14 @@
-#include "train/checkpoint_export.hpp"
-#include "train/checkpoint_reshard.hpp"
+#include "checkpoint/export.hpp"
 
-#include "core/config.hpp"
+#include "checkpoint/internal.hpp"
+#include "checkpoint/metadata.hpp"
+#include "checkpoint/tensor_read.hpp"
+#include "checkpoint/verify.hpp"
 #include "core/error.hpp"
+#include "core/json.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_file.hpp"
-#include "model/param_layout.hpp"
 #include "parallel/agree.hpp"
-#include "train/checkpoint_model.hpp"
 
 #include <cerrno>
 #include <cmath>
@@ -23,34 +24,9 @@ namespace fs = std::filesystem;
 
 namespace trident {
 
+using ckpt_detail::numel_of;
+
 namespace {
-
-/// JSON string literal of `s` (RFC 8259 escapes).
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (c < 0x20) o += log::format("\\u%04x", c);
-        else o += static_cast<char>(c);
-    }
-  }
-  return o + "\"";
-}
-
-/// Shortest decimal that reads back as `v` (JSON has no NaN/inf; callers pass finite values).
-std::string json_num(double v) {
-  for (int prec = 6; prec <= 17; ++prec) {
-    std::string s = log::format("%.*g", prec, v);
-    if (std::strtod(s.c_str(), nullptr) == v) return s;
-  }
-  return log::format("%.17g", v);
-}
 
 std::string json_shape(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -90,59 +66,7 @@ void write_text_file(const std::string& path, const std::string& text) {
     throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
 }
 
-std::string hf_config_json(const ModelConfig& m, const std::string& tokenizer, const std::vector<std::int32_t>& vocab,
-                           const std::string& dtype, std::int64_t step, const std::string& checkpoint) {
-  std::string s = "{\n";
-  auto kv = [&](const std::string& k, const std::string& v) { s += "  " + json_str(k) + ": " + v + ",\n"; };
-  kv("architectures", "[\"GPT2LMHeadModel\"]");
-  kv("model_type", json_str("gpt2"));
-  kv("vocab_size", std::to_string(m.vocab_size));
-  kv("n_positions", std::to_string(m.block_size));
-  kv("n_ctx", std::to_string(m.block_size));
-  kv("n_embd", std::to_string(m.n_embd));
-  kv("n_layer", std::to_string(m.n_layer));
-  kv("n_head", std::to_string(m.n_head));
-  kv("n_inner", std::to_string(4 * m.n_embd));
-  // Trident's GELU is the exact erf form (nanoGPT's nn.GELU()); HF's "gelu" is that one.
-  kv("activation_function", json_str("gelu"));
-  kv("resid_pdrop", json_num(m.dropout));
-  kv("embd_pdrop", json_num(m.dropout));
-  kv("attn_pdrop", json_num(m.dropout));
-  kv("layer_norm_epsilon", "1e-05");
-  kv("initializer_range", "0.02");
-  kv("scale_attn_weights", "true");
-  kv("tie_word_embeddings", "true");
-  kv("bias", m.bias ? "true" : "false");
-  kv("torch_dtype", json_str(dtype));
-  if (tokenizer == "gpt2") {
-    kv("bos_token_id", "50256");
-    kv("eos_token_id", "50256");
-  }
-  kv("trident_tokenizer", json_str(tokenizer));
-  if (!vocab.empty()) {
-    std::string v = "[";
-    for (size_t i = 0; i < vocab.size(); ++i) v += (i ? "," : "") + std::to_string(vocab[i]);
-    kv("trident_vocab", v + "]");
-  }
-  kv("trident_step", std::to_string(step));
-  s += "  \"trident_checkpoint\": " + json_str(checkpoint) + "\n}\n";
-  return s;
-}
-
 }  // namespace
-
-std::string hf_gpt2_name(const std::string& name) {
-  const std::string prefix = "transformer.";
-  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
-}
-
-bool hf_gpt2_transposed(const std::string& name) {
-  for (const char* tail : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    const std::size_t n = std::strlen(tail);
-    if (name.size() >= n && name.compare(name.size() - n, n, tail) == 0) return true;
-  }
-  return false;
-}
 
 std::uint16_t to_bfloat16(float x) {
   std::uint32_t u;
@@ -153,7 +77,7 @@ std::uint16_t to_bfloat16(float x) {
 }
 
 SafetensorsExportResult export_safetensors(const std::string& path, Communicator& comm,
-                                           const SafetensorsExportOptions& opt) {
+                                           const SafetensorsExportOptions& opt, const ModelSchema& schema) {
   require_config(!opt.output_dir.empty(), "no --output directory given");
   require_config(opt.dtype == "float32" || opt.dtype == "bfloat16",
                  "--dtype '" + opt.dtype + "' is not float32 or bfloat16");
@@ -165,40 +89,33 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     res.checkpoint = resolve_checkpoint_path(path);
   });
   CheckpointReader rd(res.checkpoint, comm);
-  require_intact(rd, comm, "run `trident ckpt verify " + res.checkpoint + "`; nothing was exported");
+  require_intact(rd, comm, "run `trident ckpt verify " + res.checkpoint + "`; nothing was exported", schema);
 
   run_agreed(comm, "cannot export '" + res.checkpoint + "'", [&] {
     // The plan (which tensor goes where) is computed on every rank from the index alone.
-    ModelConfig m;
-    m.n_layer = static_cast<int>(rd.attr_int("model_n_layer"));
-    m.n_head = static_cast<int>(rd.attr_int("model_n_head"));
-    m.n_embd = static_cast<int>(rd.attr_int("model_n_embd"));
-    m.block_size = static_cast<int>(rd.attr_int("model_block_size"));
-    m.vocab_size = static_cast<int>(rd.attr_int("model_vocab_size"));
-    m.bias = rd.attr_int("model_bias") != 0;
-    m.dropout = rd.has_attr("model_dropout") ? rd.attr_double("model_dropout") : 0.0;
-    res.step = rd.attr_int("step");
-    const std::string tokenizer = rd.attr_string("tokenizer");
-    const ParamLayout layout = ParamLayout::gpt(m);
-    if (rd.tensors().size() != layout.tensors().size())
+    const CheckpointMeta meta = CheckpointMeta::read(rd);
+    meta.require_complete(res.checkpoint);
+    res.step = meta.run.step;
+    const std::vector<CkptTensor> model = schema.tensors(meta.model);
+    if (rd.tensors().size() != model.size())
       throw CheckpointError("it holds " + std::to_string(rd.tensors().size()) + " tensors, its model fingerprint " +
-                            std::to_string(layout.tensors().size()) + " (run `trident ckpt verify`)");
+                            std::to_string(model.size()) + " (run `trident ckpt verify`)");
 
     const std::size_t es = opt.dtype == "bfloat16" ? 2 : 4;
     const std::int64_t limit = static_cast<std::int64_t>(opt.shard_size_mb * 1024.0 * 1024.0);
     std::vector<ExportTensor> plan;
     std::vector<std::int64_t> file_bytes;  // data bytes of each output file
-    for (const TensorSpec& spec : layout.tensors()) {
+    for (const CkptTensor& spec : model) {
       ExportTensor t;
       t.name = spec.name;
-      t.hf_name = hf_gpt2_name(spec.name);
+      t.hf_name = schema.hf_name(spec.name);
       t.row = rd.find_tensor(spec.name);
       if (t.row < 0 || rd.tensors()[t.row].shape != spec.shape)
         throw CheckpointError("tensor '" + spec.name + "' is missing or has the wrong shape (run `trident ckpt verify`)");
-      t.transposed = hf_gpt2_transposed(spec.name) && spec.shape.size() == 2;
+      t.transposed = schema.hf_transposed(spec.name) && spec.shape.size() == 2;
       t.shape = t.transposed ? std::vector<std::int64_t>{spec.shape[1], spec.shape[0]} : spec.shape;
-      t.numel = spec.numel;
-      t.bytes = spec.numel * static_cast<std::int64_t>(es);
+      t.numel = numel_of(spec.shape);
+      t.bytes = t.numel * static_cast<std::int64_t>(es);
       if (file_bytes.empty() || (file_bytes.back() > 0 && file_bytes.back() + t.bytes > limit)) file_bytes.push_back(0);
       t.file = static_cast<int>(file_bytes.size()) - 1;
       t.begin = file_bytes.back();
@@ -241,14 +158,9 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
       for (const ExportTensor& t : plan) {
         if (t.file != f) continue;
         values.resize(static_cast<size_t>(t.numel));
-        // Whole tensors, reassembled from whatever tp pieces the checkpoint was written in.
-        TensorSpec spec;
-        const CkptTensor& ct = rd.tensors()[static_cast<size_t>(t.row)];
-        spec.name = ct.name;
-        spec.global_shape = ct.shape;
-        spec.split_dim = ct.split_dim;
-        spec.split_groups = ct.split_groups;
-        read_tensor_piece(rd, "param", spec, 1, 0, 0, t.numel, DataType::f32, values.data());
+        // Whole tensors, reassembled from whatever tp partitions the checkpoint was written in.
+        read_tp_partition(rd, "param", rd.tensors()[static_cast<size_t>(t.row)], 1, 0, 0, t.numel, DataType::f32,
+                          values.data());
         const float* src = values.data();
         if (t.transposed) {  // (out, in) -> (in, out): HF Conv1D layout
           const std::int64_t rows = t.shape[1], cols = t.shape[0];  // source (rows, cols)
@@ -288,10 +200,8 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     index += "  }\n}\n";
     write_text_file(res.files[static_cast<size_t>(n_files)], index);
 
-    std::vector<std::int32_t> vocab;
-    if (tokenizer != "gpt2") vocab = rd.int_array("tokenizer/vocab");
     write_text_file(res.files[static_cast<size_t>(n_files) + 1],
-                    hf_config_json(m, tokenizer, vocab, opt.dtype, res.step, fs::path(res.checkpoint).filename().string()));
+                    schema.hf_config_json(meta, opt.dtype, fs::path(res.checkpoint).filename().string()));
 
     // Shards of an earlier export with another file count would shadow nothing (the index names
     // the files) but confuse a reader globbing model-*.safetensors: say so.

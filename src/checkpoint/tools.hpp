@@ -1,10 +1,10 @@
-// train/checkpoint_tools.hpp: inspecting checkpoints without resuming a run: the listing of
-// `trident ckpt ls`, the full check of `trident ckpt verify` and the per-tensor comparison of
-// `trident ckpt diff`. The safetensors export is train/checkpoint_export.hpp.
+// checkpoint/tools.hpp: inspecting checkpoints without resuming a run: the listing of `trident
+// ckpt ls` and the per-tensor comparison of `trident ckpt diff`. The checks of `trident ckpt
+// verify` are checkpoint/verify.hpp, the safetensors export checkpoint/export.hpp and the
+// re-layout checkpoint/reshard.hpp.
 //
-// Layer: train. The file is read through io's CheckpointReader only (no HDF5 here), the directory
-// through CheckpointDir, and the model fingerprint is checked against model's ParamLayout::gpt.
-// Nothing here writes a file.
+// Layer: checkpoint. The file is read through io's CheckpointReader only (no HDF5 here), its
+// metadata through CheckpointMeta, the directory through CheckpointDir. Nothing here writes a file.
 // Invariants: every function taking a Communicator is collective over it and returns the same
 // result on every rank (problems are gathered, never left rank-local), so a driver prints from
 // rank 0 and every rank exits with the same status. Problems found *in* a file are returned as
@@ -21,26 +21,6 @@
 namespace trident {
 
 class CheckpointReader;
-
-// ---- checks shared by ls and verify ----------------------------------------------------------
-
-/// Index consistency: every segment names an existing tensor and shard, lies within the shard's
-/// length and its tensor's tp-local piece; the segments of every tp piece of every tensor cover it
-/// exactly once (no gap, no overlap); no two segments share shard elements; shard coordinates lie
-/// within the dp x tp x pp layout. Local (deterministic: every rank finds the same). Returns the
-/// problems, empty when consistent.
-std::vector<std::string> check_checkpoint_index(const CheckpointReader& rd);
-
-/// Every shard dataset /shards/<kind>/<shard> exists and holds at least the elements its segments
-/// need (one element read per dataset; the exact length and contents are what verify's checksums
-/// cover). Collective over comm: shard s is checked by rank s % comm.size(). Same list on every rank.
-std::vector<std::string> check_checkpoint_datasets(const CheckpointReader& rd, Communicator& comm);
-
-/// Restart metadata: required attributes present, layout attributes consistent with the shard
-/// table, /config parses as a deck (parse_deck_text) and agrees with the model fingerprint
-/// attributes, the fingerprint reproduces the indexed tensor names, shapes and tp splits
-/// (ParamLayout::gpt), /tokenizer/vocab fits the vocabulary. Local (deterministic).
-std::vector<std::string> check_checkpoint_metadata(const CheckpointReader& rd);
 
 // ---- ls ---------------------------------------------------------------------------------------
 
@@ -80,25 +60,6 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
 
 /// The listing as a table, one line per checkpoint, then one line per problem. Local.
 std::string format_listing(const CheckpointListing& listing);
-
-// ---- verify -----------------------------------------------------------------------------------
-
-struct VerifyResult {
-  std::string file;                   ///< the checkpoint checked (a directory resolved to its latest)
-  std::vector<std::string> problems;  ///< empty when the file is intact
-};
-
-/// Full check of one checkpoint file (a directory means its latest checkpoint): format and
-/// version (opening it), check_checkpoint_index, check_checkpoint_metadata, and presence, exact
-/// length and XXH64 checksum of every shard dataset (CheckpointReader::verify, the work spread
-/// over comm's ranks). Collective over comm; the same result on every rank. Throws
-/// CheckpointError (collective) only when `path` names no file at all.
-VerifyResult verify_checkpoint(const std::string& path, Communicator& comm);
-
-/// The checks of verify_checkpoint on an open file: check_checkpoint_index,
-/// check_checkpoint_metadata, then CheckpointReader::verify. Collective over comm; the same list
-/// on every rank.
-std::vector<std::string> checkpoint_problems(const CheckpointReader& rd, Communicator& comm);
 
 // ---- diff -------------------------------------------------------------------------------------
 

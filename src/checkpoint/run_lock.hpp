@@ -1,6 +1,7 @@
-// train/run_lock.hpp: one job per run directory.
+// checkpoint/run_lock.hpp: one job per run directory.
 //
-// Layer: train (POSIX). Two jobs writing the same out_dir (a double sbatch, a requeue while the
+// Layer: checkpoint (POSIX; the run directory is where checkpoints are committed, and `ckpt
+// reshard` into a run directory takes the same lock as training). Two jobs writing the same out_dir (a double sbatch, a requeue while the
 // old job still runs) would interleave metrics rows and checkpoints. World rank 0 holds an
 // exclusive flock on <out_dir>/.trident.lock for the life of the process; the kernel releases it
 // when the process ends in any way (also SIGKILL), so a crashed job never blocks its successor.

@@ -1,7 +1,7 @@
-// train/async_checkpoint.hpp: writing checkpoints in a background thread while training goes on.
+// checkpoint/async_writer.hpp: writing checkpoints in a background thread while training goes on.
 //
-// Layer: train. At a step boundary the trainer takes a snapshot (a host copy it owns, see
-// model_state.hpp); the writer thread then runs the whole commit protocol of CheckpointDir on a
+// Layer: checkpoint. At a step boundary the trainer takes a snapshot (a host copy it owns,
+// checkpoint/snapshot.hpp); the writer thread then runs the whole commit protocol of CheckpointDir on a
 // communicator of its own (a duplicate of the world), so its collectives never mix with the
 // training thread's. MPI must provide MPI_THREAD_MULTIPLE; HDF5 calls are serialised by the io
 // layer's lock (token reads of an uncached dataset wait while a save runs).
@@ -10,8 +10,8 @@
 #pragma once
 
 #include "parallel/communicator.hpp"
-#include "train/checkpoint_dir.hpp"
-#include "train/model_state.hpp"
+#include "checkpoint/commit.hpp"
+#include "checkpoint/snapshot.hpp"
 
 #include <exception>
 #include <memory>

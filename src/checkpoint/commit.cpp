@@ -1,10 +1,12 @@
-#include "train/checkpoint_dir.hpp"
+#include "checkpoint/commit.hpp"
 
+#include "checkpoint/metadata.hpp"
+#include "checkpoint/verify.hpp"
 #include "core/error.hpp"
 #include "core/fault.hpp"
-#include "io/checkpoint_file.hpp"
-#include "train/checkpoint_model.hpp"
 #include "core/log.hpp"
+#include "io/checkpoint_file.hpp"
+#include "parallel/agree.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -43,15 +45,6 @@ std::optional<std::int64_t> step_of_name(const std::string& name) {
   return step;
 }
 
-std::string step_name_problem(const CheckpointReader& rd) {
-  const auto named = step_of_name(fs::path(rd.path()).filename().string());
-  if (!named) return "";
-  if (!rd.has_attr("step")) return "the file name says step " + std::to_string(*named) + " but attribute step is missing";
-  if (rd.attr_int("step") == *named) return "";
-  return "the file name says step " + std::to_string(*named) + " but attribute step = " +
-         std::to_string(rd.attr_int("step"));
-}
-
 std::string CheckpointDir::path_for(std::int64_t step) const {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld.h5", static_cast<long long>(step));
@@ -84,7 +77,8 @@ std::optional<std::string> CheckpointDir::latest() const {
   return all.back().second;
 }
 
-std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bool verify) const {
+std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bool verify,
+                                                         const ModelSchema& schema) const {
   // Rank 0's listing decides, so every rank tries the same files in the same order.
   std::vector<std::string> candidates;
   std::string joined;
@@ -92,10 +86,7 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
     auto all = list();
     for (auto it = all.rbegin(); it != all.rend(); ++it) joined += it->second + "\n";
   }
-  std::int64_t n = static_cast<std::int64_t>(joined.size());
-  comm.broadcast(&n, 1, 0);
-  joined.resize(static_cast<size_t>(n));
-  comm.broadcast(joined.data(), joined.size(), DataType::u8, 0);
+  broadcast_string(comm, joined);
   for (size_t a = 0, b; (b = joined.find('\n', a)) != std::string::npos; a = b + 1) candidates.push_back(joined.substr(a, b - a));
   std::string pointer;  // what `latest` names, "" when there is no pointer
   {
@@ -106,7 +97,7 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
     std::string problem;
     try {
       CheckpointReader rd(path, comm);
-      if (verify) require_intact(rd, comm, "");  // index, metadata (with the name) and checksums; agreed
+      if (verify) require_intact(rd, comm, "", schema);  // index, metadata (with the name) and checksums; agreed
       else if (const std::string p = step_name_problem(rd); !p.empty()) throw CheckpointError(p);
     } catch (const Error& e) {
       problem = e.what();

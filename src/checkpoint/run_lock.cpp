@@ -1,4 +1,4 @@
-#include "train/run_lock.hpp"
+#include "checkpoint/run_lock.hpp"
 
 #include "core/error.hpp"
 #include "core/log.hpp"
