@@ -35,6 +35,13 @@ std::size_t dtype_size(DataType t);
 /// Name of a collective as it appears in logs ("all_reduce", ...).
 const char* comm_op_name(CommOp op);
 
+/// Modelled bytes this rank sends for one `op` over `comm_size` ranks (the ring model of the header
+/// comment), with `count` the element count the operation is called with: all_reduce and broadcast
+/// the message, reduce_scatter its recv_count (the block per rank), all_gather its send_count, send
+/// the message; recv and barrier send nothing. `is_root`: this rank is the broadcast root. Every
+/// backend records exactly this, so byte counts do not depend on the backend. Local.
+std::int64_t modelled_bytes(CommOp op, std::size_t count, DataType t, int comm_size, bool is_root);
+
 template <class T>
 constexpr DataType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DataType::f32;
@@ -160,10 +167,11 @@ class Communicator {
   }
 
  protected:
-  /// Backends call this once per operation with the modelled bytes sent (see header comment).
-  void record(CommOp op, std::int64_t bytes) {
+  /// Backends call this once per operation, with the arguments of the call (`count` as in
+  /// modelled_bytes, `root` for broadcast), to count it and its modelled bytes.
+  void record(CommOp op, std::size_t count, DataType t, int root = -1) {
     stats_.calls[static_cast<int>(op)] += 1;
-    stats_.bytes[static_cast<int>(op)] += bytes;
+    stats_.bytes[static_cast<int>(op)] += modelled_bytes(op, count, t, size(), rank() == root);
   }
 
  private:
