@@ -1,8 +1,9 @@
 // parallel/communicator.hpp: the one collectives interface of Trident.
 //
-// Layer: parallel. Backends: MPI on the host (mpi_communicator.cpp); NCCL on GPUs can implement
-// the same class. No MPI or NCCL type appears in this header, so every layer above can take a
-// `Communicator&` without including <mpi.h> (docs/design.md, Layers: MPI_COMM_WORLD and <mpi.h> stay here).
+// Layer: parallel. Backends: MPI on the host (mpi_communicator.cpp); NCCL on GPUs
+// (nccl_communicator.cpp, when built). No MPI, NCCL or CUDA type appears in this header, so every
+// layer above can take a `Communicator&` without including <mpi.h> (docs/design.md, Layers:
+// MPI_COMM_WORLD and <mpi.h> stay here).
 //
 // Invariants:
 //  - A communicator belongs to one axis of the process grid ("world", "dp", "tp", "pp", "self");
@@ -68,6 +69,9 @@ class RequestImpl {
   virtual ~RequestImpl() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  /// Makes later work on the device stream `stream` (a cudaStream_t) wait for the operation,
+  /// without blocking the host. False when the backend has no device streams (MPI).
+  virtual bool stream_wait(void* stream) { return false; }
 };
 
 /// Handle of a non-blocking operation. wait() must be called before the buffers are reused;
@@ -100,6 +104,16 @@ class Request {
       return true;
     }
     return false;
+  }
+  /// Makes work enqueued later on the CUDA stream `stream` (a cudaStream_t; 0 is the legacy
+  /// default stream) wait for this operation without blocking the host, and empties the request;
+  /// that work may then read the received data. Returns false, leaving the request pending, when
+  /// the backend has no device streams (MPI): call wait() instead. True on an empty request. Local.
+  bool stream_wait(void* stream) {
+    if (!impl_) return true;
+    if (!impl_->stream_wait(stream)) return false;
+    impl_.reset();
+    return true;
   }
   bool pending() const { return static_cast<bool>(impl_); }
 
