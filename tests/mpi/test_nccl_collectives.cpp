@@ -194,6 +194,15 @@ const char* form_name(Form f) {
 }
 const Form kForms[] = {Form::blocking, Form::wait, Form::test_loop, Form::stream_wait};
 
+/// Where and how the reduce-scatter and all-gather tests run: every form on device memory, and the
+/// forms that differ on staged host memory (whose non-blocking forms have completed on return).
+struct Way {
+  Mem mem;
+  Form form;
+};
+const Way kWays[] = {{Mem::device, Form::blocking}, {Mem::device, Form::wait}, {Mem::device, Form::test_loop},
+                     {Mem::device, Form::stream_wait}, {Mem::pageable, Form::blocking}, {Mem::pageable, Form::wait}};
+
 void finish(Request& r, Form f) {
   switch (f) {
     case Form::blocking: break;
@@ -208,6 +217,17 @@ void finish(Request& r, Form f) {
       break;
   }
   EXPECT_FALSE(r.pending());
+}
+
+/// Runs one operation in form `f`: `blocking()`, or `start()` and completing its Request as `f` says.
+template <class Blocking, class Start>
+void run_in_form(Form f, Blocking&& blocking, Start&& start) {
+  if (f == Form::blocking) {
+    blocking();
+    return;
+  }
+  Request r = start();
+  finish(r, f);
 }
 
 // ---- the suite: one NCCL communicator over the world, made once ---------------------------------
@@ -280,12 +300,9 @@ TEST_F(NcclCollectives, AllReduceMatchesMpi) {
           Buffer a(m, in.size()), b(m, in.size());
           a.put(in);
           void* out = in_place ? a.data() : b.data();
-          if (f == Form::blocking) {
-            nccl().all_reduce(a.data(), out, count, t, op);
-          } else {
-            Request r = nccl().iall_reduce(a.data(), out, count, t, op);
-            finish(r, f);
-          }
+          run_in_form(
+              f, [&] { nccl().all_reduce(a.data(), out, count, t, op); },
+              [&] { return nccl().iall_reduce(a.data(), out, count, t, op); });
           expect_same(in_place ? a.get() : b.get(), want, t, what);
           if (!in_place) expect_same(a.get(), in, t, what + " (input untouched)");
         }
@@ -310,62 +327,53 @@ TEST_F(NcclCollectives, ReduceScatterMatchesMpi) {
   int salt = 0;
   for (DataType t : kTypes)
     for (ReduceOp op : kOps)
-      for (Mem m : {Mem::device, Mem::pageable})
-        for (Form f : kForms) {
-          if (m != Mem::device && f == Form::stream_wait) continue;  // staged forms complete at once anyway
-          const std::string what = label("reduce_scatter", t, op, m, form_name(f));
-          const std::size_t es = dtype_size(t);
-          const Bytes in = make_input(t, nk, rank(), ++salt);
-          const Bytes full = oracle_all_reduce(mpi(), in, t, op);
-          const Bytes want(full.begin() + static_cast<long>(static_cast<std::size_t>(rank()) * k * es),
-                           full.begin() + static_cast<long>(static_cast<std::size_t>(rank() + 1) * k * es));
-          if (t != DataType::bf16 || op == ReduceOp::sum) {  // the MPI backend's own reduce_scatter agrees
-            Bytes block(k * es);
-            mpi().reduce_scatter(in.data(), block.data(), k, t, op);
-            expect_same(block, want, t, what + " (MPI vs all_reduce)");
-          }
-          Buffer a(m, in.size()), b(m, k * es);
-          a.put(in);
-          if (f == Form::blocking) {
-            nccl().reduce_scatter(a.data(), b.data(), k, t, op);
-          } else {
-            Request r = nccl().ireduce_scatter(a.data(), b.data(), k, t, op);
-            finish(r, f);
-          }
-          expect_same(b.get(), want, t, what);
+      for (const Way& w : kWays) {
+        const std::string what = label("reduce_scatter", t, op, w.mem, form_name(w.form));
+        const std::size_t es = dtype_size(t);
+        const Bytes in = make_input(t, nk, rank(), ++salt);
+        const Bytes full = oracle_all_reduce(mpi(), in, t, op);
+        const Bytes want(full.begin() + static_cast<long>(static_cast<std::size_t>(rank()) * k * es),
+                         full.begin() + static_cast<long>(static_cast<std::size_t>(rank() + 1) * k * es));
+        if (t != DataType::bf16 || op == ReduceOp::sum) {  // the MPI backend's own reduce_scatter agrees
+          Bytes block(k * es);
+          mpi().reduce_scatter(in.data(), block.data(), k, t, op);
+          expect_same(block, want, t, what + " (MPI vs all_reduce)");
         }
+        Buffer a(w.mem, in.size()), b(w.mem, k * es);
+        a.put(in);
+        run_in_form(
+            w.form, [&] { nccl().reduce_scatter(a.data(), b.data(), k, t, op); },
+            [&] { return nccl().ireduce_scatter(a.data(), b.data(), k, t, op); });
+        expect_same(b.get(), want, t, what);
+      }
 }
 
 TEST_F(NcclCollectives, AllGatherMatchesMpi) {
   const std::size_t k = 333;
   int salt = 0;
   for (DataType t : kTypes)
-    for (Mem m : {Mem::device, Mem::pageable})
-      for (bool in_place : {false, true})
-        for (Form f : kForms) {
-          if (m != Mem::device && f == Form::stream_wait) continue;
-          const std::string what = label("all_gather", t, ReduceOp::sum, m, form_name(f)) + (in_place ? " in place" : "");
-          const std::size_t es = dtype_size(t), mine = static_cast<std::size_t>(rank()) * k * es;
-          const Bytes in = make_input(t, k, rank(), ++salt);
-          Bytes want(in.size() * static_cast<std::size_t>(n()));
-          mpi().all_gather(in.data(), want.data(), k, t);
-          Buffer a(m, in.size()), b(m, want.size());
-          b.put(Bytes(want.size(), 0xab));  // what in place must overwrite
-          void* send = a.data();
-          if (in_place) {
-            b.put(in, mine);
-            send = b.data() + mine;
-          } else {
-            a.put(in);
-          }
-          if (f == Form::blocking) {
-            nccl().all_gather(send, b.data(), k, t);
-          } else {
-            Request r = nccl().iall_gather(send, b.data(), k, t);
-            finish(r, f);
-          }
-          expect_same(b.get(), want, t, what);
+    for (bool in_place : {false, true})
+      for (const Way& w : kWays) {
+        const std::string what =
+            label("all_gather", t, ReduceOp::sum, w.mem, form_name(w.form)) + (in_place ? " in place" : "");
+        const std::size_t es = dtype_size(t), mine = static_cast<std::size_t>(rank()) * k * es;
+        const Bytes in = make_input(t, k, rank(), ++salt);
+        Bytes want(in.size() * static_cast<std::size_t>(n()));
+        mpi().all_gather(in.data(), want.data(), k, t);
+        Buffer a(w.mem, in.size()), b(w.mem, want.size());
+        b.put(Bytes(want.size(), 0xab));  // what in place must overwrite
+        void* send = a.data();
+        if (in_place) {
+          b.put(in, mine);
+          send = b.data() + mine;
+        } else {
+          a.put(in);
         }
+        run_in_form(
+            w.form, [&] { nccl().all_gather(send, b.data(), k, t); },
+            [&] { return nccl().iall_gather(send, b.data(), k, t); });
+        expect_same(b.get(), want, t, what);
+      }
 }
 
 TEST_F(NcclCollectives, BroadcastMatchesMpi) {
