@@ -52,3 +52,44 @@ endif()
 if(TRIDENT_BUILD_BENCHMARKS)
   find_package(benchmark REQUIRED)
 endif()
+
+# NCCL communicator backend (src/parallel/nccl_communicator.cpp). AUTO builds it when the CUDA
+# toolkit and NCCL are found, ON requires them, OFF never builds it. The file is plain C++ against
+# the CUDA runtime's host API, so no CUDA compiler is needed. Hints: CUDAToolkit_ROOT (CUDA),
+# NCCL_ROOT or the NCCL_HOME environment variable (NCCL, when it is not inside the CUDA prefix).
+set(TRIDENT_ENABLE_NCCL AUTO CACHE STRING "Build the NCCL communicator backend: AUTO (if CUDA and NCCL are found), ON, OFF")
+set_property(CACHE TRIDENT_ENABLE_NCCL PROPERTY STRINGS AUTO ON OFF)
+set(TRIDENT_HAVE_NCCL FALSE)
+set(_trident_nccl_why "TRIDENT_ENABLE_NCCL=${TRIDENT_ENABLE_NCCL}")
+if(TRIDENT_ENABLE_NCCL)
+  find_package(CUDAToolkit QUIET)
+  if(NOT CUDAToolkit_FOUND)
+    set(_trident_nccl_why "no CUDA toolkit found (set CUDAToolkit_ROOT)")
+  else()
+    find_path(TRIDENT_NCCL_INCLUDE_DIR nccl.h
+      HINTS ${NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
+      PATH_SUFFIXES include)
+    find_library(TRIDENT_NCCL_LIBRARY NAMES nccl
+      HINTS ${NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+      PATH_SUFFIXES lib lib64)
+    if(NOT TRIDENT_NCCL_INCLUDE_DIR OR NOT TRIDENT_NCCL_LIBRARY)
+      string(CONCAT _trident_nccl_why "CUDA ${CUDAToolkit_VERSION} found but not NCCL (nccl.h: ${TRIDENT_NCCL_INCLUDE_DIR}, "
+                            "libnccl: ${TRIDENT_NCCL_LIBRARY}; set NCCL_ROOT)")
+    else()
+      set(TRIDENT_HAVE_NCCL TRUE)
+      add_library(trident_nccl INTERFACE)
+      target_include_directories(trident_nccl SYSTEM INTERFACE ${TRIDENT_NCCL_INCLUDE_DIR})
+      target_link_libraries(trident_nccl INTERFACE ${TRIDENT_NCCL_LIBRARY} CUDA::cudart)
+      string(CONCAT _trident_nccl_why "CUDA ${CUDAToolkit_VERSION} (${CUDAToolkit_LIBRARY_DIR}), "
+                            "NCCL ${TRIDENT_NCCL_LIBRARY} with ${TRIDENT_NCCL_INCLUDE_DIR}/nccl.h")
+    endif()
+  endif()
+  if(NOT TRIDENT_HAVE_NCCL AND NOT TRIDENT_ENABLE_NCCL STREQUAL "AUTO")
+    message(FATAL_ERROR "TRIDENT_ENABLE_NCCL=${TRIDENT_ENABLE_NCCL} but ${_trident_nccl_why}")
+  endif()
+endif()
+if(TRIDENT_HAVE_NCCL)
+  message(STATUS "NCCL communicator backend: built (${_trident_nccl_why})")
+else()
+  message(STATUS "NCCL communicator backend: not built (${_trident_nccl_why})")
+endif()

@@ -1,8 +1,9 @@
 // parallel/communicator.hpp: the one collectives interface of Trident.
 //
-// Layer: parallel. Backends: MPI on the host (mpi_communicator.cpp); NCCL on GPUs can implement
-// the same class. No MPI or NCCL type appears in this header, so every layer above can take a
-// `Communicator&` without including <mpi.h> (docs/design.md, Layers: MPI_COMM_WORLD and <mpi.h> stay here).
+// Layer: parallel. Backends: MPI on the host (mpi_communicator.cpp); NCCL on GPUs
+// (nccl_communicator.cpp, when built). No MPI, NCCL or CUDA type appears in this header, so every
+// layer above can take a `Communicator&` without including <mpi.h> (docs/design.md, Layers:
+// MPI_COMM_WORLD and <mpi.h> stay here).
 //
 // Invariants:
 //  - A communicator belongs to one axis of the process grid ("world", "dp", "tp", "pp", "self");
@@ -35,6 +36,13 @@ std::size_t dtype_size(DataType t);
 /// Name of a collective as it appears in logs ("all_reduce", ...).
 const char* comm_op_name(CommOp op);
 
+/// Modelled bytes this rank sends for one `op` over `comm_size` ranks (the ring model of the header
+/// comment), with `count` the element count the operation is called with: all_reduce and broadcast
+/// the message, reduce_scatter its recv_count (the block per rank), all_gather its send_count, send
+/// the message; recv and barrier send nothing. `is_root`: this rank is the broadcast root. Every
+/// backend records exactly this, so byte counts do not depend on the backend. Local.
+std::int64_t modelled_bytes(CommOp op, std::size_t count, DataType t, int comm_size, bool is_root);
+
 template <class T>
 constexpr DataType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DataType::f32;
@@ -61,6 +69,9 @@ class RequestImpl {
   virtual ~RequestImpl() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  /// Makes later work on the device stream `stream` (a cudaStream_t) wait for the operation,
+  /// without blocking the host. False when the backend has no device streams (MPI).
+  virtual bool stream_wait(void* stream) { return false; }
 };
 
 /// Handle of a non-blocking operation. wait() must be called before the buffers are reused;
@@ -93,6 +104,16 @@ class Request {
       return true;
     }
     return false;
+  }
+  /// Makes work enqueued later on the CUDA stream `stream` (a cudaStream_t; 0 is the legacy
+  /// default stream) wait for this operation without blocking the host, and empties the request;
+  /// that work may then read the received data. Returns false, leaving the request pending, when
+  /// the backend has no device streams (MPI): call wait() instead. True on an empty request. Local.
+  bool stream_wait(void* stream) {
+    if (!impl_) return true;
+    if (!impl_->stream_wait(stream)) return false;
+    impl_.reset();
+    return true;
   }
   bool pending() const { return static_cast<bool>(impl_); }
 
@@ -160,10 +181,11 @@ class Communicator {
   }
 
  protected:
-  /// Backends call this once per operation with the modelled bytes sent (see header comment).
-  void record(CommOp op, std::int64_t bytes) {
+  /// Backends call this once per operation, with the arguments of the call (`count` as in
+  /// modelled_bytes, `root` for broadcast), to count it and its modelled bytes.
+  void record(CommOp op, std::size_t count, DataType t, int root = -1) {
     stats_.calls[static_cast<int>(op)] += 1;
-    stats_.bytes[static_cast<int>(op)] += bytes;
+    stats_.bytes[static_cast<int>(op)] += modelled_bytes(op, count, t, size(), rank() == root);
   }
 
  private:

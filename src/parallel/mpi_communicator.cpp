@@ -9,35 +9,6 @@
 
 namespace trident {
 
-std::size_t dtype_size(DataType t) {
-  switch (t) {
-    case DataType::u8: return 1;
-    case DataType::i32: return 4;
-    case DataType::i64: return 8;
-    case DataType::u64: return 8;
-    case DataType::f32: return 4;
-    case DataType::f64: return 8;
-    case DataType::bf16: return 2;
-  }
-  return 0;
-}
-
-const char* comm_op_name(CommOp op) {
-  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "barrier"};
-  return names[static_cast<int>(op)];
-}
-
-std::int64_t CommStats::total_bytes() const {
-  std::int64_t s = 0;
-  for (auto b : bytes) s += b;
-  return s;
-}
-std::int64_t CommStats::total_calls() const {
-  std::int64_t s = 0;
-  for (auto c : calls) s += c;
-  return s;
-}
-
 namespace {
 
 MPI_Op mpi_op(ReduceOp op);
@@ -119,11 +90,6 @@ class MpiRequest final : public RequestImpl {
   }
 };
 
-std::int64_t ring_bytes(int n, std::size_t count, DataType t, double factor) {
-  if (n <= 1) return 0;
-  return static_cast<std::int64_t>(factor * (n - 1) / n * static_cast<double>(count * dtype_size(t)));
-}
-
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string axis) : Communicator(std::move(axis)), comm_(comm) {
@@ -147,12 +113,12 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
     MPI_Allreduce(s, static_cast<char*>(recv) + off * es, static_cast<int>(n), mpi_type(t), mpi_op(op, t), comm_);
     off += n;
   } while (off < count);
-  record(CommOp::all_reduce, ring_bytes(size_, count, t, 2.0));
+  record(CommOp::all_reduce, count, t);
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
   MPI_Reduce_scatter_block(send, recv, as_int(recv_count, "reduce_scatter"), mpi_type(t), mpi_op(op, t), comm_);
-  record(CommOp::reduce_scatter, ring_bytes(size_, recv_count * static_cast<std::size_t>(size_), t, 1.0));
+  record(CommOp::reduce_scatter, recv_count, t);
 }
 
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType t) {
@@ -160,7 +126,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
   const char* in_place_at = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * send_count * dtype_size(t);
   const void* s = send == in_place_at ? MPI_IN_PLACE : send;
   MPI_Allgather(s, n, mpi_type(t), recv, n, mpi_type(t), comm_);
-  record(CommOp::all_gather, ring_bytes(size_, send_count * static_cast<std::size_t>(size_), t, 1.0));
+  record(CommOp::all_gather, send_count, t);
 }
 
 void MpiCommunicator::broadcast(void* buf, std::size_t count, DataType t, int root) {
@@ -168,36 +134,36 @@ void MpiCommunicator::broadcast(void* buf, std::size_t count, DataType t, int ro
   for (std::size_t off = 0; off < count; off += kChunk)
     MPI_Bcast(static_cast<char*>(buf) + off * es, static_cast<int>(std::min(kChunk, count - off)), mpi_type(t), root,
               comm_);
-  record(CommOp::broadcast, rank_ == root && size_ > 1 ? static_cast<std::int64_t>(count * es) : 0);
+  record(CommOp::broadcast, count, t, root);
 }
 
 void MpiCommunicator::send(const void* buf, std::size_t count, DataType t, int dest, int tag) {
   MPI_Send(buf, as_int(count, "send"), mpi_type(t), dest, tag, comm_);
-  record(CommOp::send, static_cast<std::int64_t>(count * dtype_size(t)));
+  record(CommOp::send, count, t);
 }
 
 void MpiCommunicator::recv(void* buf, std::size_t count, DataType t, int source, int tag) {
   MPI_Recv(buf, as_int(count, "recv"), mpi_type(t), source, tag, comm_, MPI_STATUS_IGNORE);
-  record(CommOp::recv, 0);
+  record(CommOp::recv, count, t);
 }
 
 void MpiCommunicator::barrier() {
   MPI_Barrier(comm_);
-  record(CommOp::barrier, 0);
+  record(CommOp::barrier, 0, DataType::u8);
 }
 
 Request MpiCommunicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) {
   auto r = std::make_unique<MpiRequest>();
   const void* s = send == recv ? MPI_IN_PLACE : send;
   MPI_Iallreduce(s, recv, as_int(count, "iall_reduce"), mpi_type(t), mpi_op(op, t), comm_, &r->req);
-  record(CommOp::all_reduce, ring_bytes(size_, count, t, 2.0));
+  record(CommOp::all_reduce, count, t);
   return Request(std::move(r));
 }
 
 Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
   auto r = std::make_unique<MpiRequest>();
   MPI_Ireduce_scatter_block(send, recv, as_int(recv_count, "ireduce_scatter"), mpi_type(t), mpi_op(op, t), comm_, &r->req);
-  record(CommOp::reduce_scatter, ring_bytes(size_, recv_count * static_cast<std::size_t>(size_), t, 1.0));
+  record(CommOp::reduce_scatter, recv_count, t);
   return Request(std::move(r));
 }
 
@@ -207,21 +173,21 @@ Request MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t s
   const char* in_place_at = static_cast<const char*>(recv) + static_cast<std::size_t>(rank_) * send_count * dtype_size(t);
   const void* s = send == in_place_at ? MPI_IN_PLACE : send;
   MPI_Iallgather(s, n, mpi_type(t), recv, n, mpi_type(t), comm_, &r->req);
-  record(CommOp::all_gather, ring_bytes(size_, send_count * static_cast<std::size_t>(size_), t, 1.0));
+  record(CommOp::all_gather, send_count, t);
   return Request(std::move(r));
 }
 
 Request MpiCommunicator::isend(const void* buf, std::size_t count, DataType t, int dest, int tag) {
   auto r = std::make_unique<MpiRequest>();
   MPI_Isend(buf, as_int(count, "isend"), mpi_type(t), dest, tag, comm_, &r->req);
-  record(CommOp::send, static_cast<std::int64_t>(count * dtype_size(t)));
+  record(CommOp::send, count, t);
   return Request(std::move(r));
 }
 
 Request MpiCommunicator::irecv(void* buf, std::size_t count, DataType t, int source, int tag) {
   auto r = std::make_unique<MpiRequest>();
   MPI_Irecv(buf, as_int(count, "irecv"), mpi_type(t), source, tag, comm_, &r->req);
-  record(CommOp::recv, 0);
+  record(CommOp::recv, count, t);
   return Request(std::move(r));
 }
 
