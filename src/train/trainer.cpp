@@ -43,13 +43,14 @@ namespace {
 
 constexpr std::uint64_t kEvalSeedSalt = 0xE7A1C0DEull;
 
-/// Micro-batches per step on one dp rank, and how many a stage keeps in flight.
+/// Micro-batches per step on one dp rank, and the schedule of pipeline stage `pp_rank`.
 int micro_batches(const Config& cfg) {
   return static_cast<int>(cfg.train.global_batch_size / (cfg.parallel.dp * cfg.train.micro_batch_size));
 }
-int stashes(const Config& cfg, int pp_rank) {
-  const int m = micro_batches(cfg);
-  return cfg.parallel.pp_schedule == "gpipe" ? m : std::min(m, cfg.parallel.pp - pp_rank);
+PipelineSchedule pipeline_schedule(const Config& cfg, int pp_rank) {
+  const PipelineScheduleKind kind =
+      cfg.parallel.pp_schedule == "gpipe" ? PipelineScheduleKind::gpipe : PipelineScheduleKind::one_f_one_b;
+  return PipelineSchedule(kind, micro_batches(cfg), cfg.parallel.pp, pp_rank);
 }
 
 }  // namespace
@@ -61,12 +62,14 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
       data_(data),
       state_(cfg, grid),
       n_micro_(micro_batches(cfg)),
-      n_stash_(stashes(cfg, grid.pp_rank())),
+      pipeline_(pipeline_schedule(cfg, grid.pp_rank())),
       gpt_(cfg.model, state_.layout(), &grid.tp_comm(), static_cast<int>(cfg.train.micro_batch_size),
-           cfg.model.block_size, cfg.train.activation_checkpointing == "block", n_stash_),
+           cfg.model.block_size, cfg.train.activation_checkpointing == "block", pipeline_.stashes()),
       sampler_(static_cast<std::uint64_t>(cfg.train.seed), data.size("train"), cfg.model.block_size),
-      tokens_("trident::tokens", static_cast<size_t>(n_stash_ * cfg.train.micro_batch_size * cfg.model.block_size)),
-      targets_("trident::targets", static_cast<size_t>(n_stash_ * cfg.train.micro_batch_size * cfg.model.block_size)) {
+      tokens_("trident::tokens",
+              static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)),
+      targets_("trident::targets",
+               static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)) {
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
@@ -134,10 +137,10 @@ StepResult Trainer<T>::train_step() {
   loaded_samples_.clear();
 
   double loss_sum = 0.0, busy = 0.0;
-  std::vector<Request> fwd_send(static_cast<size_t>(n_stash_));
+  std::vector<Request> fwd_send(static_cast<size_t>(pipeline_.stashes()));
   Request bwd_send;
   auto forward = [&](int m) {
-    const int k = m % n_stash_;
+    const int k = pipeline_.stash_of(m);
     fwd_send[static_cast<size_t>(k)].wait();  // the stash's previous output has been received
     const std::int64_t first_sample = consumed_samples_ + grid_.dp_rank() * per_rank + m * mb;
     if (first || last) load_micro_batch(first_sample, k);
@@ -156,7 +159,7 @@ StepResult Trainer<T>::train_step() {
           ppc.isend(gpt_.stage_output(k).data(), static_cast<size_t>(act), dtype_of<T>(), stage + 1, 2 * m);
   };
   auto backward = [&](int m) {
-    const int k = m % n_stash_;
+    const int k = pipeline_.stash_of(m);
     if (!last) ppc.recv(gpt_.output_grad().data(), static_cast<size_t>(act), dtype_of<T>(), stage + 1, 2 * m + 1);
     Timer t;
     gpt_.backward(zero, dloss, k);
@@ -168,17 +171,10 @@ StepResult Trainer<T>::train_step() {
       bwd_send = ppc.isend(send_buf_.data(), static_cast<size_t>(act), dtype_of<T>(), stage - 1, 2 * m + 1);
     }
   };
-  if (cfg_.parallel.pp_schedule == "gpipe") {
-    for (int m = 0; m < M; ++m) forward(m);
-    for (int m = 0; m < M; ++m) backward(m);
-  } else {  // 1F1B (PipeDream-Flush, Narayanan et al. 2021, sec. 2.2): warm-up, steady state, cool-down
-    const int warm = std::min(pp - stage - 1, M);
-    for (int m = 0; m < warm; ++m) forward(m);
-    for (int m = 0; m < M - warm; ++m) {
-      forward(warm + m);
-      backward(m);
-    }
-    for (int m = M - warm; m < M; ++m) backward(m);
+  // GPipe or 1F1B (train/pipeline_schedule.hpp): the order of this stage's passes.
+  for (const PipelineAction& a : pipeline_.actions()) {
+    if (a.pass == PipelineAction::Pass::forward) forward(a.micro_batch);
+    else backward(a.micro_batch);
   }
   for (auto& r : fwd_send) r.wait();
   bwd_send.wait();
@@ -321,9 +317,10 @@ MemoryBytes predict_memory(const Config& cfg) {
                         : ZeroEngine<float>::plan(layout, sched, ZeroOptions::from(cfg), S, 0);
     const bool recompute = cfg.train.activation_checkpointing == "block";
     const int mb = static_cast<int>(cfg.train.micro_batch_size);
+    const int stashes = pipeline_schedule(cfg, pp_rank).stashes();
     const std::int64_t acts =
-        dbl ? Gpt<double>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes(cfg, pp_rank))
-            : Gpt<float>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes(cfg, pp_rank));
+        dbl ? Gpt<double>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes)
+            : Gpt<float>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes);
     b[static_cast<size_t>(MemCategory::activations)] += acts * (dbl ? 8 : 4);
     if (cfg.parallel.pp > 1)
       b[static_cast<size_t>(MemCategory::comm)] += cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd * (dbl ? 8 : 4);

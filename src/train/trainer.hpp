@@ -23,6 +23,7 @@
 #include "train/lr_schedule.hpp"
 #include "train/metrics.hpp"
 #include "train/model_state.hpp"
+#include "train/pipeline_schedule.hpp"
 #include "train/zero.hpp"
 
 #include <cstdint>
@@ -108,8 +109,8 @@ class Trainer {
   const ProcessGrid& grid_;
   const TokenDataset& data_;
   ModelState<T> state_;
-  int n_micro_;    // micro-batches per step on this dp rank
-  int n_stash_;    // micro-batches in flight at once (pipeline schedule)
+  int n_micro_;                 // micro-batches per step on this dp rank
+  PipelineSchedule pipeline_;   // this stage's forward/backward order and its stash count
   Gpt<T> gpt_;
   Sampler sampler_;
   LrSchedule schedule_;
