@@ -1,0 +1,46 @@
+#include "train/resume.hpp"
+
+#include "checkpoint/commit.hpp"
+#include "checkpoint/verify.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "io/checkpoint_file.hpp"
+#include "parallel/agree.hpp"
+
+#include <filesystem>
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+std::string choose_resume_checkpoint(Communicator& world, const CheckpointDir& ckdir, bool resume,
+                                     const std::string& resume_path, bool verify, const ModelSchema& schema) {
+  std::string chosen;
+  Timer timer;
+  if (!resume) return chosen;
+  if (!resume_path.empty()) {
+    // A run or checkpoint directory, or its `latest` pointer, means its newest checkpoint.
+    run_agreed(world, "", [&] {
+      std::string p = resume_path;
+      if (fs::path(p).filename() == "latest" && fs::is_regular_file(p)) p = fs::path(p).parent_path().string();
+      chosen = resolve_checkpoint_path(p);
+    });
+    if (verify)
+      run_agreed(world, "", [&] {
+        CheckpointReader rd(chosen, world);
+        require_intact(rd, world, "resume from another one, or set [checkpoint] verify_on_resume = false", schema);
+      });
+  } else {
+    // The newest committed checkpoint that is complete (checksums verified; a damaged or
+    // half-written one is reported and skipped).
+    auto newest = ckdir.newest_complete(world, verify, schema);
+    if (newest) chosen = *newest;
+    else log::info("resume: no complete checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
+  }
+  if (!chosen.empty() && verify)
+    log::info("resume: %s verified (XXH64 checksum of every shard dataset) in %.2f s", chosen.c_str(),
+              timer.seconds());
+  return chosen;
+}
+
+}  // namespace trident

@@ -1,0 +1,49 @@
+#include "train/run_dir.hpp"
+
+#include "checkpoint/commit.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint_file.hpp"
+#include "parallel/agree.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+void check_run_dir(Communicator& world, const std::string& out_dir, const CheckpointDir& ckdir, bool resume) {
+  run_agreed(world, "cannot set up the run directory", [&] {
+    if (world.rank() != 0) return;
+    std::error_code ec;
+    if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
+      throw IoError("[train] out_dir '" + out_dir + "' exists and is not a directory");
+    if (fs::exists(fs::path(ckdir.dir()) / "latest", ec) && !fs::is_regular_file(fs::path(ckdir.dir()) / "latest", ec))
+      throw IoError("'" + (fs::path(ckdir.dir()) / "latest").string() + "' is not a file: remove it");
+    if (!resume && !ckdir.list().empty())
+      throw ConfigError("[train] out_dir '" + out_dir + "' already holds checkpoints (up to step " +
+                        std::to_string(ckdir.list().back().first) +
+                        "): pass --resume to continue that run, or choose another [train] out_dir");
+  });
+}
+
+RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const CheckpointDir& ckdir) {
+  run_agreed(world, "cannot set up the run directory", [&] {
+    if (world.rank() != 0) return;
+    fs::create_directories(opt.out_dir);
+    lock_ = std::make_unique<RunLock>(opt.out_dir);
+    std::ofstream deck(fs::path(opt.out_dir) / "deck.ini", std::ios::trunc);
+    deck << opt.deck_ini;
+    if (!deck) throw IoError("cannot write " + (fs::path(opt.out_dir) / "deck.ini").string());
+    metrics_ = std::make_unique<MetricsCsv>((fs::path(opt.out_dir) / "metrics.csv").string(), opt.resumed_step,
+                                            opt.lineage, opt.segment);
+    if (opt.sample_log)
+      sample_log_ = std::make_unique<SampleLogCsv>((fs::path(opt.out_dir) / "samples.csv").string(), opt.resumed_step);
+    // Find an unwritable checkpoint directory or a file system without lock support now, not at
+    // the first save hours later.
+    fs::create_directories(ckdir.dir());
+    probe_checkpoint_dir(ckdir.dir(), opt.file_locking);
+  });
+}
+
+}  // namespace trident

@@ -1,0 +1,361 @@
+// The run directory (train/run_dir.hpp) and the resume choice (train/resume.hpp) of
+// `trident train`: each check's error and exit status, what opening a run directory writes and
+// locks, and which checkpoint every form of --resume picks, on real checkpoints of a tiny model.
+#include "core/error.hpp"
+#include "io/token_file.hpp"
+#include "mpi/trainer_fixture.hpp"
+#include "test_env.hpp"
+#include "checkpoint/commit.hpp"
+#include "checkpoint/run_lock.hpp"
+#include "train/model_schema.hpp"
+#include "train/resume.hpp"
+#include "train/run_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+
+Communicator& world() { return test::runtime().world(); }
+
+/// A fresh directory name under the scratch directory, the same on every rank (removed first).
+std::string fresh_dir(const std::string& name) {
+  const std::string dir = test::scratch_dir() + "/" + name;
+  if (world().rank() == 0) fs::remove_all(dir);
+  world().barrier();
+  return dir;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::int64_t> csv_steps(const std::string& path) {
+  std::vector<std::int64_t> steps;
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line))
+    if (!line.empty()) steps.push_back(std::atoll(line.c_str()));
+  return steps;
+}
+
+/// Runs `f`, expecting a collective error of type E with `exit_code` whose message contains `part`.
+template <class E, class F>
+void expect_error(F&& f, const std::string& part, int exit_code) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one containing: " << part;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    EXPECT_TRUE(e.collective()) << e.what();  // every rank raises it: main() exits cleanly
+    EXPECT_EQ(e.exit_code(), exit_code) << e.what();
+  }
+}
+
+// ---- run directory ----------------------------------------------------------------------------
+
+RunDirOptions run_dir_options(const std::string& out_dir) {
+  RunDirOptions o;
+  o.out_dir = out_dir;
+  o.deck_ini = "[train]\nmax_steps = 5\n";
+  o.segment = "aaaaaaaa";
+  return o;
+}
+
+TEST(RunDir, CheckAcceptsANewDirectory) {
+  const std::string out = fresh_dir("rd_new");
+  EXPECT_NO_THROW(check_run_dir(world(), out, CheckpointDir(out + "/checkpoints"), false));
+  EXPECT_NO_THROW(check_run_dir(world(), out, CheckpointDir(out + "/checkpoints"), true));
+  EXPECT_FALSE(fs::exists(out));  // checking creates nothing
+}
+
+TEST(RunDir, CheckRefusesAnOutDirThatIsAFile) {
+  const std::string out = fresh_dir("rd_file");
+  if (world().rank() == 0) std::ofstream(out) << "x";
+  world().barrier();
+  expect_error<IoError>([&] { check_run_dir(world(), out, CheckpointDir(out + "/checkpoints"), true); },
+                        "cannot set up the run directory: [train] out_dir '" + out + "' exists and is not a directory",
+                        1);
+}
+
+TEST(RunDir, CheckRefusesALatestPointerThatIsNotAFile) {
+  const std::string out = fresh_dir("rd_latest");
+  if (world().rank() == 0) fs::create_directories(out + "/checkpoints/latest");
+  world().barrier();
+  expect_error<IoError>([&] { check_run_dir(world(), out, CheckpointDir(out + "/checkpoints"), true); },
+                        "'" + out + "/checkpoints/latest' is not a file: remove it", 1);
+}
+
+TEST(RunDir, CheckRefusesCheckpointsWithoutResumeAsADeckError) {
+  const std::string out = fresh_dir("rd_old_run");
+  if (world().rank() == 0) {
+    fs::create_directories(out + "/checkpoints");
+    std::ofstream(out + "/checkpoints/step_00000004.h5") << "x";
+    std::ofstream(out + "/checkpoints/step_00000008.h5") << "x";
+  }
+  world().barrier();
+  const CheckpointDir ckdir(out + "/checkpoints");
+  expect_error<ConfigError>([&] { check_run_dir(world(), out, ckdir, false); },
+                            "[train] out_dir '" + out + "' already holds checkpoints (up to step 8): pass --resume "
+                            "to continue that run, or choose another [train] out_dir",
+                            2);
+  EXPECT_NO_THROW(check_run_dir(world(), out, ckdir, true));
+}
+
+TEST(RunDir, OpenWritesTheDeckOpensTheCsvFilesAndCreatesTheCheckpointDirectory) {
+  const std::string out = fresh_dir("rd_open") + "/nested/run";
+  RunDirOptions opt = run_dir_options(out);
+  opt.sample_log = true;
+  {
+    const RunDir rd(world(), opt, CheckpointDir(out + "/checkpoints"));
+    EXPECT_EQ(rd.metrics() != nullptr, world().rank() == 0);
+    EXPECT_EQ(rd.sample_log() != nullptr, world().rank() == 0);
+    EXPECT_EQ(read_file(out + "/deck.ini"), opt.deck_ini);
+    EXPECT_TRUE(fs::is_directory(out + "/checkpoints"));
+    EXPECT_TRUE(fs::is_regular_file(out + "/metrics.csv"));
+    EXPECT_TRUE(fs::is_regular_file(out + "/samples.csv"));
+    if (rd.metrics()) {
+      MetricsRow row;
+      row.step = 1;
+      rd.metrics()->write(row);
+    }
+    world().barrier();
+    EXPECT_EQ(csv_steps(out + "/metrics.csv"), std::vector<std::int64_t>{1});
+    EXPECT_NE(read_file(out + "/metrics.csv").find(",aaaaaaaa\n"), std::string::npos);  // the segment column
+  }
+  world().barrier();
+  const std::string out2 = fresh_dir("rd_open_no_samples");
+  const RunDir rd(world(), run_dir_options(out2), CheckpointDir(out2 + "/checkpoints"));
+  EXPECT_EQ(rd.sample_log(), nullptr);
+  EXPECT_FALSE(fs::exists(out2 + "/samples.csv"));
+}
+
+TEST(RunDir, OpenHoldsTheRunLockUntilItIsDestroyed) {
+  const std::string out = fresh_dir("rd_lock");
+  const RunDirOptions opt = run_dir_options(out);
+  const CheckpointDir ckdir(out + "/checkpoints");
+  {
+    const RunDir rd(world(), opt, ckdir);
+    // A second job on the same directory is refused on every rank.
+    expect_error<IoError>([&] { RunDir second(world(), opt, ckdir); }, "cannot set up the run directory", 1);
+    if (world().rank() == 0) {
+      EXPECT_THROW(RunLock lock(out), IoError);
+    }
+  }
+  world().barrier();
+  EXPECT_NO_THROW(RunDir again(world(), opt, ckdir));
+}
+
+TEST(RunDir, OpenKeepsTheMetricsRowsUpToTheResumedStep) {
+  const std::string out = fresh_dir("rd_metrics");
+  const CheckpointDir ckdir(out + "/checkpoints");
+  {
+    const RunDir first(world(), run_dir_options(out), ckdir);
+    for (std::int64_t s = 1; s <= 5 && first.metrics(); ++s) {
+      MetricsRow row;
+      row.step = s;
+      first.metrics()->write(row);
+    }
+  }
+  world().barrier();
+  RunDirOptions resumed = run_dir_options(out);
+  resumed.resumed_step = 3;
+  resumed.lineage = "aaaaaaaa@0";
+  resumed.segment = "bbbbbbbb";
+  { const RunDir second(world(), resumed, ckdir); }
+  world().barrier();
+  EXPECT_EQ(csv_steps(out + "/metrics.csv"), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(csv_steps(out + "/metrics.superseded.csv"), (std::vector<std::int64_t>{4, 5}));
+  world().barrier();
+  // A run from step 0 sets every row aside.
+  { const RunDir third(world(), run_dir_options(out), ckdir); }
+  world().barrier();
+  EXPECT_TRUE(csv_steps(out + "/metrics.csv").empty());
+  EXPECT_EQ(csv_steps(out + "/metrics.superseded.csv").size(), 5u);
+}
+
+TEST(RunDir, OpenFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
+  const std::string base = fresh_dir("rd_blocked");
+  if (world().rank() == 0) std::ofstream(base) << "a file where a directory should be";
+  world().barrier();
+  const std::string out = base + "/run";
+  try {
+    RunDir rd(world(), run_dir_options(out), CheckpointDir(out + "/checkpoints"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("cannot set up the run directory: ", 0), 0u) << e.what();
+    EXPECT_TRUE(e.collective());
+    EXPECT_EQ(e.exit_code(), 1);
+  }
+}
+
+// ---- resume choice ----------------------------------------------------------------------------
+
+/// The tiny token file with a char tokenizer whose vocabulary a checkpoint records, so that
+/// the checkpoints pass every check of `trident ckpt verify` (the shared file has none). Collective.
+std::string char_token_file() {
+  const std::string path = test::scratch_dir() + "/char_tokens.h5";
+  const std::string tiny_path = test::tiny_token_file();  // collective
+  if (world().rank() == 0 && !fs::exists(path)) {
+    TokenFileReader tiny(tiny_path);
+    TokenFileInfo info = tiny.info();
+    info.tokenizer = "char";
+    info.vocab.clear();
+    info.vocab.push_back('\n');
+    for (char c = '0'; c <= '9'; ++c) info.vocab.push_back(c);
+    for (char c = 'a'; c <= 'z'; ++c) info.vocab.push_back(c);  // 37 sorted code points
+    auto split = [&](const std::string& name) {
+      std::vector<std::int32_t> tokens(static_cast<size_t>(tiny.size(name)));
+      tiny.read(name, 0, tiny.size(name), tokens.data());
+      return tokens;
+    };
+    write_token_file(path, info, split("train"), split("val"));
+  }
+  world().barrier();
+  return path;
+}
+
+/// A run directory with committed checkpoints of steps 1 and 2 of the tiny model (written once),
+/// copied into `name` for a test that may damage it. Returns the copy's run directory.
+/// `master_head` gets the first floats of world rank 0's master weights after step 2.
+std::string run_with_two_checkpoints(const std::string& name, std::vector<float>* master_head = nullptr) {
+  static std::string source;
+  static std::vector<float> head;
+  if (source.empty()) {
+    source = fresh_dir("resume_source");
+    Config cfg = test::tiny_config(world().size());
+    cfg.data.path = char_token_file();
+    const CheckpointDir ckdir(source + "/checkpoints");
+    test::train_trace(world(), cfg, 2, [&](Trainer<float>& t, ProcessGrid& g, const StepResult&, int) {
+      ckdir.commit(t.step(), g.world_comm(), [&](const std::string& tmp) { t.write_checkpoint(tmp); }, 5);
+      const std::vector<float> m = t.master_copy();
+      head.assign(m.begin(), m.begin() + 8);
+    });
+  }
+  if (master_head) *master_head = head;
+  const std::string dir = fresh_dir(name);
+  if (world().rank() == 0) fs::copy(source, dir, fs::copy_options::recursive);
+  world().barrier();
+  return dir;
+}
+
+const ModelSchema& schema() {
+  static const ModelSchema s = gpt_model_schema();
+  return s;
+}
+
+std::string step_path(const std::string& run, std::int64_t step) {
+  return CheckpointDir(run + "/checkpoints").path_for(step);
+}
+
+TEST(Resume, WithoutResumeNothingIsChosen) {
+  const std::string run = run_with_two_checkpoints("resume_off");
+  EXPECT_EQ(choose_resume_checkpoint(world(), CheckpointDir(run + "/checkpoints"), false, "", true, schema()), "");
+  // Not even a PATH given without --resume (the command line never does this) is used.
+  EXPECT_EQ(
+      choose_resume_checkpoint(world(), CheckpointDir(run + "/checkpoints"), false, step_path(run, 1), true, schema()),
+      "");
+}
+
+TEST(Resume, AnEmptyRunStartsFromStep0) {
+  const std::string run = fresh_dir("resume_empty");
+  EXPECT_EQ(choose_resume_checkpoint(world(), CheckpointDir(run + "/checkpoints"), true, "", true, schema()), "");
+}
+
+TEST(Resume, ResumeAloneTakesTheNewestCheckpoint) {
+  const std::string run = run_with_two_checkpoints("resume_newest");
+  for (bool verify : {true, false})
+    EXPECT_EQ(choose_resume_checkpoint(world(), CheckpointDir(run + "/checkpoints"), true, "", verify, schema()),
+              step_path(run, 2));
+}
+
+TEST(Resume, ResumeAloneSkipsACheckpointThatDoesNotOpen) {
+  const std::string run = run_with_two_checkpoints("resume_truncated");
+  if (world().rank() == 0) fs::resize_file(step_path(run, 2), 1000);
+  world().barrier();
+  for (bool verify : {true, false})
+    EXPECT_EQ(choose_resume_checkpoint(world(), CheckpointDir(run + "/checkpoints"), true, "", verify, schema()),
+              step_path(run, 1));
+}
+
+// Damaged data that HDF5 still reads: only the checksums notice, so only verify skips it.
+TEST(Resume, ResumeAloneSkipsACheckpointWithBadChecksumsOnlyWhenVerifying) {
+  std::vector<float> head;
+  const std::string run = run_with_two_checkpoints("resume_checksum", &head);
+  if (world().rank() == 0) {
+    std::string bytes = read_file(step_path(run, 2));
+    const std::string needle(reinterpret_cast<const char*>(head.data()), head.size() * sizeof(float));
+    const size_t at = bytes.find(needle);
+    EXPECT_NE(at, std::string::npos) << "rank 0's first master weights are not in the file";
+    if (at != std::string::npos) {
+      std::fstream f(step_path(run, 2), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(at));
+      f.write("\xde\xad\xbe\xef\xde\xad\xbe\xef", 8);
+    }
+  }
+  world().barrier();
+  const CheckpointDir ckdir(run + "/checkpoints");
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, "", true, schema()), step_path(run, 1));
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, "", false, schema()), step_path(run, 2));
+}
+
+TEST(Resume, APathIsAFileARunDirectoryACheckpointDirectoryOrALatestPointer) {
+  const std::string run = run_with_two_checkpoints("resume_paths");
+  const CheckpointDir ckdir(run + "/checkpoints");
+  // A given file wins over newer ones.
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, step_path(run, 1), true, schema()), step_path(run, 1));
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, run, true, schema()), step_path(run, 2));
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, run + "/checkpoints", true, schema()), step_path(run, 2));
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, run + "/checkpoints/latest", true, schema()),
+            step_path(run, 2));
+  // The run's own checkpoint directory does not matter when a PATH is given.
+  const std::string other = fresh_dir("resume_paths_other");
+  EXPECT_EQ(choose_resume_checkpoint(world(), CheckpointDir(other + "/checkpoints"), true, run, true, schema()),
+            step_path(run, 2));
+}
+
+TEST(Resume, APathWithoutCheckpointsIsAnError) {
+  const std::string empty = fresh_dir("resume_no_ckpt");
+  if (world().rank() == 0) fs::create_directories(empty);
+  world().barrier();
+  expect_error<CheckpointError>(
+      [&] { choose_resume_checkpoint(world(), CheckpointDir(empty + "/checkpoints"), true, empty, true, schema()); },
+      "no checkpoint found in directory '" + empty + "'", 1);
+}
+
+// A file the user names is verified, and a damaged one is an error rather than skipped.
+TEST(Resume, ANamedDamagedFileIsAnErrorOnlyWhenVerifying) {
+  const std::string run = run_with_two_checkpoints("resume_named_damaged");
+  // A file whose name says another step than its contents: the commit protocol never writes one.
+  const std::string misnamed = step_path(run, 7);
+  if (world().rank() == 0) fs::copy_file(step_path(run, 1), misnamed);
+  world().barrier();
+  const CheckpointDir ckdir(run + "/checkpoints");
+  expect_error<CheckpointError>([&] { choose_resume_checkpoint(world(), ckdir, true, misnamed, true, schema()); },
+                                "checkpoint '" + misnamed + "' is damaged: ", 1);
+  try {
+    choose_resume_checkpoint(world(), ckdir, true, misnamed, true, schema());
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(resume from another one, or set [checkpoint] verify_on_resume = false)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, misnamed, false, schema()), misnamed);
+  // Resume alone passes over it to the newest that is what it says.
+  EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, "", false, schema()), step_path(run, 2));
+}
+
+}  // namespace
+}  // namespace trident
