@@ -9,21 +9,22 @@
 #include "parallel/runtime.hpp"
 #include "checkpoint/async_writer.hpp"
 #include "checkpoint/commit.hpp"
-#include "checkpoint/run_lock.hpp"
-#include "checkpoint/verify.hpp"
+#include "train/checkpoint_policy.hpp"
 #include "train/metrics.hpp"
 #include "train/model_schema.hpp"
 #include "train/perf.hpp"
+#include "train/resume.hpp"
+#include "train/run_dir.hpp"
 #include "train/signals.hpp"
+#include "train/stop_policy.hpp"
 #include "trident_version.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <numeric>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 
 namespace trident {
 
@@ -376,6 +377,58 @@ std::string human(double v) {
   return log::format("%.0f", v);
 }
 
+/// The Trainer's checkpoints through CheckpointDir's commit protocol: on the training thread, or
+/// with [checkpoint] async on an AsyncCheckpointWriter's thread. Collective over world (the
+/// constructor duplicates it for the writer).
+template <class T>
+class TrainerCheckpointSaver final : public CheckpointSaver {
+ public:
+  TrainerCheckpointSaver(Trainer<T>& trainer, const CheckpointDir& ckdir, Communicator& world, const Config& cfg)
+      : trainer_(trainer), ckdir_(ckdir), world_(world), keep_(cfg.checkpoint.keep),
+        file_locking_(cfg.checkpoint.file_locking) {
+    // Asynchronous saves need a thread that may do MPI; without MPI_THREAD_MULTIPLE they are synchronous.
+    if (cfg.checkpoint.async) {
+      if (mpi_thread_multiple()) writer_ = std::make_unique<AsyncCheckpointWriter>(world);
+      else log::warn("[checkpoint] async = true needs MPI_THREAD_MULTIPLE, which this MPI does not provide: saving synchronously");
+    }
+  }
+  std::string save(std::int64_t step) override {
+    CheckpointSnapshot snap = trainer_.snapshot();
+    snap.write.file_locking = file_locking_;
+    const std::string p = ckdir_.commit(
+        step, world_, [&](const std::string& tmp) { write_checkpoint_file(tmp, world_, snap.write); }, keep_);
+    trainer_.recycle(std::move(snap));
+    return p;
+  }
+  bool can_start() const override { return writer_ != nullptr; }
+  void start(std::int64_t step) override {
+    CheckpointSnapshot snap = trainer_.snapshot();
+    snap.write.file_locking = file_locking_;
+    writer_->start(ckdir_, step, std::move(snap), keep_);
+  }
+  bool busy() const override { return writer_ && writer_->busy(); }
+  BackgroundSaveResult wait() override {
+    AsyncCheckpointWriter::Result r;
+    try {
+      r = writer_->wait();
+    } catch (const CheckpointError&) {
+      trainer_.recycle(writer_->release());
+      throw;
+    }
+    trainer_.recycle(writer_->release());
+    return BackgroundSaveResult{r.path, r.step, r.seconds, r.bytes};
+  }
+  std::string path_for(std::int64_t step) const override { return ckdir_.path_for(step); }
+
+ private:
+  Trainer<T>& trainer_;
+  const CheckpointDir& ckdir_;
+  Communicator& world_;
+  std::int64_t keep_;
+  bool file_locking_;
+  std::unique_ptr<AsyncCheckpointWriter> writer_;
+};
+
 template <class T>
 int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data, const TrainRunOptions& opt,
                Timer& wall) {
@@ -383,78 +436,31 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   Trainer<T> trainer(cfg, grid, data);
   const CheckpointDir ckdir((fs::path(cfg.train.out_dir) / "checkpoints").string());
 
-  // Resume: a given file, or the newest committed checkpoint that is complete (checksums verified;
-  // a damaged or half-written one is reported and skipped).
-  std::string resume_from;
-  Timer resume_timer;
-  if (opt.resume) {
-    if (!opt.resume_path.empty()) {
-      // A run or checkpoint directory, or its `latest` pointer, means its newest checkpoint.
-      run_agreed(world, "", [&] {
-        std::string p = opt.resume_path;
-        if (fs::path(p).filename() == "latest" && fs::is_regular_file(p)) p = fs::path(p).parent_path().string();
-        resume_from = resolve_checkpoint_path(p);
-      });
-      if (cfg.checkpoint.verify_on_resume)
-        run_agreed(world, "", [&] {
-          CheckpointReader rd(resume_from, world);
-          require_intact(rd, world, "resume from another one, or set [checkpoint] verify_on_resume = false",
-                         gpt_model_schema());
-        });
-    } else {
-      auto chosen = ckdir.newest_complete(world, cfg.checkpoint.verify_on_resume, gpt_model_schema());
-      if (chosen) resume_from = *chosen;
-      else log::info("resume: no complete checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
-    }
-  }
+  const std::string resume_from = choose_resume_checkpoint(world, ckdir, opt.resume, opt.resume_path,
+                                                           cfg.checkpoint.verify_on_resume, gpt_model_schema());
   if (!resume_from.empty()) {
-    if (cfg.checkpoint.verify_on_resume)
-      log::info("resume: %s verified (XXH64 checksum of every shard dataset) in %.2f s", resume_from.c_str(),
-                resume_timer.seconds());
     Timer t;
     trainer.load_checkpoint(resume_from);
     log::info("resumed from %s at step %lld (%lld samples consumed; loaded in %.2f s)", resume_from.c_str(),
               static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()), t.seconds());
   }
+  const std::int64_t resumed_step = resume_from.empty() ? -1 : trainer.step();
 
   // This invocation's segment id (rank 0's, the same on every rank): metrics rows and the
   // lineage of the checkpoints it writes name it (train/metrics.hpp).
   std::string segment = world.rank() == 0 ? new_segment_id() : std::string(8, ' ');
   segment.resize(8, ' ');
   world.broadcast(segment.data(), segment.size(), DataType::u8, 0);
-  // Run directory: resolved deck and metrics (rank 0 writes, everyone agrees it worked).
-  std::unique_ptr<MetricsCsv> metrics;
-  std::unique_ptr<SampleLogCsv> sample_log;
-  run_agreed(world, "cannot set up the run directory", [&] {
-    if (world.rank() != 0) return;
-    std::error_code ec;
-    if (fs::exists(cfg.train.out_dir, ec) && !fs::is_directory(cfg.train.out_dir, ec))
-      throw IoError("[train] out_dir '" + cfg.train.out_dir + "' exists and is not a directory");
-    if (fs::exists(fs::path(ckdir.dir()) / "latest", ec) && !fs::is_regular_file(fs::path(ckdir.dir()) / "latest", ec))
-      throw IoError("'" + (fs::path(ckdir.dir()) / "latest").string() + "' is not a file: remove it");
-    if (!opt.resume && !ckdir.list().empty())
-      throw ConfigError("[train] out_dir '" + cfg.train.out_dir + "' already holds checkpoints (up to step " +
-                        std::to_string(ckdir.list().back().first) +
-                        "): pass --resume to continue that run, or choose another [train] out_dir");
-  });
-  std::unique_ptr<RunLock> lock;
-  run_agreed(world, "cannot set up the run directory", [&] {
-    if (world.rank() != 0) return;
-    fs::create_directories(cfg.train.out_dir);
-    lock = std::make_unique<RunLock>(cfg.train.out_dir);
-    std::ofstream deck(fs::path(cfg.train.out_dir) / "deck.ini", std::ios::trunc);
-    deck << cfg.to_ini();
-    if (!deck) throw IoError("cannot write " + (fs::path(cfg.train.out_dir) / "deck.ini").string());
-    metrics = std::make_unique<MetricsCsv>((fs::path(cfg.train.out_dir) / "metrics.csv").string(),
-                                           resume_from.empty() ? -1 : trainer.step(), trainer.lineage(), segment);
-    if (cfg.data.sample_log)
-      sample_log = std::make_unique<SampleLogCsv>((fs::path(cfg.train.out_dir) / "samples.csv").string(),
-                                                  resume_from.empty() ? -1 : trainer.step());
-    // Find an unwritable checkpoint directory or a file system without lock support now, not at
-    // the first save hours later.
-    fs::create_directories(ckdir.dir());
-    probe_checkpoint_dir(ckdir.dir(), cfg.checkpoint.file_locking);
-  });
+  check_run_dir(world, cfg.train.out_dir, ckdir, opt.resume);
+  RunDirOptions run_dir_opt;
+  run_dir_opt.out_dir = cfg.train.out_dir;
+  run_dir_opt.deck_ini = cfg.to_ini();
+  run_dir_opt.resumed_step = resumed_step;
+  run_dir_opt.lineage = trainer.lineage();
+  run_dir_opt.segment = segment;
+  run_dir_opt.sample_log = cfg.data.sample_log;
+  run_dir_opt.file_locking = cfg.checkpoint.file_locking;
+  const RunDir run_dir(world, run_dir_opt, ckdir);
 
   trainer.begin_segment(segment);
   const ModelConfig& m = cfg.model;
@@ -475,16 +481,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
             cfg.train.peak_tflops > 0 ? "[train] peak_tflops" : "GEMM probe",
             static_cast<long long>(cfg.train.max_steps), cfg.train.out_dir.c_str());
-  if (cfg.train.stop_at_step > 0 && trainer.step() >= cfg.train.stop_at_step) {
-    log::info("nothing to do: the run is at step %lld and [train] stop_at_step = %lld (raise it to continue)",
-              static_cast<long long>(trainer.step()), static_cast<long long>(cfg.train.stop_at_step));
-    return 0;
-  }
-  if (trainer.step() >= cfg.train.max_steps) {
-    log::info("the run is already complete: step %lld of max_steps %lld", static_cast<long long>(trainer.step()),
-              static_cast<long long>(cfg.train.max_steps));
-    return 0;
-  }
+  StopPolicy stops(StopLimits{cfg.train.max_steps, cfg.train.stop_at_step, cfg.train.time_limit_min},
+                   [&wall] { return wall.seconds(); });
+  if (stops.at_start(trainer.step()) != StartDecision::train) return 0;
 
   {
     const MemoryBytes pred = predict_memory(cfg);
@@ -497,82 +496,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
               cfg.train.activation_checkpointing == "block" ? ", recompute" : "",
               static_cast<double>(std::accumulate(pred.begin(), pred.end(), std::int64_t{0})) / (1024.0 * 1024.0));
   }
-  std::int64_t last_saved = resume_from.empty() ? -1 : trainer.step();
-  double last_save_seconds = 0.0, step_seconds_avg = 0.0;
-  // Asynchronous saves need a thread that may do MPI; without MPI_THREAD_MULTIPLE they are synchronous.
-  std::unique_ptr<AsyncCheckpointWriter> writer;
-  if (cfg.checkpoint.async) {
-    if (mpi_thread_multiple()) writer = std::make_unique<AsyncCheckpointWriter>(world);
-    else log::warn("[checkpoint] async = true needs MPI_THREAD_MULTIPLE, which this MPI does not provide: saving synchronously");
-  }
-  // A failed save ends the run, or with [checkpoint] on_error = continue is reported and training
-  // goes on; the previous checkpoint is intact either way (commit protocol of CheckpointDir).
-  std::int64_t async_step = -1;   // the step the background writer is (or was last) saving
-  std::int64_t last_failed = -1;  // the step whose save failed last (not retried at a stop)
-  auto handle_failure = [&](const CheckpointError& e, std::int64_t step) {
-    if (cfg.checkpoint.on_error != "continue") throw;
-    last_failed = step;
-    log::warn("checkpoint of step %lld failed: %s; training continues ([checkpoint] on_error = continue), the last "
-              "good checkpoint is %s",
-              static_cast<long long>(step), e.what(), last_saved >= 0 ? ckdir.path_for(last_saved).c_str() : "none");
-  };
-  auto finish_async = [&] {
-    if (!writer || !writer->busy()) return;
-    try {
-      const auto r = writer->wait();
-      trainer.recycle(writer->release());
-      last_saved = std::max(last_saved, r.step);
-      log::info("checkpoint: %s written in the background in %.2f s (%.1f MiB on rank 0)", r.path.c_str(), r.seconds,
-                static_cast<double>(r.bytes) / (1024.0 * 1024.0));
-    } catch (const CheckpointError& e) {
-      trainer.recycle(writer->release());
-      handle_failure(e, async_step);
-    }
-  };
-  // save_final = false skips the end-of-run and early-stop saves (benchmarks), never a save a
-  // signal asks for: exit status 3 promises a checkpoint of the step the run stopped at.
-  auto save = [&](const char* why, bool sync) {
-    if (!cfg.checkpoint.save_final && std::string(why) != "interval" && std::string(why) != "signal") return;
-    finish_async();
-    Timer t;
-    try {
-      CheckpointSnapshot snap = trainer.snapshot();
-      snap.write.file_locking = cfg.checkpoint.file_locking;
-      if (writer && !sync) {
-        async_step = trainer.step();
-        writer->start(ckdir, trainer.step(), std::move(snap), cfg.checkpoint.keep);
-        last_save_seconds = t.seconds();
-        log::info("checkpoint: step %lld (%s) snapshot in %.3f s, writing in the background",
-                  static_cast<long long>(trainer.step()), why, last_save_seconds);
-        return;
-      }
-      const std::string p = ckdir.commit(
-          trainer.step(), world, [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); },
-          cfg.checkpoint.keep);
-      last_save_seconds = t.seconds();
-      last_saved = trainer.step();
-      trainer.recycle(std::move(snap));
-      log::info("checkpoint: %s (%s, %.2f s)", p.c_str(), why, last_save_seconds);
-    } catch (const CheckpointError& e) {
-      handle_failure(e, trainer.step());
-    }
-  };
-  // The save that ends a run (or stops it early) must leave a checkpoint of its last step; with
-  // on_error = continue a failed one was only warned about, so it is reported here and the run
-  // exits 1 (a job script must not take the stop for a clean one). Returns true when saved.
-  auto final_save = [&](const char* why, std::int64_t step) {
-    finish_async();
-    if (last_saved != step && last_failed != step) save(why, true);
-    if (last_saved == step) return true;
-    if (!cfg.checkpoint.save_final && std::string(why) != "signal") {
-      log::info("no checkpoint of step %lld: [checkpoint] save_final = false", static_cast<long long>(step));
-      return true;
-    }
-    if (world.rank() == 0)
-      log::error("the checkpoint of step %lld (%s) failed; the last good checkpoint is %s", static_cast<long long>(step),
-                 why, last_saved >= 0 ? ckdir.path_for(last_saved).c_str() : "none (a resume starts from step 0)");
-    return false;
-  };
+  TrainerCheckpointSaver<T> saver(trainer, ckdir, world, cfg);
+  CheckpointPolicyOptions checkpoint_opt;
+  checkpoint_opt.interval = cfg.checkpoint.interval;
+  checkpoint_opt.save_final = cfg.checkpoint.save_final;
+  checkpoint_opt.continue_on_error = cfg.checkpoint.on_error == "continue";
+  CheckpointPolicy checkpoints(saver, checkpoint_opt, resumed_step, world.rank());
   install_stop_signal_handlers();
 
   Timer run_timer;
@@ -585,7 +514,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     const double tps = tokens_per_step / r.seconds;
     const double mfu = fpt * tps / grid.world_size() / peak;
     const double mem_mib = static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0);
-    step_seconds_avg = r.step == first_step + 1 ? r.seconds : 0.9 * step_seconds_avg + 0.1 * r.seconds;
+    stops.record_step_seconds(r.seconds);
     MetricsRow row;
     row.step = r.step;
     row.train_loss = r.loss;
@@ -623,48 +552,22 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                   human(static_cast<double>(e.tokens)).c_str(), e.seconds);
       }
     }
-    if (metrics) metrics->write(row);
+    if (run_dir.metrics()) run_dir.metrics()->write(row);
     if (cfg.data.sample_log && grid.tp_rank() == 0 && grid.pp_rank() == 0) {
       // What every dp rank actually loaded (the first stage's ranks of tp piece 0), to world rank 0.
       const std::vector<std::int64_t>& mine = trainer.loaded_samples();
       std::vector<std::int64_t> all(mine.size() * static_cast<size_t>(grid.dp_size()));
       grid.dp_comm().all_gather(mine.data(), all.data(), mine.size(), DataType::i64);
-      if (sample_log) sample_log->write(r.step, std::move(all));
+      if (run_dir.sample_log()) run_dir.sample_log()->write(r.step, std::move(all));
     }
 
-    if (cfg.checkpoint.interval > 0 && r.step % cfg.checkpoint.interval == 0) save("interval", false);
-    // Preemption: a SIGUSR1/SIGTERM on any rank stops every rank after this step, with a checkpoint.
-    const int sig = world.all_reduce_value<std::int32_t>(stop_signal_received(), ReduceOp::max);
-    if (sig != 0) {
-      if (!final_save("signal", r.step)) return 1;  // the final checkpoint failed (reported above)
-      log::info("stopping after step %lld on %s; exit status %d asks the job script to requeue",
-                static_cast<long long>(r.step), sig == SIGTERM ? "SIGTERM" : "SIGUSR1", kExitRequeue);
-      // Some launchers (MPICH hydra's mpiexec after it forwarded the signal) exit 0 whatever the
-      // ranks return, so the stop is also recorded in a file the job script names.
-      if (world.rank() == 0) write_stop_file(r.step, sig);
-      return kExitRequeue;
-    }
-    if (last) break;
-    if (cfg.train.stop_at_step > 0 && r.step >= cfg.train.stop_at_step) {
-      if (!final_save("stop_at_step", r.step)) return 1;  // the final checkpoint failed (reported above)
-      log::info("stopping after step %lld as [train] stop_at_step asks; continue with --resume",
-                static_cast<long long>(r.step));
-      return 0;
-    }
-    if (cfg.train.time_limit_min > 0.0) {
-      // Stop while a step and a save still fit, with a 10% margin; rank 0 decides for everyone.
-      const double need = 1.1 * (step_seconds_avg + last_save_seconds) + 1.0;
-      std::int32_t stop = wall.seconds() + need > cfg.train.time_limit_min * 60.0 ? 1 : 0;
-      world.broadcast(&stop, 1, 0);
-      if (stop) {
-        if (!final_save("time limit", r.step)) return 1;  // the final checkpoint failed (reported above)
-        log::info("stopping after step %lld: [train] time_limit_min = %g is near; continue with --resume",
-                  static_cast<long long>(r.step), cfg.train.time_limit_min);
-        return 0;
-      }
-    }
+    checkpoints.after_step(r.step);
+    const StopDecision stop = stops.after_step(world, r.step, stop_signal_received(), checkpoints.last_save_seconds());
+    if (stop.reason == StopReason::end_of_run) break;
+    if (stop.stop()) return stops.finish(stop, checkpoints.final_save(stop.reason, r.step), world.rank());
   }
-  if (!final_save("end of run", trainer.step())) return 1;  // the final checkpoint failed (reported above)
+  if (!checkpoints.final_save(StopReason::end_of_run, trainer.step()))
+    return StopPolicy::exit_status(StopReason::end_of_run, /*final_saved=*/false);  // reported by final_save
   const double secs = run_timer.seconds();
   log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",
             static_cast<long long>(first_step + 1), static_cast<long long>(trainer.step()), secs,
