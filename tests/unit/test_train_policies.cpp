@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace trident {
@@ -28,7 +29,10 @@ namespace {
 /// with a collective CheckpointError, synchronously or when the background save is waited for.
 class FakeSaver : public CheckpointSaver {
  public:
-  bool background = false;          // can_start()
+  explicit FakeSaver(bool background = false, std::set<std::int64_t> fail = {})
+      : background(background), fail(std::move(fail)) {}
+
+  bool background;                  // can_start()
   std::set<std::int64_t> fail;      // steps whose save fails
   double save_seconds = 0.0;        // how long a synchronous save takes
   std::vector<std::string> calls;
@@ -100,8 +104,7 @@ TEST(CheckpointPolicy, LastSaveSecondsIsTheDurationOfTheSave) {
 }
 
 TEST(CheckpointPolicy, FailedSaveWithOnErrorStopRethrowsTheSameError) {
-  FakeSaver saver;
-  saver.fail = {5};
+  FakeSaver saver(/*background=*/false, {5});
   CheckpointPolicy p(saver, options(5, /*continue_on_error=*/false), 3, world_rank());
   try {
     p.after_step(5);
@@ -117,8 +120,7 @@ TEST(CheckpointPolicy, FailedSaveWithOnErrorStopRethrowsTheSameError) {
 }
 
 TEST(CheckpointPolicy, OnErrorContinueGoesOnAndTheFinalSaveOfTheFailedStepFails) {
-  FakeSaver saver;
-  saver.fail = {10};
+  FakeSaver saver(/*background=*/false, {10});
   CheckpointPolicy p(saver, options(10, /*continue_on_error=*/true), -1, world_rank());
   for (std::int64_t step = 1; step <= 10; ++step) EXPECT_NO_THROW(p.after_step(step));
   EXPECT_EQ(p.last_failed(), 10);
@@ -130,8 +132,7 @@ TEST(CheckpointPolicy, OnErrorContinueGoesOnAndTheFinalSaveOfTheFailedStepFails)
 }
 
 TEST(CheckpointPolicy, OnErrorContinueRecoversAtTheNextSave) {
-  FakeSaver saver;
-  saver.fail = {5};
+  FakeSaver saver(/*background=*/false, {5});
   CheckpointPolicy p(saver, options(5, true), -1, world_rank());
   for (std::int64_t step = 1; step <= 12; ++step) p.after_step(step);
   EXPECT_EQ(p.last_failed(), 5);
@@ -155,8 +156,7 @@ TEST(CheckpointPolicy, FinalSaveOfAStepTheIntervalSavedWritesNothingMore) {
 }
 
 TEST(CheckpointPolicy, FinalSaveFailureWithContinueReturnsFalseAndLeavesTheLastGoodStep) {
-  FakeSaver saver;
-  saver.fail = {12};
+  FakeSaver saver(/*background=*/false, {12});
   CheckpointPolicy p(saver, options(5, true), -1, world_rank());
   for (std::int64_t step = 1; step <= 12; ++step) p.after_step(step);
   EXPECT_FALSE(p.final_save(StopReason::stop_at_step, 12));
@@ -182,22 +182,19 @@ TEST(CheckpointPolicy, SaveFinalFalseSkipsEndAndEarlyStopSavesButNotIntervalOrSi
 }
 
 TEST(CheckpointPolicy, SaveFinalFalseDoesNotExcuseAFailedSignalSave) {
-  FakeSaver saver;
-  saver.fail = {7};
+  FakeSaver saver(/*background=*/false, {7});
   CheckpointPolicy p(saver, options(0, /*continue_on_error=*/true, /*save_final=*/false), -1, world_rank());
   EXPECT_FALSE(p.final_save(StopReason::signal, 7));
   EXPECT_EQ(saver.calls, (Calls{"save 7"}));
   // The same failure at the end of a run is excused: no final save was asked for.
-  FakeSaver end_saver;
-  end_saver.fail = {7};
+  FakeSaver end_saver(/*background=*/false, {7});
   CheckpointPolicy end(end_saver, options(0, true, false), -1, world_rank());
   EXPECT_TRUE(end.final_save(StopReason::end_of_run, 7));
   EXPECT_TRUE(end_saver.calls.empty());
 }
 
 TEST(CheckpointPolicy, BackgroundSavesFinishBeforeTheNextAndBeforeTheFinalSave) {
-  FakeSaver saver;
-  saver.background = true;
+  FakeSaver saver(/*background=*/true);
   CheckpointPolicy p(saver, options(5, false), -1, world_rank());
   p.after_step(5);
   EXPECT_TRUE(saver.busy());
@@ -212,8 +209,7 @@ TEST(CheckpointPolicy, BackgroundSavesFinishBeforeTheNextAndBeforeTheFinalSave) 
 }
 
 TEST(CheckpointPolicy, FinalSavesAreSynchronousEvenWithABackgroundSaver) {
-  FakeSaver saver;
-  saver.background = true;
+  FakeSaver saver(/*background=*/true);
   CheckpointPolicy p(saver, options(5, false), -1, world_rank());
   p.after_step(5);
   EXPECT_TRUE(p.final_save(StopReason::signal, 7));
@@ -222,9 +218,7 @@ TEST(CheckpointPolicy, FinalSavesAreSynchronousEvenWithABackgroundSaver) {
 }
 
 TEST(CheckpointPolicy, BackgroundFailureIsReportedAtTheNextFinishWithOnErrorStop) {
-  FakeSaver saver;
-  saver.background = true;
-  saver.fail = {5};
+  FakeSaver saver(/*background=*/true, {5});
   CheckpointPolicy p(saver, options(5, false), -1, world_rank());
   EXPECT_NO_THROW(p.after_step(5));  // the failure is not known yet
   EXPECT_THROW(p.after_step(10), CheckpointError);
@@ -233,9 +227,7 @@ TEST(CheckpointPolicy, BackgroundFailureIsReportedAtTheNextFinishWithOnErrorStop
 }
 
 TEST(CheckpointPolicy, BackgroundFailureWithContinueIsRecordedForTheStepItWasSaving) {
-  FakeSaver saver;
-  saver.background = true;
-  saver.fail = {5};
+  FakeSaver saver(/*background=*/true, {5});
   CheckpointPolicy p(saver, options(5, true), -1, world_rank());
   p.after_step(5);
   EXPECT_EQ(p.last_failed(), -1);
@@ -248,9 +240,7 @@ TEST(CheckpointPolicy, BackgroundFailureWithContinueIsRecordedForTheStepItWasSav
 }
 
 TEST(CheckpointPolicy, BackgroundFailureOfTheLastStepMakesTheFinalSaveFail) {
-  FakeSaver saver;
-  saver.background = true;
-  saver.fail = {10};
+  FakeSaver saver(/*background=*/true, {10});
   CheckpointPolicy p(saver, options(5, true), -1, world_rank());
   for (std::int64_t step = 1; step <= 10; ++step) p.after_step(step);
   EXPECT_FALSE(p.final_save(StopReason::end_of_run, 10));  // not retried synchronously
