@@ -76,7 +76,7 @@ int ckpt_ls(Runtime& rt, const std::vector<std::string>& args) {
       "Lists the checkpoints of PATH (a run directory, its checkpoints/ directory, or one checkpoint\n"
       "file), one line each: step, file, size in MiB, layout (dp x tp x pp, ZeRO stage), dtype,\n"
       "creation time and status. 'ok' means the file opens, its index covers every tensor's tp\n"
-      "pieces exactly once and every shard dataset exists with the elements the index needs;\n"
+      "partitions exactly once and every shard dataset exists with the elements the index needs;\n"
       "'incomplete (uncommitted)' marks a *.tmp leftover of an interrupted save (never read by a\n"
       "resume). The checkpoint `latest` names is marked '<- latest'. Exits 1 when a committed\n"
       "checkpoint is not ok.\n\noptions");
@@ -95,7 +95,7 @@ int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
   po::options_description desc(
       "usage: trident ckpt verify FILE\n\n"
       "Checks one checkpoint completely: format and version; the index (segments inside their\n"
-      "shards and tensors, every tp piece of every tensor covered exactly once, no shard element\n"
+      "shards and tensors, every tp partition of every tensor covered exactly once, no shard element\n"
       "used twice); the restart metadata (required attributes, layout, /config parses as a deck\n"
       "and matches the model fingerprint, the fingerprint gives exactly the indexed tensors and\n"
       "shapes, tokenizer vocabulary); and the XXH64 checksum, length and presence of every shard\n"
@@ -166,7 +166,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
       "'transformer.' prefix (wte.weight, h.0.attn.c_attn.weight, ln_f.weight, ...); the weights\n"
       "of attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj are written transposed to (in, out),\n"
       "HF's Conv1D layout; a model without biases has none (config.json: \"bias\": false). The LM\n"
-      "head is tied to wte and not written. Any layout can be exported (tp pieces are joined).\n"
+      "head is tied to wte and not written. Any layout can be exported (tp partitions are joined).\n"
       "FILE is verified first (every checksum); a damaged checkpoint is not exported.\n"
       "Rank 0 does all the work.\n\noptions");
   desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format),

@@ -2,11 +2,13 @@
 
 #include "checkpoint/commit.hpp"
 #include "core/error.hpp"
+#include "core/tokenizer_kind.hpp"
 #include "trident_version.hpp"
 
 #include <algorithm>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 namespace trident {
@@ -90,7 +92,7 @@ CheckpointMeta CheckpointMeta::of_run(const Config& cfg, const RunState& run, st
   m.model = cfg.model;
   m.code_version = std::string(TRIDENT_VERSION_STRING) + " (git " + TRIDENT_GIT_COMMIT + ")";
   m.deck_name = cfg.deck_name;
-  m.param_dtype = t.param_dtype;
+  m.param_dtype = name_of(t.param_dtype);
   m.created_unix_time = static_cast<std::int64_t>(std::time(nullptr));
   m.config_text = cfg.to_ini();
   return m;
@@ -139,7 +141,16 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
   get_double("last_lr", m.run.last_lr);
   get_string("tokenizer", m.run.tokenizer);
   get_string("lineage", m.run.lineage);
-  if (rd.has(kVocabArray)) m.run.vocab = rd.int_array(kVocabArray);
+  // Kinds that store a vocabulary must have one; an unreadable one is reported, not thrown, so
+  // `ckpt verify` can list it with everything else.
+  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(m.run.tokenizer);
+  if ((kind && tokenizer_info(*kind).stores_vocab) || rd.has(kVocabArray)) {
+    try {
+      m.run.vocab = rd.int_array(kVocabArray);
+    } catch (const std::exception& e) {
+      m.vocab_error = e.what();
+    }
+  }
   for (const IntField& f : kInts) get_int(f.name, m.*f.field);
   get_int("shard_group_size", m.shard_group_size);
   std::int64_t v[6] = {0, 0, 0, 0, 0, 0};

@@ -57,6 +57,8 @@ struct CheckpointMeta {
 
   /// Names of attributes/texts read() did not find (empty for a complete file).
   std::vector<std::string> missing;
+  /// Why the tokenizer's vocabulary could not be read, "" when it was (or none is stored).
+  std::string vocab_error;
 
   /// The metadata a run of `cfg` on a dp x tp x pp grid writes at `run` (adam_step, the layout and
   /// shard_group_size filled from the arguments; created_unix_time now; code_version this build).

@@ -68,9 +68,9 @@ struct DiffOptions {
   double tolerance = 0.0;  ///< arrays with max |a - b| <= tolerance count as equal
 };
 
-/// Comparison of one array (tensor x kind x tp piece) present in both files.
+/// Comparison of one array (tensor x kind x tp partition) present in both files.
 struct TensorDiff {
-  std::string name;          ///< tensor name, with " [tp r]" for a tp piece when tp > 1
+  std::string name;          ///< tensor name, with " [tp r]" for a tp partition when tp > 1
   std::string kind;
   std::int64_t numel = 0;
   double max_abs = 0.0;      ///< max |a - b| (inf where exactly one side is NaN)
@@ -88,8 +88,8 @@ struct CheckpointDiff {
 
 /// Compares `a` and `b` array by array, reading both through their indexes (so the dp layouts may
 /// differ) in double precision, chunk by chunk; arrays are spread over comm's ranks. Collective
-/// over comm. At equal tp the tp pieces are compared one by one, otherwise whole tensors joined
-/// from each file's pieces. Throws CheckpointError (collective) when a file cannot be opened.
+/// over comm. At equal tp the tp partitions are compared one by one, otherwise whole tensors joined
+/// from each file's partitions. Throws CheckpointError (collective) when a file cannot be opened.
 CheckpointDiff diff_checkpoints(const std::string& a, const std::string& b, Communicator& comm,
                                 const DiffOptions& opt);
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -111,8 +112,8 @@ std::vector<std::string> check_checkpoint_index(const CheckpointReader& rd) {
     const CkptTensor& t = tensors[g.tensor];
     const CkptShard& sh = shards[g.shard];
     if (g.tp_rank < 0 || g.tp_rank >= partitions_of(t, tp)) {
-      p.add(row + " names tp piece " + std::to_string(g.tp_rank) + " of tensor '" + t.name + "', which has " +
-            std::to_string(partitions_of(t, tp)) + (partitions_of(t, tp) == 1 ? " piece" : " pieces"));
+      p.add(row + " names tp partition " + std::to_string(g.tp_rank) + " of tensor '" + t.name + "', which has " +
+            std::to_string(partitions_of(t, tp)) + (partitions_of(t, tp) == 1 ? " partition" : " partitions"));
       continue;
     }
     if (g.count < 0 || g.shard_offset < 0 || g.shard_offset + g.count > sh.length) {
@@ -122,7 +123,7 @@ std::vector<std::string> check_checkpoint_index(const CheckpointReader& rd) {
     }
     if (g.tensor_offset < 0 || g.tensor_offset + g.count > partition_numel(t, tp, g.tp_rank)) {
       p.add(row + " points past the end of tensor '" + t.name + "' (" + std::to_string(partition_numel(t, tp, g.tp_rank)) +
-            " elements per piece)");
+            " elements per partition)");
       continue;
     }
     by_partition[{g.tensor, g.tp_rank}].emplace_back(g.tensor_offset, g.count);
@@ -133,7 +134,7 @@ std::vector<std::string> check_checkpoint_index(const CheckpointReader& rd) {
   for (size_t i = 0; i < tensors.size(); ++i) {
     const CkptTensor& t = tensors[i];
     for (int r = 0; r < partitions_of(t, tp); ++r) {
-      const std::string what = "tensor '" + t.name + "'" + (partitions_of(t, tp) > 1 ? " (tp piece " + std::to_string(r) + ")" : "");
+      const std::string what = "tensor '" + t.name + "'" + (partitions_of(t, tp) > 1 ? " (tp partition " + std::to_string(r) + ")" : "");
       auto it = by_partition.find({static_cast<int>(i), r});
       const std::int64_t n = partition_numel(t, tp, r);
       if (it == by_partition.end()) {
@@ -241,17 +242,19 @@ std::vector<std::string> check_checkpoint_metadata(const CheckpointReader& rd, c
     // The stored deck must parse and describe the same model and layout.
     p.add_all(CheckpointMeta::deck_problems(rd));
 
-    // Tokenizer: char and byte store their vocabulary, which must fit the model's.
+    // Tokenizer: kinds that store their vocabulary (char, byte) must store a valid one that fits the model's.
     if (meta.has("tokenizer")) {
       const std::string tok = meta.run.tokenizer;
-      if (tok != "char" && tok != "byte" && tok != "gpt2") {
-        p.add("attribute tokenizer = '" + tok + "' is not char, byte or gpt2");
-      } else if (tok != "gpt2") {
+      const std::optional<TokenizerKind> kind = parse_tokenizer_kind(tok);
+      if (!kind) {
+        p.add("attribute tokenizer = '" + tok + "' is not " + tokenizer_kind_names());
+      } else if (tokenizer_info(*kind).stores_vocab) {
         try {
+          if (!meta.vocab_error.empty()) throw CheckpointError(meta.vocab_error);
           const auto& vocab = meta.run.vocab;
           if (vocab.empty()) p.add("/tokenizer/vocab is empty");
           try {
-            Tokenizer check(tok, std::vector<std::int32_t>(vocab.begin(), vocab.end()),
+            Tokenizer check(*kind, std::vector<std::int32_t>(vocab.begin(), vocab.end()),
                             static_cast<std::int64_t>(vocab.size()));
           } catch (const Error& e) {
             p.add(std::string("/tokenizer/vocab: ") + e.what());

@@ -9,12 +9,24 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <deque>
 #include <functional>
 #include <map>
 #include <sstream>
 
 namespace trident {
 namespace po = boost::program_options;
+
+const char* name_of(PipelineScheduleKind v) { return v == PipelineScheduleKind::gpipe ? "gpipe" : "1f1b"; }
+const char* name_of(Precision v) {
+  switch (v) {
+    case Precision::f64: return "double";
+    case Precision::bf16: return "bf16";
+    default: return "float";
+  }
+}
+const char* name_of(Recompute v) { return v == Recompute::block ? "block" : "none"; }
+const char* name_of(OnSaveError v) { return v == OnSaveError::keep_training ? "continue" : "stop"; }
 
 namespace {
 
@@ -41,6 +53,15 @@ struct Key {
   std::function<std::string()> print;
 };
 
+/// "a or b", "a, b or c".
+template <class E>
+std::string choices_text(const std::vector<E>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + std::string(name_of(values[i]));
+  return s;
+}
+
 /// Every deck key, bound to a field of one Config. The single place keys are declared.
 class Schema {
  public:
@@ -66,8 +87,10 @@ class Schema {
     add("parallel", "prefetch", &c.parallel.prefetch, "stage 3: all-gather the next unit while this one computes");
     add("parallel", "overlap_reduce", &c.parallel.overlap_reduce,
         "stages 2-3: reduce-scatter each unit's gradient while the backward of earlier units runs");
-    add("parallel", "pp_schedule", &c.parallel.pp_schedule,
-        "pipeline schedule: 1f1b (at most pp micro-batches in flight) or gpipe (all forwards, then all backwards)");
+    add_choice("parallel", "pp_schedule", &c.parallel.pp_schedule,
+               {PipelineScheduleKind::one_f_one_b, PipelineScheduleKind::gpipe},
+               "pipeline schedule: 1f1b (at most pp micro-batches in flight) or gpipe (all forwards, then all "
+               "backwards)");
     add("parallel", "pp_layers", &c.parallel.pp_layers,
         "blocks per pipeline stage, comma separated (e.g. 3,3,2,2); empty = as even as possible");
     TrainConfig& t = c.train;
@@ -91,13 +114,15 @@ class Schema {
     add("train", "seed", &t.seed, "seed of initialisation, data order and dropout (>= 0)");
     add("train", "log_interval", &t.log_interval, "print a log line every this many steps");
     add("train", "out_dir", &t.out_dir, "run directory; empty = runs/<deck name>");
-    add("train", "dtype", &t.dtype, "compute and master-weight type: float or double");
-    add("train", "param_dtype", &t.param_dtype,
-        "storage and communication type of the working parameters: float, or bf16 (mixed precision: fp32 master "
-        "weights and moments, kernels still compute in float)");
-    add("train", "reduce_dtype", &t.reduce_dtype, "type in which gradients are summed over dp: float or bf16");
-    add("train", "activation_checkpointing", &t.activation_checkpointing,
-        "none, or block: keep only each block's input and recompute its forward during backward");
+    add_choice("train", "dtype", &t.dtype, {Precision::f32, Precision::f64},
+               "compute and master-weight type: float or double");
+    add_choice("train", "param_dtype", &t.param_dtype, {Precision::f32, Precision::bf16},
+               "storage and communication type of the working parameters: float, or bf16 (mixed precision: fp32 "
+               "master weights and moments, kernels still compute in float)");
+    add_choice("train", "reduce_dtype", &t.reduce_dtype, {Precision::f32, Precision::bf16},
+               "type in which gradients are summed over dp: float or bf16");
+    add_choice("train", "activation_checkpointing", &t.activation_checkpointing, {Recompute::none, Recompute::block},
+               "none, or block: keep only each block's input and recompute its forward during backward");
     add("train", "peak_tflops", &t.peak_tflops,
         "peak TFLOP/s per rank for MFU; 0 = measure with a GEMM probe at start-up");
     add("data", "path", &c.data.path, "HDF5 token file written by `trident prep`");
@@ -113,9 +138,9 @@ class Schema {
         "write a checkpoint at the end of the run and when stopping early (false: benchmarks only; a stop signal always saves)");
     add("checkpoint", "async", &c.checkpoint.async,
         "copy the state to host memory at the step boundary and write it in a background thread");
-    add("checkpoint", "on_error", &c.checkpoint.on_error,
-        "when a save fails (disk full, I/O error): stop (exit 1) or continue training; the previous "
-        "checkpoint is intact either way");
+    add_choice("checkpoint", "on_error", &c.checkpoint.on_error, {OnSaveError::stop, OnSaveError::keep_training},
+               "when a save fails (disk full, I/O error): stop (exit 1) or continue training; the previous "
+               "checkpoint is intact either way");
     add("checkpoint", "file_locking", &c.checkpoint.file_locking,
         "HDF5 file locking when writing; false for file systems without lock support (as "
         "HDF5_USE_FILE_LOCKING=FALSE)");
@@ -131,8 +156,33 @@ class Schema {
       if (k.section + "." + k.key == dotted) return &k;
     return nullptr;
   }
+  /// Turns the parsed text of every choice key into its enum value. Throws ConfigError
+  /// "<source>: [section] key = value: expected a or b" for a name that is not one of the choices.
+  void resolve_choices(const std::string& source) {
+    for (const auto& r : resolvers_) r(source);
+  }
 
  private:
+  /// A key whose value is one of `values`, given by name (name_of) in the deck. The text is parsed
+  /// as a string and resolved after parsing (resolve_choices), so downstream code sees only enums.
+  template <class E>
+  void add_choice(const char* section, const char* key, E* field, std::vector<E> values, const char* help) {
+    std::string& text = texts_.emplace_back(name_of(*field));
+    const std::string name = std::string(section) + "." + key;
+    const std::string choices = choices_text(values);
+    desc_.add_options()(name.c_str(), po::value<std::string>(&text)->default_value(text), help);
+    keys_.push_back({section, key, help, "one of " + choices, [field] { return std::string(name_of(*field)); }});
+    resolvers_.push_back([field, values, &text, section = std::string(section), key = std::string(key),
+                          choices](const std::string& source) {
+      for (E v : values)
+        if (text == name_of(v)) {
+          *field = v;
+          return;
+        }
+      throw ConfigError(source + ": [" + section + "] " + key + " = " + text + ": expected " + choices);
+    });
+  }
+
   template <class T>
   void add(const char* section, const char* key, T* field, const char* help) {
     const std::string name = std::string(section) + "." + key;
@@ -142,6 +192,8 @@ class Schema {
 
   po::options_description desc_;
   std::vector<Key> keys_;
+  std::deque<std::string> texts_;  // parsed text of the choice keys (a deque: addresses stay valid)
+  std::vector<std::function<void(const std::string&)>> resolvers_;
   std::string dp_text_ = "auto";
 };
 
@@ -219,6 +271,7 @@ Config parse_impl(std::istream& in, const std::string& source, const std::string
   } catch (const po::error& e) {
     throw ConfigError(source + ": " + e.what());
   }
+  schema.resolve_choices(source);
   const std::string& dp = schema.dp_text();
   if (dp == "auto" || dp == "0") {
     cfg.parallel.dp = 0;
@@ -376,8 +429,6 @@ void validate(Config& c, int world_size) {
                  kv("parallel", "shard_group_size", format_value(p.shard_group_size)) +
                      ": hybrid sharding needs [parallel] zero_stage >= 1");
   require_at_least(p.unit_blocks, 0, "parallel", "unit_blocks");
-  require_config(p.pp_schedule == "1f1b" || p.pp_schedule == "gpipe",
-                 kv("parallel", "pp_schedule", p.pp_schedule) + ": expected 1f1b or gpipe");
   stage_layers(m, p);  // validates pp_layers
 
   TrainConfig& t = c.train;
@@ -412,24 +463,14 @@ void validate(Config& c, int world_size) {
   require_at_least<std::int64_t>(t.eval_iters, 0, "train", "eval_iters");
   require_at_least<std::int64_t>(t.seed, 0, "train", "seed");
   require_at_least<std::int64_t>(t.log_interval, 1, "train", "log_interval");
-  require_config(t.dtype == "float" || t.dtype == "double",
-                 kv("train", "dtype", t.dtype) + ": expected float or double");
   require_at_least(t.peak_tflops, 0.0, "train", "peak_tflops");
-  require_config(t.param_dtype == "float" || t.param_dtype == "bf16",
-                 kv("train", "param_dtype", t.param_dtype) + ": expected float or bf16");
-  require_config(t.reduce_dtype == "float" || t.reduce_dtype == "bf16",
-                 kv("train", "reduce_dtype", t.reduce_dtype) + ": expected float or bf16");
-  require_config((t.param_dtype == "float" && t.reduce_dtype == "float") || t.dtype == "float",
+  require_config((t.param_dtype == Precision::f32 && t.reduce_dtype == Precision::f32) || t.dtype == Precision::f32,
                  "[train] param_dtype/reduce_dtype = bf16 needs [train] dtype = float");
-  require_config(t.activation_checkpointing == "none" || t.activation_checkpointing == "block",
-                 kv("train", "activation_checkpointing", t.activation_checkpointing) + ": expected none or block");
 
   require_config(!c.data.path.empty(), "[data] path is not set: give the HDF5 token file written by `trident prep`");
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");
   require_at_least<std::int64_t>(c.checkpoint.interval, 0, "checkpoint", "interval");
   require_at_least<std::int64_t>(c.checkpoint.keep, 1, "checkpoint", "keep");
-  require_config(c.checkpoint.on_error == "stop" || c.checkpoint.on_error == "continue",
-                 kv("checkpoint", "on_error", c.checkpoint.on_error) + ": expected stop or continue");
   if (t.out_dir.empty()) t.out_dir = "runs/" + (c.deck_name.empty() ? std::string("trident") : c.deck_name);
 }
 

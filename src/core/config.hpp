@@ -13,6 +13,27 @@
 
 namespace trident {
 
+// ---- options that select behaviour: enums, parsed once here (a deck holds their names) ----------
+
+/// Pipeline schedule over pp stages: 1F1B (PipeDream-Flush, Narayanan et al. 2021, sec. 2.2; at
+/// most pp - stage micro-batches in flight) or GPipe (Huang et al. 2019: all forwards, then all
+/// backwards).
+enum class PipelineScheduleKind { one_f_one_b, gpipe };
+/// Floating-point type of a buffer class: compute/master weights (f32 | f64), working parameters
+/// and gradient reduction (f32 | bf16).
+enum class Precision { f32, f64, bf16 };
+/// Activation checkpointing: keep everything, or only each block's input and recompute its forward
+/// in backward (Chen et al. 2016).
+enum class Recompute { none, block };
+/// What a failed checkpoint save does to the run: stop (exit 1) or keep training.
+enum class OnSaveError { stop, keep_training };
+
+/// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
+const char* name_of(PipelineScheduleKind v);
+const char* name_of(Precision v);
+const char* name_of(Recompute v);
+const char* name_of(OnSaveError v);
+
 /// GPT-2 model shape (Radford et al. 2019; nanoGPT's GPTConfig).
 struct ModelConfig {
   int n_layer = 4;
@@ -34,7 +55,7 @@ struct ParallelConfig {
   int unit_blocks = 1;       ///< transformer blocks per sharding unit; 0 = the whole model is one unit
   bool prefetch = true;      ///< stage 3: all-gather the next unit while this one computes
   bool overlap_reduce = true;  ///< stages 2-3: reduce-scatter a unit's gradient while earlier units compute
-  std::string pp_schedule = "1f1b";  ///< pipeline schedule: 1f1b | gpipe
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::one_f_one_b;  ///< 1f1b | gpipe
   std::string pp_layers;             ///< blocks per stage, e.g. "3,3,2,2"; empty = balanced
 };
 
@@ -62,10 +83,10 @@ struct TrainConfig {
   std::int64_t seed = 1337;
   std::int64_t log_interval = 1;
   std::string out_dir;          ///< empty: runs/<deck name>
-  std::string dtype = "float";  ///< float | double: compute and master-weight type
-  std::string param_dtype = "float";   ///< float | bf16: storage/communication type of the working parameters
-  std::string reduce_dtype = "float";  ///< float | bf16: type in which gradients are reduced over dp
-  std::string activation_checkpointing = "none";  ///< none | block: recompute each block's forward in backward
+  Precision dtype = Precision::f32;         ///< float | double: compute and master-weight type
+  Precision param_dtype = Precision::f32;   ///< float | bf16: storage/communication type of the working parameters
+  Precision reduce_dtype = Precision::f32;  ///< float | bf16: type in which gradients are reduced over dp
+  Recompute activation_checkpointing = Recompute::none;  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
 };
 
@@ -80,7 +101,7 @@ struct CheckpointConfig {
   std::int64_t keep = 3;      ///< how many committed checkpoints to keep
   bool save_final = true;     ///< write a checkpoint at the end of the run and on an early stop
   bool async = false;         ///< write checkpoints in a background thread while training goes on
-  std::string on_error = "stop";  ///< a failed save: stop (exit 1) or continue training
+  OnSaveError on_error = OnSaveError::stop;  ///< a failed save: stop (exit 1) or continue training
   bool file_locking = true;   ///< HDF5 file locking while writing (false for file systems without flock)
   bool verify_on_resume = true;  ///< check checksums before resuming; fall back to an older checkpoint
 };

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace trident {
@@ -98,8 +99,11 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   std::string source;
   for (const auto& p : opt.inputs) source += (source.empty() ? "" : " ") + std::filesystem::path(p).filename().string();
   info.source = source;
+  // The one place --tokenizer is interpreted (core/tokenizer_kind.hpp).
+  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(opt.tokenizer);
   if (shards > 0) {
-    if (opt.tokenizer != "char" && opt.tokenizer != "gpt2")
+    // "char" is the option's default, so it stands for "not given" with shards.
+    if (kind != TokenizerKind::character && kind != TokenizerKind::gpt2)
       throw ConfigError("prep: llm.c shards are GPT-2 tokenised; --tokenizer " + opt.tokenizer + " does not apply");
     bool any_val = false;
     for (const auto& p : opt.inputs) {
@@ -111,16 +115,16 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     }
     if (!any_val) split_tail(train, opt.val_fraction, val);
     if (train.empty()) throw ConfigError("prep: no training shard (every input name contains _val_)");
-    info.tokenizer = "gpt2";
+    info.tokenizer = name_of(TokenizerKind::gpt2);
     info.vocab_size = kGpt2Vocab;
   } else {
     std::string text;
     for (const auto& p : opt.inputs) text += read_file(p);
     if (text.empty()) throw ConfigError("prep: the input text is empty");
-    Tokenizer tok = opt.tokenizer == "char"   ? Tokenizer::build_char(text)
-                    : opt.tokenizer == "byte" ? Tokenizer::byte_level()
-                                              : throw ConfigError("prep: unknown --tokenizer '" + opt.tokenizer +
-                                                                  "' (expected char or byte)");
+    Tokenizer tok = kind == TokenizerKind::character ? Tokenizer::build_char(text)
+                    : kind == TokenizerKind::byte    ? Tokenizer::byte_level()
+                                                     : throw ConfigError("prep: unknown --tokenizer '" + opt.tokenizer +
+                                                                         "' (expected " + tokenizer_kind_names(true) + ")");
     train = tok.encode(text);
     split_tail(train, opt.val_fraction, val);
     info.tokenizer = tok.kind();

@@ -49,21 +49,31 @@ void utf8_append(std::string& out, std::int32_t cp) {
   }
 }
 
-Tokenizer::Tokenizer(std::string kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size)
-    : kind_(std::move(kind)), vocab_(std::move(vocab)), vocab_size_(vocab_size) {
-  if (kind_ != "char" && kind_ != "byte" && kind_ != "gpt2")
-    throw Error("unknown tokenizer '" + kind_ + "' (expected char, byte or gpt2)");
+namespace {
+TokenizerKind kind_named(const std::string& name) {
+  const auto kind = parse_tokenizer_kind(name);
+  if (!kind) throw Error("unknown tokenizer '" + name + "' (expected " + tokenizer_kind_names() + ")");
+  return *kind;
+}
+}  // namespace
+
+Tokenizer::Tokenizer(const std::string& kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size)
+    : Tokenizer(kind_named(kind), std::move(vocab), vocab_size) {}
+
+Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size)
+    : kind_(kind), vocab_(std::move(vocab)), vocab_size_(vocab_size) {
+  const bool bytes = kind_ == TokenizerKind::byte;
   // A vocabulary read from a file is checked before it is used as an index.
   for (size_t i = 0; i < vocab_.size(); ++i) {
     const std::int32_t cp = vocab_[i];
-    const bool valid = kind_ == "byte" ? (cp >= 0 && cp < 256) : (cp >= 0 && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF));
+    const bool valid = bytes ? (cp >= 0 && cp < 256) : (cp >= 0 && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF));
     if (!valid)
-      throw Error("the " + kind_ + " tokenizer's vocabulary entry " + std::to_string(i) + " = " + std::to_string(cp) +
-                  (kind_ == "byte" ? " is not a byte value" : " is not a Unicode code point"));
-    if (kind_ == "char" && i > 0 && cp <= vocab_[i - 1])
+      throw Error("the " + std::string(name_of(kind_)) + " tokenizer's vocabulary entry " + std::to_string(i) + " = " + std::to_string(cp) +
+                  (bytes ? " is not a byte value" : " is not a Unicode code point"));
+    if (kind_ == TokenizerKind::character && i > 0 && cp <= vocab_[i - 1])
       throw Error("the char tokenizer's vocabulary is not sorted and distinct at entry " + std::to_string(i));
   }
-  if (kind_ == "char") {
+  if (kind_ == TokenizerKind::character) {
     std::int32_t maxcp = 0;
     for (auto cp : vocab_) maxcp = std::max(maxcp, cp);
     lookup_.assign(static_cast<size_t>(maxcp) + 1, -1);
@@ -76,22 +86,23 @@ Tokenizer Tokenizer::build_char(const std::string& text) {
   std::set<std::int32_t> distinct(cps.begin(), cps.end());
   std::vector<std::int32_t> vocab(distinct.begin(), distinct.end());
   const auto n = static_cast<std::int64_t>(vocab.size());
-  return Tokenizer("char", std::move(vocab), n);
+  return Tokenizer(TokenizerKind::character, std::move(vocab), n);
 }
 
 Tokenizer Tokenizer::byte_level() {
   std::vector<std::int32_t> vocab(256);
   for (int i = 0; i < 256; ++i) vocab[i] = i;
-  return Tokenizer("byte", std::move(vocab), 256);
+  return Tokenizer(TokenizerKind::byte, std::move(vocab), 256);
 }
 
 std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
   std::vector<std::int32_t> ids;
-  if (kind_ == "byte") {
+  if (kind_ == TokenizerKind::byte) {
     for (unsigned char c : text) ids.push_back(c);
     return ids;
   }
-  if (kind_ == "gpt2") throw Error("the gpt2 tokenizer cannot encode text in Trident; give prompt token ids instead");
+  if (!tokenizer_info(kind_).codes_text)
+    throw Error("the " + std::string(name_of(kind_)) + " tokenizer cannot encode text in Trident; give prompt token ids instead");
   for (std::int32_t cp : utf8_decode(text, "text to encode")) {
     const std::int32_t id = cp >= 0 && static_cast<size_t>(cp) < lookup_.size() ? lookup_[static_cast<size_t>(cp)] : -1;
     if (id < 0) {
@@ -110,9 +121,9 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
 std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
   std::string out;
   for (auto id : ids) {
-    if (kind_ == "gpt2" || id < 0 || id >= static_cast<std::int32_t>(vocab_.size())) {
+    if (!can_decode() || id < 0 || id >= static_cast<std::int32_t>(vocab_.size())) {
       out += "[" + std::to_string(id) + "]";
-    } else if (kind_ == "byte") {
+    } else if (kind_ == TokenizerKind::byte) {
       out += static_cast<char>(vocab_[static_cast<size_t>(id)]);
     } else {
       utf8_append(out, vocab_[static_cast<size_t>(id)]);

@@ -7,6 +7,7 @@
 // vocab 50257, and Trident cannot turn them back into text (sampling prints ids).
 #pragma once
 
+#include "core/tokenizer_kind.hpp"
 #include "io/token_file.hpp"
 
 #include <cstdint>
@@ -17,17 +18,20 @@ namespace trident {
 
 class Tokenizer {
  public:
-  /// The tokenizer stored in a token file or checkpoint (kind + vocab). Throws Error for an
-  /// unknown kind.
-  Tokenizer(std::string kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size);
+  /// The tokenizer stored in a token file or checkpoint (kind name + vocab). Throws Error for an
+  /// unknown kind or an invalid vocabulary (entries out of range; char: not sorted and distinct).
+  Tokenizer(const std::string& kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size);
+  Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size);
   /// Character tokenizer over the distinct code points of `text`. Throws Error on invalid UTF-8.
   static Tokenizer build_char(const std::string& text);
   static Tokenizer byte_level();
 
-  const std::string& kind() const { return kind_; }
+  /// The kind's name ("char", "byte", "gpt2").
+  std::string kind() const { return name_of(kind_); }
+  TokenizerKind kind_id() const { return kind_; }
   std::int64_t vocab_size() const { return vocab_size_; }
   const std::vector<std::int32_t>& vocab() const { return vocab_; }
-  bool can_decode() const { return kind_ != "gpt2"; }
+  bool can_decode() const { return tokenizer_info(kind_).codes_text; }
 
   /// Token ids of `text`. Throws Error naming the first character that is not in the vocabulary.
   std::vector<std::int32_t> encode(const std::string& text) const;
@@ -35,7 +39,7 @@ class Tokenizer {
   std::string decode(const std::vector<std::int32_t>& ids) const;
 
  private:
-  std::string kind_;
+  TokenizerKind kind_;
   std::vector<std::int32_t> vocab_;
   std::int64_t vocab_size_ = 0;
   std::vector<std::int32_t> lookup_;  // code point -> id (char), -1 if absent

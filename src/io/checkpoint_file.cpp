@@ -437,8 +437,8 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
       segments_.push_back(CkptSegment{r.tensor, r.tp_rank, r.shard, r.tensor_offset, r.shard_offset, r.count});
     }
     for (size_t i = 0; i < segments_.size(); ++i)
-      by_piece_[{segments_[i].tensor, segments_[i].tp_rank}].push_back(static_cast<int>(i));
-    for (auto& [key, rows] : by_piece_)
+      by_partition_[{segments_[i].tensor, segments_[i].tp_rank}].push_back(static_cast<int>(i));
+    for (auto& [key, rows] : by_partition_)
       std::sort(rows.begin(), rows.end(),
                 [&](int a, int b) { return segments_[a].tensor_offset < segments_[b].tensor_offset; });
     if (h5::exists(f, "/rank_state")) {
@@ -517,8 +517,8 @@ void CheckpointReader::read(const std::string& kind, int tensor, int tp_rank, st
   const int k = static_cast<int>(kit - kinds_.begin());
   const std::size_t es = dtype_size(out_type);
   std::int64_t covered = 0;
-  auto it = by_piece_.find({tensor, tp_rank});
-  if (it != by_piece_.end()) {
+  auto it = by_partition_.find({tensor, tp_rank});
+  if (it != by_partition_.end()) {
     for (int row : it->second) {
       const CkptSegment& s = segments_[row];
       const std::int64_t a = std::max(offset, s.tensor_offset), b = std::min(offset + count, s.tensor_offset + s.count);
@@ -542,7 +542,7 @@ void CheckpointReader::read(const std::string& kind, int tensor, int tp_rank, st
   }
   if (covered != count)
     throw CheckpointError("checkpoint '" + path_ + "' does not hold all of " + kind + " of tensor '" +
-                          tensors_.at(tensor).name + "' (tp piece " + std::to_string(tp_rank) + ", elements [" +
+                          tensors_.at(tensor).name + "' (tp partition " + std::to_string(tp_rank) + ", elements [" +
                           std::to_string(offset) + ", " + std::to_string(offset + count) + "))");
 }
 

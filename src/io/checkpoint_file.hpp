@@ -11,7 +11,7 @@
 //   /index/tensors         compound table: name, ndim, shape[4], split_dim, split_groups (global tensors)
 //   /index/shards          compound table: world_rank, pp, dp, tp, length (one row per shard)
 //   /index/segments        compound table: tensor, tp_rank, shard, tensor_offset, shard_offset, count:
-//                          elements [tensor_offset, +count) of tensor's tp-local piece (row-major) sit at
+//                          elements [tensor_offset, +count) of tensor's tp partition (row-major) sit at
 //                          [shard_offset, +count) of every /shards/<kind>/<shard>
 //   /index/checksums       (n_shards, n_kinds) uint64: XXH64 (seed 0) of each shard dataset's bytes
 //   /rank_state            (n_shards, K) int64 per-rank restart state, attr "columns"
@@ -42,9 +42,9 @@ struct CkptTensor {
 
 struct CkptSegment {
   std::int32_t tensor = 0;         ///< row of /index/tensors
-  std::int32_t tp_rank = 0;        ///< which tp-local piece of the tensor (0 when not split)
+  std::int32_t tp_rank = 0;        ///< which tp partition of the tensor (0 when not split)
   std::int32_t shard = 0;          ///< row of /index/shards
-  std::int64_t tensor_offset = 0;  ///< first element within the tp-local piece
+  std::int64_t tensor_offset = 0;  ///< first element within the tp partition
   std::int64_t shard_offset = 0;   ///< first element within the shard datasets
   std::int64_t count = 0;
 };
@@ -113,7 +113,7 @@ class CheckpointReader {
   /// The rank-state row of shard `shard_row`. Local.
   std::vector<std::int64_t> rank_state(int shard_row) const;
 
-  /// Reads elements [offset, offset + count) of the tp_rank-local piece of tensor `tensor`, array
+  /// Reads elements [offset, offset + count) of the tp partition tp_rank of tensor `tensor`, array
   /// `kind`, into `out` converted to `out_type` (f32/f64). Local. Throws CheckpointError if the
   /// index does not cover the whole range, IoError if a read fails.
   void read(const std::string& kind, int tensor, int tp_rank, std::int64_t offset, std::int64_t count,
@@ -134,7 +134,7 @@ class CheckpointReader {
   std::vector<CkptShard> shards_;
   std::vector<CkptSegment> segments_;
   std::vector<std::string> rank_state_columns_;
-  std::map<std::pair<int, int>, std::vector<int>> by_piece_;  // (tensor, tp_rank) -> segment rows by offset
+  std::map<std::pair<int, int>, std::vector<int>> by_partition_;  // (tensor, tp_rank) -> segment rows by offset
 };
 
 /// Creates and removes a small HDF5 file in `dir` the way checkpoints are written (file locking

@@ -1,5 +1,6 @@
 #include "io/token_file.hpp"
 
+#include "core/tokenizer_kind.hpp"
 #include "io/hdf5.hpp"
 
 namespace trident {
@@ -72,9 +73,9 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
                   std::to_string(kTokenFormatVersion));
   info_.tokenizer = h5::read_attr_string(f, "tokenizer");
   info_.vocab_size = h5::read_attr_int(f, "vocab_size");
-  if (info_.tokenizer != "char" && info_.tokenizer != "byte" && info_.tokenizer != "gpt2")
-    throw IoError("token file '" + path + "' names an unknown tokenizer '" + info_.tokenizer +
-                  "' (expected char, byte or gpt2)");
+  if (!parse_tokenizer_kind(info_.tokenizer))
+    throw IoError("token file '" + path + "' names an unknown tokenizer '" + info_.tokenizer + "' (expected " +
+                  tokenizer_kind_names() + ")");
   if (info_.vocab_size < 1 || info_.vocab_size > 2147483647)
     throw IoError("token file '" + path + "' has vocab_size " + std::to_string(info_.vocab_size) +
                   ", outside 1 .. 2^31 - 1");

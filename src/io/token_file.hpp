@@ -18,7 +18,7 @@
 namespace trident {
 
 struct TokenFileInfo {
-  std::string tokenizer;       ///< "char", "byte" or "gpt2"
+  std::string tokenizer;       ///< a kind name of core/tokenizer_kind.hpp: "char", "byte" or "gpt2"
   std::int64_t vocab_size = 0;
   std::vector<std::int32_t> vocab;  ///< code point (char) or byte value of each id; empty for gpt2
   std::string source;          ///< provenance: input file names

@@ -30,7 +30,7 @@ template <class T>
 void cross_entropy_row_max(View1<T> row_max, View2<const T> logits, int valid_cols);
 
 /// sumexp[n] = sum_v exp(logits[n, v] - row_max[n]) over valid columns; target_logit[n] =
-/// logits[n, targets[n] - vocab_start] if the target is in this piece, else 0. row_max is the
+/// logits[n, targets[n] - vocab_start] if the target is in this partition, else 0. row_max is the
 /// global maximum.
 template <class T>
 void cross_entropy_partials(View1<T> sumexp, View1<T> target_logit, View2<const T> logits, View1<const T> row_max,

@@ -3,7 +3,7 @@
 // sec. 3: each tp rank holds rows [vocab_start, vocab_start + rows) of wte and contributes zero for
 // tokens outside them; a sum over tp then gives every rank the full embedding, exactly).
 //
-// Layer: kernels. Local. Shapes: tokens (B*T), wte (rows, C) (a vocabulary piece, maybe padded),
+// Layer: kernels. Local. Shapes: tokens (B*T), wte (rows, C) (a vocabulary partition, maybe padded),
 // wpe (Tmax, C) or empty, out (B*T, C), T <= Tmax.
 #pragma once
 
@@ -18,7 +18,7 @@ template <class T>
 void embedding_forward(View2<T> out, View1<const token_t> tokens, View2<const T> wte, token_t vocab_start,
                        token_t vocab_rows, View2<const T> wpe, int B, int seq_len);
 
-/// dwte[tokens[n] - vocab_start, :] += dout[n, :] for tokens in this piece; dwpe[t, :] +=
+/// dwte[tokens[n] - vocab_start, :] += dout[n, :] for tokens in this partition; dwpe[t, :] +=
 /// sum_b dout[b*T+t, :] when dwpe is non-empty. Accumulates. Deterministic: every output element is
 /// summed by one thread in a fixed order (no atomics).
 template <class T>

@@ -2,7 +2,7 @@
 // through KokkosBlas::gemm (OpenBLAS on the host, cuBLAS on NVIDIA GPUs).
 //
 // Layer: kernels. Local. Shapes: inp (N, C), weight (OC, C), bias (OC) or empty, out (N, OC).
-// These are also the local pieces of Megatron-LM's column/row-parallel linears (Shoeybi et al.
+// These are also the local partitions of Megatron-LM's column/row-parallel linears (Shoeybi et al.
 // 2019, sec. 3): the communication lives in the model layer, not here.
 #pragma once
 

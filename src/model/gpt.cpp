@@ -101,12 +101,12 @@ GptSchedule GptSchedule::make(const ParamLayout& layout, const ModelConfig& m) {
     s.layers.push_back(-1);
   }
   const int S = static_cast<int>(s.fwd_params.size());
-  s.last_grad_segment.assign(layout.units().size(), -1);
-  for (int seg = S - 1; seg >= 0; --seg)
-    for (int u : s.grads[static_cast<size_t>(seg)]) s.last_grad_segment[static_cast<size_t>(u)] = seg;
-  for (int seg = 0; seg < S; ++seg)
-    if (s.layers[static_cast<size_t>(seg)] < 0)
-      for (int u : s.fwd_params[static_cast<size_t>(seg)])
+  s.last_grad_module.assign(layout.units().size(), -1);
+  for (int mod = S - 1; mod >= 0; --mod)
+    for (int u : s.grads[static_cast<size_t>(mod)]) s.last_grad_module[static_cast<size_t>(u)] = mod;
+  for (int mod = 0; mod < S; ++mod)
+    if (s.layers[static_cast<size_t>(mod)] < 0)
+      for (int u : s.fwd_params[static_cast<size_t>(mod)])
         if (!contains(s.special_units, u)) s.special_units.push_back(u);
   // Simulate the holding rule of Gpt::hold/drop to list the acquisitions of each pass.
   std::vector<int> held;
@@ -121,13 +121,13 @@ GptSchedule GptSchedule::make(const ParamLayout& layout, const ModelConfig& m) {
       if (contains(next, u)) kept.push_back(u);
     held = kept;
   };
-  for (int seg = 0; seg < S; ++seg)
-    visit(s.fwd_params[static_cast<size_t>(seg)],
-          seg + 1 < S ? s.fwd_params[static_cast<size_t>(seg + 1)]
-                      : (s.has_head ? s.fwd_params[static_cast<size_t>(seg)] : std::vector<int>{}),
+  for (int mod = 0; mod < S; ++mod)
+    visit(s.fwd_params[static_cast<size_t>(mod)],
+          mod + 1 < S ? s.fwd_params[static_cast<size_t>(mod + 1)]
+                      : (s.has_head ? s.fwd_params[static_cast<size_t>(mod)] : std::vector<int>{}),
           s.forward_order);
-  for (int seg = S - 1; seg >= 0; --seg)
-    visit(s.bwd_params[static_cast<size_t>(seg)], seg > 0 ? s.bwd_params[static_cast<size_t>(seg - 1)] : std::vector<int>{},
+  for (int mod = S - 1; mod >= 0; --mod)
+    visit(s.bwd_params[static_cast<size_t>(mod)], mod > 0 ? s.bwd_params[static_cast<size_t>(mod - 1)] : std::vector<int>{},
           s.backward_order);
   (void)m;
   return s;
@@ -306,7 +306,7 @@ void Gpt<T>::block_backward(Stash& s, int ll, const BlockW& bw, const BlockW& bg
   linear_backward<T>(mat(dfch_, 4 * Cl), bg.fcp_w, bg.fcp_b, mat(dproj_, C), mat(a.fch_gelu, 4 * Cl), bw.fcp_w);
   gelu_backward<T>(sub(dfch_, 4 * Cl), sub(dfch_, 4 * Cl), sub(a.fch, 4 * Cl));
   linear_backward<T>(mat(dln_, C), bg.fc_w, bg.fc_b, mat(dfch_, 4 * Cl), mat(a.ln2, C), bw.fc_w);
-  tp_sum(sub(dln_, C));  // column-parallel: the input gradient is a sum over tp pieces
+  tp_sum(sub(dln_, C));  // column-parallel: the input gradient is a sum over tp partitions
   layernorm_backward<T>(mat(dres_, C), bg.ln2_w, bg.ln2_b, mat(dln_, C), mat(a.res_mid, C), bw.ln2_w, a.ln2_mean,
                         a.ln2_rstd);
   Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
@@ -342,7 +342,7 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
   const int S = static_cast<int>(fp.size());
   drop(p, {});  // a forward without backward may have left the head held
   p.begin_pass(Pass::forward, sched_.forward_order);
-  int seg = 0;
+  int mod = 0;
   if (sched_.has_embed) {
     hold(p, fp[0]);
     const TensorSpec& wte = layout_.tensors()[static_cast<size_t>(t_wte_)];
@@ -354,18 +354,18 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
                          tp_rank_ == 0 ? View2<const T>(mat2(Pb, t_wpe_)) : View2<const T>(), B, seq_len);
     tp_sum(sub(s.res[0], C));
     dropout_apply<T>(sub(s.res[0], C), key(s, site(m_.n_layer, 0)));
-    drop(p, seg + 1 < S ? fp[static_cast<size_t>(seg + 1)] : std::vector<int>{});
-    ++seg;
+    drop(p, mod + 1 < S ? fp[static_cast<size_t>(mod + 1)] : std::vector<int>{});
+    ++mod;
   }
-  for (int ll = 0; ll < n_local_; ++ll, ++seg) {
-    hold(p, fp[static_cast<size_t>(seg)]);
-    block_forward(s, ll, block_weights(held_[static_cast<size_t>(fp[static_cast<size_t>(seg)][0])], ll));
-    const bool keep_for_head = seg + 1 < S;
-    drop(p, keep_for_head ? fp[static_cast<size_t>(seg + 1)] : std::vector<int>{});
+  for (int ll = 0; ll < n_local_; ++ll, ++mod) {
+    hold(p, fp[static_cast<size_t>(mod)]);
+    block_forward(s, ll, block_weights(held_[static_cast<size_t>(fp[static_cast<size_t>(mod)][0])], ll));
+    const bool keep_for_head = mod + 1 < S;
+    drop(p, keep_for_head ? fp[static_cast<size_t>(mod + 1)] : std::vector<int>{});
     p.progress();
   }
   if (!sched_.has_head) return 0.0;
-  hold(p, fp[static_cast<size_t>(seg)]);
+  hold(p, fp[static_cast<size_t>(mod)]);
   const T* Hb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit)];
   const T* Eb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wte_)].unit)];
   layernorm_forward<T>(mat(s.lnf, C), s.lnf_mean, s.lnf_rstd, mat(s.res[static_cast<size_t>(n_local_)], C),
@@ -382,7 +382,7 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
     tp_sum(View1<T>(s.stats.data(), static_cast<size_t>(2 * BT)));
     loss = cross_entropy_losses<T>(sub(s.losses, 1), sumexp, rmax, tlogit, targets);
   }
-  drop(p, for_backward ? fp[static_cast<size_t>(seg)] : std::vector<int>{});
+  drop(p, for_backward ? fp[static_cast<size_t>(mod)] : std::vector<int>{});
   return loss;
 }
 
@@ -395,14 +395,14 @@ void Gpt<T>::backward(UnitProvider<T>& p, T dloss, int stash) {
   auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
   const auto& bp = sched_.bwd_params;
   const int S = static_cast<int>(bp.size());
-  auto done = [&](int seg) {
-    for (int u : sched_.grads[static_cast<size_t>(seg)])
-      if (sched_.last_grad_segment[static_cast<size_t>(u)] == seg) p.grads_done(u);
+  auto done = [&](int mod) {
+    for (int u : sched_.grads[static_cast<size_t>(mod)])
+      if (sched_.last_grad_module[static_cast<size_t>(u)] == mod) p.grads_done(u);
   };
   p.begin_pass(Pass::backward, sched_.backward_order);
-  int seg = S - 1;
+  int mod = S - 1;
   if (sched_.has_head) {
-    hold(p, bp[static_cast<size_t>(seg)]);
+    hold(p, bp[static_cast<size_t>(mod)]);
     const int uE = layout_.tensors()[static_cast<size_t>(t_wte_)].unit, uH = layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit;
     const T* Eb = held_[static_cast<size_t>(uE)];
     const T* Hb = held_[static_cast<size_t>(uH)];
@@ -416,18 +416,18 @@ void Gpt<T>::backward(UnitProvider<T>& p, T dloss, int stash) {
     fill<T>(sub(dres_, C), T(0));
     layernorm_backward<T>(mat(dres_, C), vec(gH, t_lnf_w_), vec(gH, t_lnf_b_), mat(dln_, C),
                           mat(s.res[static_cast<size_t>(n_local_)], C), vec(Hb, t_lnf_w_), s.lnf_mean, s.lnf_rstd);
-    done(seg);
-    drop(p, seg > 0 ? bp[static_cast<size_t>(seg - 1)] : std::vector<int>{});
-    --seg;
+    done(mod);
+    drop(p, mod > 0 ? bp[static_cast<size_t>(mod - 1)] : std::vector<int>{});
+    --mod;
   }
-  for (int ll = n_local_ - 1; ll >= 0; --ll, --seg) {
-    const auto& need = bp[static_cast<size_t>(seg)];
+  for (int ll = n_local_ - 1; ll >= 0; --ll, --mod) {
+    const auto& need = bp[static_cast<size_t>(mod)];
     hold(p, need);
     const BlockW w = block_weights(held_[static_cast<size_t>(need[0])], ll);
     if (recompute_) block_forward(s, ll, w);  // same kernels, same dropout keys: bitwise the saved values
     block_backward(s, ll, w, block_weights(p.grads(need[0]), ll));
-    done(seg);
-    drop(p, seg > 0 ? bp[static_cast<size_t>(seg - 1)] : std::vector<int>{});
+    done(mod);
+    drop(p, mod > 0 ? bp[static_cast<size_t>(mod - 1)] : std::vector<int>{});
     p.progress();
   }
   if (sched_.has_embed) {

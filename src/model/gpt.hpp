@@ -13,10 +13,10 @@
 //   x = x + dropout(c_proj(attention(c_attn(ln_1(x)))));  x = x + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))
 // final LayerNorm; logits = ln_f(x) wte^T (LM head tied to the token embedding); cross entropy.
 //
-// Execution: the network is a sequence of *segments* (embedding, block 0 .. block L-1, head).
-// Before a segment runs, the units holding its parameters are acquired from the provider; after
-// it, units the next segment does not need are released (ZeRO-3 frees them). In backward, a
-// unit's gradient is reported complete (grads_done) after the last segment that adds to it, so
+// Execution: the network is a sequence of *modules* (embedding, block 0 .. block L-1, head).
+// Before a module runs, the units holding its parameters are acquired from the provider; after
+// it, units the next module does not need are released (ZeRO-3 frees them). In backward, a
+// unit's gradient is reported complete (grads_done) after the last module that adds to it, so
 // the provider can start reducing it while earlier units compute (ZeRO-2/3 overlap).
 // The tied embedding makes the "embed" unit needed by the head too: its parameters are acquired
 // twice per forward, and its gradient is complete only after the embedding's backward.
@@ -58,7 +58,7 @@ class UnitProvider {
   virtual void release(int unit) = 0;
   /// Gradient buffer of `unit` (its full size); backward adds to it.
   virtual T* grads(int unit) = 0;
-  /// No segment of this backward will add to `unit`'s gradient any more.
+  /// No module of this backward will add to `unit`'s gradient any more.
   virtual void grads_done(int unit) {}
   /// Called between kernels so non-blocking communication can progress.
   virtual void progress() {}
@@ -88,18 +88,18 @@ struct ForwardContext {
   bool train = false;               ///< dropout on (when model dropout > 0)
 };
 
-/// Which units each segment of this stage needs. Segments: the embedding (first stage only), the
+/// Which units each module of this stage needs. Modules: the embedding (first stage only), the
 /// stage's blocks, the head (last stage only).
 struct GptSchedule {
   bool has_embed = false, has_head = false;
-  std::vector<int> layers;                   ///< global index of each block segment's block
-  std::vector<std::vector<int>> fwd_params;  ///< units whose parameters a segment's forward reads
+  std::vector<int> layers;                   ///< global index of each block module's block
+  std::vector<std::vector<int>> fwd_params;  ///< units whose parameters a module's forward reads
   std::vector<std::vector<int>> bwd_params;  ///< ... its backward reads (the embedding needs none)
   std::vector<std::vector<int>> grads;       ///< units whose gradients its backward writes
-  std::vector<int> last_grad_segment;        ///< per unit: the backward segment that completes its gradient
+  std::vector<int> last_grad_module;        ///< per unit: the backward module that completes its gradient
   std::vector<int> forward_order;            ///< units in the order a forward acquires them
   std::vector<int> backward_order;           ///< ... a backward (after a training forward) acquires them
-  std::vector<int> special_units;            ///< units of the embedding and head segments (not blocks)
+  std::vector<int> special_units;            ///< units of the embedding and head modules (not blocks)
   static GptSchedule make(const ParamLayout& layout, const ModelConfig& m);
 };
 
@@ -139,7 +139,7 @@ class Gpt {
   View1<T> output_grad();
   /// (B*T*C) gradient of this stage's input after backward() on a non-first stage (until the next backward).
   View1<const T> input_grad() const;
-  /// Last stage: this tp rank's logits (B*T, V_piece) of the stash's forward (before its backward,
+  /// Last stage: this tp rank's logits (B*T, V_part) of the stash's forward (before its backward,
   /// which overwrites them). With tp = 1 these are all logits.
   View2<const T> logits(int stash = 0) const;
 
@@ -191,7 +191,7 @@ class Gpt {
   GptSchedule sched_;
   Communicator* tp_;
   int tp_size_, tp_rank_;
-  int C_, Cl_, NHl_, Vp_, vocab_start_, vocab_rows_;  // full width, tp-local widths, vocab piece
+  int C_, Cl_, NHl_, Vp_, vocab_start_, vocab_rows_;  // full width, tp-local widths, vocab partition
   int n_local_;
   int max_B_, max_T_;
   bool recompute_;

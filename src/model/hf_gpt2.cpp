@@ -1,6 +1,7 @@
 #include "model/hf_gpt2.hpp"
 
 #include "core/json.hpp"
+#include "core/tokenizer_kind.hpp"
 
 #include <cstring>
 
@@ -31,7 +32,7 @@ std::string hf_gpt2_config_json(const ModelConfig& m, const std::string& tokeniz
   kv("tie_word_embeddings", "true");
   kv("bias", m.bias ? "true" : "false");
   kv("torch_dtype", json_str(dtype));
-  if (tokenizer == "gpt2") {
+  if (parse_tokenizer_kind(tokenizer) == TokenizerKind::gpt2) {  // GPT-2 BPE ids: its end-of-text token
     kv("bos_token_id", "50256");
     kv("eos_token_id", "50256");
   }

@@ -4,7 +4,7 @@
 // Layer: model. Local (pure bookkeeping, no allocation).
 // A rank holds the tensors of its pipeline stage (embedding on the first stage, its blocks, the
 // final LayerNorm and a copy of the tied embedding on the last), each cut to its tensor-parallel
-// piece (Megatron-LM, Shoeybi et al. 2019, sec. 3): split_dim 0 = column-parallel rows (QKV and
+// partition (Megatron-LM, Shoeybi et al. 2019, sec. 3): split_dim 0 = column-parallel rows (QKV and
 // MLP-up, whose heads/columns are divided over tp) or vocab-parallel rows (wte); split_dim 1 =
 // row-parallel columns (attention and MLP output projections); -1 = replicated over tp (LayerNorms,
 // row-parallel biases, wpe). split_groups = 3 for c_attn: its dim 0 holds [q | k | v], each block
@@ -14,8 +14,8 @@
 // *sharding units* (what ZeRO slices and gathers). Tensor names and global shapes follow nanoGPT's
 // model.py, so a checkpoint maps onto a PyTorch GPT without renaming.
 //
-// Invariants: all split dimensions divide by tp except the vocabulary, whose pieces are
-// ceil(V / tp) rows with the padding at the end of the last pieces (zero, never trained, never
+// Invariants: all split dimensions divide by tp except the vocabulary, whose partitions are
+// ceil(V / tp) rows with the padding at the end of the last partitions (zero, never trained, never
 // checkpointed); initial values are a pure function of (seed, name, global element index), so any
 // layout initialises the same model.
 #pragma once
@@ -32,7 +32,7 @@ namespace trident {
 
 enum class InitKind { normal, zeros, ones };
 
-/// This rank's part of the model: its tensor-parallel piece and its pipeline stage's blocks.
+/// This rank's part of the model: its tensor-parallel partition and its pipeline stage's blocks.
 struct ModelPart {
   int tp_size = 1, tp_rank = 0;
   int pp_size = 1, pp_rank = 0;
@@ -49,10 +49,10 @@ struct ModelPart {
 struct TensorSpec {
   std::string name;                       ///< nanoGPT name, e.g. "transformer.h.0.attn.c_attn.weight"
   std::vector<std::int64_t> global_shape; ///< shape of the whole tensor (PyTorch order, row-major)
-  std::vector<std::int64_t> shape;        ///< shape of this rank's tp piece (vocab pieces padded)
+  std::vector<std::int64_t> shape;        ///< shape of this rank's tp partition (vocab partitions padded)
   std::int64_t offset = 0;                ///< first element in the flat buffer
-  std::int64_t numel = 0;                 ///< elements of the local piece (padding included)
-  std::int64_t valid = 0;                 ///< leading elements of the piece that are real (numel but for vocab padding)
+  std::int64_t numel = 0;                 ///< elements of the local partition (padding included)
+  std::int64_t valid = 0;                 ///< leading elements of the partition that are real (numel but for vocab padding)
   int unit = 0;                           ///< index of its sharding unit
   bool decay = false;                     ///< AdamW weight decay applies (2-D weights and embeddings)
   InitKind init = InitKind::zeros;
@@ -108,12 +108,12 @@ class ParamLayout {
   ModelPart part_;
 };
 
-/// Writes the initial value of tensor t's local tp piece into dst (t.numel elements): real
+/// Writes the initial value of tensor t's local tp partition into dst (t.numel elements): real
 /// elements from their global indices, padding zero. Local.
 template <class T>
 void init_tensor(View1<T> dst, const TensorSpec& t, int tp_size, int tp_rank, std::uint64_t seed);
 
-/// Writes elements [begin, begin + dst.extent(0)) of tensor t's local piece (any sub-range: a ZeRO
+/// Writes elements [begin, begin + dst.extent(0)) of tensor t's local partition (any sub-range: a ZeRO
 /// shard never materialises the whole tensor). Local.
 template <class T>
 void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, int tp_size, int tp_rank,

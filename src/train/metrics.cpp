@@ -18,7 +18,7 @@ namespace trident {
 namespace {
 const char* kHeader =
     "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
-    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,segment";
+    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg";
 
 std::string format_row(const MetricsRow& r) {
   std::string val = r.has_val ? log::format("%.9g", r.val_loss) : "";
@@ -68,29 +68,29 @@ std::string last_field(const std::string& line) {
 }  // namespace
 
 MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& lineage,
-                       const std::string& segment)
-    : path_(path), segment_(segment) {
-  // (segment, first step) pairs; segment k trained the steps (first_k, first_{k+1}].
-  std::vector<std::pair<std::string, std::int64_t>> segs;
+                       const std::string& leg)
+    : path_(path), leg_(leg) {
+  // (leg, first step) pairs; leg k trained the steps (first_k, first_{k+1}].
+  std::vector<std::pair<std::string, std::int64_t>> legs;
   std::stringstream ss(lineage);
   std::string item;
   while (std::getline(ss, item, ';')) {
     const auto at = item.find('@');
-    if (at != std::string::npos) segs.emplace_back(item.substr(0, at), std::atoll(item.c_str() + at + 1));
+    if (at != std::string::npos) legs.emplace_back(item.substr(0, at), std::atoll(item.c_str() + at + 1));
   }
-  if (segs.empty() || keep_until_step < 0) {  // a new run, or a checkpoint without a lineage
+  if (legs.empty() || keep_until_step < 0) {  // a new run, or a checkpoint without a lineage
     *this = MetricsCsv(path, keep_until_step);
-    segment_ = segment;
+    leg_ = leg;
     return;
   }
-  const std::int64_t s0 = segs.front().second;
+  const std::int64_t s0 = legs.front().second;
   auto in_lineage = [&](const std::string& line) {
     const std::int64_t st = std::atoll(line.c_str());
     if (st > keep_until_step) return false;
     const std::string sg = last_field(line);
-    for (size_t k = 0; k < segs.size(); ++k) {
-      const std::int64_t end = k + 1 < segs.size() ? segs[k + 1].second : keep_until_step;
-      if (segs[k].first == sg && st > segs[k].second && st <= end) return true;
+    for (size_t k = 0; k < legs.size(); ++k) {
+      const std::int64_t end = k + 1 < legs.size() ? legs[k + 1].second : keep_until_step;
+      if (legs[k].first == sg && st > legs[k].second && st <= end) return true;
     }
     return false;
   };
@@ -116,7 +116,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   else std::remove(aside.c_str());
 }
 
-std::string new_segment_id() {
+std::string new_leg_id() {
   const auto ns = std::chrono::steady_clock::now().time_since_epoch().count() ^
                   std::chrono::system_clock::now().time_since_epoch().count();
   const std::uint64_t x = static_cast<std::uint64_t>(ns) * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(::getpid()) << 17;
@@ -160,7 +160,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   rewrite(path_, header, lines);
 }
 
-void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "," + segment_ + "\n"); }
+void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "," + leg_ + "\n"); }
 
 void MetricsCsv::append(const std::string& lines) {
   std::ofstream out(path_, std::ios::app);

@@ -7,16 +7,17 @@
 // over all axes during the step (ring model, see parallel/communicator.hpp), and bubble, the
 // measured pipeline bubble fraction (mean over stages; 0 with pp = 1). val_loss is empty
 // where the step was not evaluated. peak_mem_mib is the process's peak resident set size. The
-// last column, segment, names the invocation of `trident train` that trained the step (see
+// last column, leg, names the invocation of `trident train` that trained the step (see
 // Lineage below). Every row is flushed when written, so a killed job keeps its metrics up to
 // the last completed step.
 //
-// Lineage: every invocation is a segment with a random id; a checkpoint records the segments
-// that led to it ("id@first_step;id@first_step;...", attribute `lineage`). On resume,
-// metrics.csv keeps exactly the rows of the resumed checkpoint's lineage (from metrics.csv and
-// metrics.superseded.csv together), so that after branches, abandoned branches and crashes it
-// always describes the history of the state being trained; every other row is kept in
-// metrics.superseded.csv.
+// Lineage: every invocation of `trident train` is a *leg* of the run, with a random id; a
+// checkpoint records the legs that led to it ("id@first_step;id@first_step;...", attribute
+// `lineage`). On resume, metrics.csv keeps exactly the rows of the resumed checkpoint's lineage
+// (from metrics.csv and metrics.superseded.csv together), so that after branches, abandoned
+// branches and crashes it always describes the history of the state being trained; every other
+// row is kept in metrics.superseded.csv. Files written before the column was called `leg` (it
+// was `segment`) are read the same way: the id is the last field of a row.
 #pragma once
 
 #include <cstdint>
@@ -44,10 +45,10 @@ class MetricsCsv {
   /// abandoned) are moved to <name>.superseded.csv (appended). Throws IoError.
   MetricsCsv(const std::string& path, std::int64_t keep_until_step);
   /// A resumed run's metrics with lineage (above): `lineage` is the resumed checkpoint's
-  /// ("" for a checkpoint without one: then the rule of the constructor above), `segment` this
-  /// invocation's id, written in the segment column of every new row. Throws IoError.
+  /// ("" for a checkpoint without one: then the rule of the constructor above), `leg` this
+  /// invocation's id, written in the leg column of every new row. Throws IoError.
   MetricsCsv(const std::string& path, std::int64_t keep_until_step, const std::string& lineage,
-             const std::string& segment);
+             const std::string& leg);
   /// Appends one row and flushes it.
   void write(const MetricsRow& r);
 
@@ -59,12 +60,12 @@ class MetricsCsv {
 
  private:
   std::string path_;
-  std::string segment_;
+  std::string leg_;
 };
 
-/// A new segment id: 8 hex digits from the clock and the process id. Local.
-std::string new_segment_id();
-/// `lineage` extended by segment `id` starting after step `step` ("" -> "id@step"); at most the
+/// A new leg id: 8 hex digits from the clock and the process id. Local.
+std::string new_leg_id();
+/// `lineage` extended by leg `id` starting after step `step` ("" -> "id@step"); at most the
 /// newest 200 entries are kept (older rows then fall back to the step rule).
 std::string extend_lineage(const std::string& lineage, const std::string& id, std::int64_t step);
 

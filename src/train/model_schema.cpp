@@ -30,7 +30,7 @@ ModelSchema gpt_model_schema() {
 
 CheckpointStateFactory model_state_factory() {
   return [](const Config& cfg, const ProcessGrid& grid) -> std::unique_ptr<CheckpointState> {
-    if (cfg.train.dtype == "double") return std::make_unique<ModelState<double>>(cfg, grid);
+    if (cfg.train.dtype == Precision::f64) return std::make_unique<ModelState<double>>(cfg, grid);
     return std::make_unique<ModelState<float>>(cfg, grid);
   };
 }

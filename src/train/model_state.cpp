@@ -138,7 +138,7 @@ RunState ModelState<T>::load(const std::string& path) {
         throw CheckpointError("it holds no '" + kind + "' arrays");
     if (rd.dtype() != dtype_of<T>())
       log::warn("checkpoint '%s' holds %s values; converting to this run's [train] dtype = %s (resume is not bitwise)",
-                path.c_str(), rd.dtype() == DataType::f64 ? "float64" : "float32", cfg_.train.dtype.c_str());
+                path.c_str(), rd.dtype() == DataType::f64 ? "float64" : "float32", name_of(cfg_.train.dtype));
     if (meta.seed != cfg_.train.seed)
       log::warn("checkpoint seed %lld differs from [train] seed = %lld: data order and dropout continue with the new seed",
                 static_cast<long long>(meta.seed), static_cast<long long>(cfg_.train.seed));
@@ -148,7 +148,7 @@ RunState ModelState<T>::load(const std::string& path) {
   });
   run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
     // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
-    // put them (the index maps tensors to shards; read_tensor_piece maps tp pieces), so any
+    // put them (the index maps tensors to shards; read_tp_partition maps tp partitions), so any
     // dp x tp x pp layout and ZeRO stage can resume any other.
     auto p_h = Kokkos::create_mirror_view(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
     auto m_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg().view());

@@ -1,5 +1,5 @@
 // train/model_state.hpp: one rank's part of the model state -- its layout (pipeline stage and
-// tensor-parallel piece), its communicators and its ZeRO engine -- and the conversion of that
+// tensor-parallel partition), its communicators and its ZeRO engine -- and the conversion of that
 // state to and from checkpoints.
 //
 // Layer: train. Used by the Trainer (with a model and data around it) and, as the checkpoint

@@ -19,12 +19,11 @@
 // in flight its own activation stash.
 #pragma once
 
+#include "core/config.hpp"
+
 #include <vector>
 
 namespace trident {
-
-/// Which pipeline schedule a stage follows ([parallel] pp_schedule).
-enum class PipelineScheduleKind { gpipe, one_f_one_b };
 
 /// One step of a stage's schedule: the forward or the backward pass of one micro-batch.
 struct PipelineAction {

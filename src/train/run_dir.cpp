@@ -36,7 +36,7 @@ RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const CheckpointDi
     deck << opt.deck_ini;
     if (!deck) throw IoError("cannot write " + (fs::path(opt.out_dir) / "deck.ini").string());
     metrics_ = std::make_unique<MetricsCsv>((fs::path(opt.out_dir) / "metrics.csv").string(), opt.resumed_step,
-                                            opt.lineage, opt.segment);
+                                            opt.lineage, opt.leg);
     if (opt.sample_log)
       sample_log_ = std::make_unique<SampleLogCsv>((fs::path(opt.out_dir) / "samples.csv").string(), opt.resumed_step);
     // Find an unwritable checkpoint directory or a file system without lock support now, not at

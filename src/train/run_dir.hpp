@@ -35,7 +35,7 @@ struct RunDirOptions {
   std::string deck_ini;            ///< the resolved deck (Config::to_ini), written to deck.ini
   std::int64_t resumed_step = -1;  ///< step of the resumed checkpoint, -1 for a run from step 0
   std::string lineage;             ///< the resumed checkpoint's lineage (train/metrics.hpp)
-  std::string segment;             ///< this invocation's segment id
+  std::string leg;                 ///< this invocation's leg id (train/metrics.hpp)
   bool sample_log = false;         ///< [data] sample_log: also open samples.csv
   bool file_locking = true;        ///< [checkpoint] file_locking, for the checkpoint directory probe
 };

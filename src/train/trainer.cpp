@@ -49,8 +49,7 @@ int micro_batches(const Config& cfg) {
   return static_cast<int>(cfg.train.global_batch_size / (cfg.parallel.dp * cfg.train.micro_batch_size));
 }
 PipelineSchedule pipeline_schedule(const Config& cfg, int pp_rank) {
-  const PipelineScheduleKind kind =
-      cfg.parallel.pp_schedule == "gpipe" ? PipelineScheduleKind::gpipe : PipelineScheduleKind::one_f_one_b;
+  const PipelineScheduleKind kind = cfg.parallel.pp_schedule;
   return PipelineSchedule(kind, micro_batches(cfg), cfg.parallel.pp, pp_rank);
 }
 
@@ -65,7 +64,7 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
       n_micro_(micro_batches(cfg)),
       pipeline_(pipeline_schedule(cfg, grid.pp_rank())),
       gpt_(cfg.model, state_.layout(), &grid.tp_comm(), static_cast<int>(cfg.train.micro_batch_size),
-           cfg.model.block_size, cfg.train.activation_checkpointing == "block", pipeline_.stashes()),
+           cfg.model.block_size, cfg.train.activation_checkpointing == Recompute::block, pipeline_.stashes()),
       sampler_(static_cast<std::uint64_t>(cfg.train.seed), data.size("train"), cfg.model.block_size),
       tokens_("trident::tokens",
               static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)),
@@ -313,10 +312,10 @@ MemoryBytes predict_memory(const Config& cfg) {
         ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks, ModelPart::make(cfg.model, cfg.parallel, 0, pp_rank));
     const GptSchedule sched = GptSchedule::make(layout, cfg.model);
     const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
-    const bool dbl = cfg.train.dtype == "double";
+    const bool dbl = cfg.train.dtype == Precision::f64;
     MemoryBytes b = dbl ? ZeroEngine<double>::plan(layout, sched, ZeroOptions::from(cfg), S, 0)
                         : ZeroEngine<float>::plan(layout, sched, ZeroOptions::from(cfg), S, 0);
-    const bool recompute = cfg.train.activation_checkpointing == "block";
+    const bool recompute = cfg.train.activation_checkpointing == Recompute::block;
     const int mb = static_cast<int>(cfg.train.micro_batch_size);
     const int stashes = pipeline_schedule(cfg, pp_rank).stashes();
     const std::int64_t acts =
@@ -343,10 +342,10 @@ void print_memory_prediction(const Config& cfg) {
   const int z = cfg.parallel.zero_stage;
   std::printf("predicted memory per rank for %s: dp=%d (shard groups of %d) tp=%d pp=%d, ZeRO stage %d, %s params\n",
               cfg.deck_name.c_str(), cfg.parallel.dp, S, cfg.parallel.tp, cfg.parallel.pp, z,
-              cfg.train.param_dtype.c_str());
+              name_of(cfg.train.param_dtype));
   std::printf("model: %.0f parameters (%.2fM), micro-batch %lld x %d tokens, activation checkpointing %s\n", psi,
               psi / 1e6, static_cast<long long>(cfg.train.micro_batch_size), cfg.model.block_size,
-              cfg.train.activation_checkpointing.c_str());
+              name_of(cfg.train.activation_checkpointing));
   std::int64_t total = 0;
   for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
     std::printf("  %-12s %12.2f MiB\n", mem_category_name(static_cast<MemCategory>(c)),
@@ -446,29 +445,28 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   }
   const std::int64_t resumed_step = resume_from.empty() ? -1 : trainer.step();
 
-  // This invocation's segment id (rank 0's, the same on every rank): metrics rows and the
+  // This invocation's leg id (rank 0's, the same on every rank): metrics rows and the
   // lineage of the checkpoints it writes name it (train/metrics.hpp).
-  std::string segment = world.rank() == 0 ? new_segment_id() : std::string(8, ' ');
-  segment.resize(8, ' ');
-  world.broadcast(segment.data(), segment.size(), DataType::u8, 0);
+  std::string leg = world.rank() == 0 ? new_leg_id() : std::string();
+  broadcast_string(world, leg);
   check_run_dir(world, cfg.train.out_dir, ckdir, opt.resume);
   RunDirOptions run_dir_opt;
   run_dir_opt.out_dir = cfg.train.out_dir;
   run_dir_opt.deck_ini = cfg.to_ini();
   run_dir_opt.resumed_step = resumed_step;
   run_dir_opt.lineage = trainer.lineage();
-  run_dir_opt.segment = segment;
+  run_dir_opt.leg = leg;
   run_dir_opt.sample_log = cfg.data.sample_log;
   run_dir_opt.file_locking = cfg.checkpoint.file_locking;
   const RunDir run_dir(world, run_dir_opt, ckdir);
 
-  trainer.begin_segment(segment);
+  trainer.begin_leg(leg);
   const ModelConfig& m = cfg.model;
   const double peak = cfg.train.peak_tflops > 0 ? cfg.train.peak_tflops * 1e12 : measure_gemm_flops();
   const double tokens_per_step = static_cast<double>(cfg.train.global_batch_size) * m.block_size;
   const double fpt = flops_per_token(m);
   log::info("Trident %s (git %s) | %s | %s", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT, grid.describe().c_str(),
-            cfg.train.dtype.c_str());
+            name_of(cfg.train.dtype));
   log::info("model: %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters",
             m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "on" : "off", m.dropout,
             human(static_cast<double>(ParamLayout::gpt(m).numel())).c_str());
@@ -492,15 +490,15 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       cats += log::format("%s%s %.1f", c ? ", " : "", mem_category_name(static_cast<MemCategory>(c)),
                           static_cast<double>(MemoryLedger::current(static_cast<MemCategory>(c))) / (1024.0 * 1024.0));
     log::info("memory per rank (MiB): %s | ZeRO stage %d%s%s, predicted total %.1f MiB", cats.c_str(),
-              cfg.parallel.zero_stage, cfg.train.param_dtype == "bf16" ? ", bf16 params" : "",
-              cfg.train.activation_checkpointing == "block" ? ", recompute" : "",
+              cfg.parallel.zero_stage, cfg.train.param_dtype == Precision::bf16 ? ", bf16 params" : "",
+              cfg.train.activation_checkpointing == Recompute::block ? ", recompute" : "",
               static_cast<double>(std::accumulate(pred.begin(), pred.end(), std::int64_t{0})) / (1024.0 * 1024.0));
   }
   TrainerCheckpointSaver<T> saver(trainer, ckdir, world, cfg);
   CheckpointPolicyOptions checkpoint_opt;
   checkpoint_opt.interval = cfg.checkpoint.interval;
   checkpoint_opt.save_final = cfg.checkpoint.save_final;
-  checkpoint_opt.continue_on_error = cfg.checkpoint.on_error == "continue";
+  checkpoint_opt.continue_on_error = cfg.checkpoint.on_error == OnSaveError::keep_training;
   CheckpointPolicy checkpoints(saver, checkpoint_opt, resumed_step, world.rank());
   install_stop_signal_handlers();
 
@@ -554,7 +552,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     }
     if (run_dir.metrics()) run_dir.metrics()->write(row);
     if (cfg.data.sample_log && grid.tp_rank() == 0 && grid.pp_rank() == 0) {
-      // What every dp rank actually loaded (the first stage's ranks of tp piece 0), to world rank 0.
+      // What every dp rank actually loaded (the first stage's ranks of tp partition 0), to world rank 0.
       const std::vector<std::int64_t>& mine = trainer.loaded_samples();
       std::vector<std::int64_t> all(mine.size() * static_cast<size_t>(grid.dp_size()));
       grid.dp_comm().all_gather(mine.data(), all.data(), mine.size(), DataType::i64);
@@ -589,7 +587,7 @@ int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt) {
                         std::to_string(cfg.model.block_size + 1));
   });
   ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
-  if (cfg.train.dtype == "double") return train_loop<double>(cfg, grid, *data, opt, wall);
+  if (cfg.train.dtype == Precision::f64) return train_loop<double>(cfg, grid, *data, opt, wall);
   return train_loop<float>(cfg, grid, *data, opt, wall);
 }
 

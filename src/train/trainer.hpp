@@ -51,7 +51,7 @@ struct EvalResult {
 template <class T>
 class Trainer {
  public:
-  /// Builds this rank's part of the model (its pipeline stage, its tensor-parallel piece) and its
+  /// Builds this rank's part of the model (its pipeline stage, its tensor-parallel partition) and its
   /// ZeRO engine for `cfg` (validated; model.vocab_size resolved) on `grid`, and initialises the
   /// parameters from the seed (the same model at any layout). Collective over the grid.
   Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data);
@@ -94,10 +94,11 @@ class Trainer {
   /// Step, data position, last LR and tokenizer: what a checkpoint records besides the model.
   RunState run_state() const;
 
-  /// The segments of training that led to the current state (RunState::lineage).
+  /// The legs of training (invocations of `trident train`) that led to the current state
+  /// (RunState::lineage).
   const std::string& lineage() const { return lineage_; }
-  /// Records that segment `id` (this invocation) trains from the current step on. Local.
-  void begin_segment(const std::string& id) { lineage_ = extend_lineage(lineage_, id, step_); }
+  /// Records that leg `id` (this invocation) trains from the current step on. Local.
+  void begin_leg(const std::string& id) { lineage_ = extend_lineage(lineage_, id, step_); }
 
   /// Restores parameters, moments, step and data position from `path`. Collective over the grid.
   /// Throws CheckpointError (collective) when the file belongs to another model or layout.

@@ -15,8 +15,8 @@ ZeroOptions ZeroOptions::from(const Config& cfg) {
   o.stage = cfg.parallel.zero_stage;
   o.prefetch = cfg.parallel.prefetch;
   o.overlap_reduce = cfg.parallel.overlap_reduce;
-  o.bf16_params = cfg.train.param_dtype == "bf16";
-  o.bf16_reduce = cfg.train.reduce_dtype == "bf16";
+  o.bf16_params = cfg.train.param_dtype == Precision::bf16;
+  o.bf16_reduce = cfg.train.reduce_dtype == Precision::bf16;
   return o;
 }
 
@@ -53,7 +53,7 @@ struct Geometry {
       max_piece = std::max(max_piece, s);
       max_unit = std::max(max_unit, n);
     }
-    // Slots: one for each unit of the embedding and head segments, two alternating for block units.
+    // Slots: one for each unit of the embedding and head modules, two alternating for block units.
     slot_of.assign(static_cast<size_t>(U), 0);
     const auto& special = sched.special_units;
     int k = 0;

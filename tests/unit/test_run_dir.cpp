@@ -70,7 +70,7 @@ RunDirOptions run_dir_options(const std::string& out_dir) {
   RunDirOptions o;
   o.out_dir = out_dir;
   o.deck_ini = "[train]\nmax_steps = 5\n";
-  o.segment = "aaaaaaaa";
+  o.leg = "aaaaaaaa";
   return o;
 }
 
@@ -133,7 +133,7 @@ TEST(RunDir, OpenWritesTheDeckOpensTheCsvFilesAndCreatesTheCheckpointDirectory) 
     }
     world().barrier();
     EXPECT_EQ(csv_steps(out + "/metrics.csv"), std::vector<std::int64_t>{1});
-    EXPECT_NE(read_file(out + "/metrics.csv").find(",aaaaaaaa\n"), std::string::npos);  // the segment column
+    EXPECT_NE(read_file(out + "/metrics.csv").find(",aaaaaaaa\n"), std::string::npos);  // the leg column
   }
   world().barrier();
   const std::string out2 = fresh_dir("rd_open_no_samples");
@@ -173,7 +173,7 @@ TEST(RunDir, OpenKeepsTheMetricsRowsUpToTheResumedStep) {
   RunDirOptions resumed = run_dir_options(out);
   resumed.resumed_step = 3;
   resumed.lineage = "aaaaaaaa@0";
-  resumed.segment = "bbbbbbbb";
+  resumed.leg = "bbbbbbbb";
   { const RunDir second(world(), resumed, ckdir); }
   world().barrier();
   EXPECT_EQ(csv_steps(out + "/metrics.csv"), (std::vector<std::int64_t>{1, 2, 3}));

@@ -1,0 +1,33 @@
+#include "core/tokenizer_kind.hpp"
+
+namespace trident {
+
+const std::vector<TokenizerKindInfo>& tokenizer_kinds() {
+  static const std::vector<TokenizerKindInfo> kinds = {
+      {TokenizerKind::character, "char", true, true, true},
+      {TokenizerKind::byte, "byte", true, true, true},
+      {TokenizerKind::gpt2, "gpt2", false, false, false},
+  };
+  return kinds;
+}
+
+const TokenizerKindInfo& tokenizer_info(TokenizerKind kind) { return tokenizer_kinds()[static_cast<size_t>(kind)]; }
+
+const char* name_of(TokenizerKind kind) { return tokenizer_info(kind).name; }
+
+std::optional<TokenizerKind> parse_tokenizer_kind(const std::string& name) {
+  for (const TokenizerKindInfo& k : tokenizer_kinds())
+    if (name == k.name) return k.kind;
+  return std::nullopt;
+}
+
+std::string tokenizer_kind_names(bool from_text_only) {
+  std::vector<const char*> names;
+  for (const TokenizerKindInfo& k : tokenizer_kinds())
+    if (!from_text_only || k.from_text) names.push_back(k.name);
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
+  return s;
+}
+
+}  // namespace trident
