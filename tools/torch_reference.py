@@ -7,8 +7,8 @@ Run with Debian's torch (/usr/bin/python3; the python3 first on PATH has no torc
 
 CKPT.h5 is a Trident checkpoint, DUMP.h5 what `trident_gpt_dump` wrote for it (tokens, targets, loss,
 logits, grad/<tensor>). This script reads the checkpoint through its documented file layout only
-(the header comment of src/io/checkpoint_file.hpp), never through Trident code, so a bug in
-Trident's checkpoint reader cannot hide a bug in its model. It rebuilds nanoGPT's GPT (model.py) in
+(tools/trident_ckpt.py, h5py), never through Trident code, so a bug in Trident's checkpoint
+reader cannot hide a bug in its model. It rebuilds nanoGPT's GPT (model.py) in
 PyTorch, runs the dumped batch and compares loss, logits and every parameter gradient:
 
     max |trident - torch| <= tol * max |torch|      per tensor, tol = 1e-5 for fp32
@@ -25,67 +25,32 @@ import configparser
 import math
 import sys
 
+import os
+
 import h5py
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import trident_ckpt  # noqa: E402  (the documented checkpoint reader, beside this script)
+
 
 # --------------------------------------------------------------------------------------------
 # Checkpoint reading, from the file layout alone
 # --------------------------------------------------------------------------------------------
 
-def _text(v):
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def load_checkpoint(path):
-    """Returns (model hyperparameters, {tensor name: numpy array of its global shape})."""
-    with h5py.File(path, "r") as f:
-        a = f.attrs
-        if _text(a.get("format", b"")) != "trident-checkpoint":
-            raise ValueError(f"{path}: not a Trident checkpoint (no format = trident-checkpoint)")
-        if int(a["format_version"]) != 1:
-            raise ValueError(f"{path}: format_version {int(a['format_version'])}; this script reads 1")
-        hp = {k: int(a["model_" + k]) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")}
-        hp["bias"] = bool(hp["bias"])
-        hp["dropout"] = float(a["model_dropout"]) if "model_dropout" in a else 0.0
-        check_deck(_text(f["config"][()]), hp, path)
-
-        tensors = f["index/tensors"][()]
-        segments = f["index/segments"][()]
-        shards = f["index/shards"][()]
-        shard_data = {}
-        for row, s in enumerate(shards):
-            name = f"pp{int(s['pp'])}_dp{int(s['dp'])}_tp{int(s['tp'])}"
-            d = f["shards/param/" + name][()]
-            if d.shape[0] != int(s["length"]):
-                raise ValueError(f"{path}: shard {name} holds {d.shape[0]} elements, index says {int(s['length'])}")
-            shard_data[row] = d
-
-    out = {}
-    for k, t in enumerate(tensors):
-        name = _text(t["name"])
-        shape = tuple(int(x) for x in t["shape"][: int(t["ndim"])])
-        numel = int(np.prod(shape)) if shape else 1
-        segs = segments[segments["tensor"] == k]
-        if int(t["split_dim"]) >= 0 and np.any(segs["tp_rank"] != 0):
-            # A tp-split tensor's pieces would need the [q|k|v] block interleave of split_groups
-            # undone; no tensor-parallel trainer writes checkpoints yet, so refuse rather than guess.
-            raise ValueError(f"{path}: tensor {name} is split over tensor-parallel ranks; not supported here")
-        segs = segs[segs["tp_rank"] == 0]
-        flat = np.empty(numel, dtype=np.float64)
-        covered = np.zeros(numel, dtype=np.int32)
-        for s in segs:
-            t0, s0, n = int(s["tensor_offset"]), int(s["shard_offset"]), int(s["count"])
-            flat[t0:t0 + n] = shard_data[int(s["shard"])][s0:s0 + n]
-            covered[t0:t0 + n] += 1
-        if np.any(covered != 1):
-            raise ValueError(f"{path}: the segments of {name} cover {np.sum(covered == 0)} elements never and "
-                             f"{np.sum(covered > 1)} more than once")
-        out[name] = flat.reshape(shape)
-    return hp, out
+    """Returns (model hyperparameters, {tensor name: numpy array (float64) of its global shape}),
+    read through the documented reader tools/trident_ckpt.py (h5py only; any layout)."""
+    ck = trident_ckpt.load(path, "param", dtype=np.float64)
+    a = ck.attrs
+    hp = {k: int(a["model_" + k]) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")}
+    hp["bias"] = bool(hp["bias"])
+    hp["dropout"] = float(a["model_dropout"]) if "model_dropout" in a else 0.0
+    check_deck(ck.config, hp, path)
+    return hp, ck.tensors
 
 
 def check_deck(text, hp, path):
