@@ -25,7 +25,8 @@ options:
   --version      print the version
 
 Exit status: 0 success (also an early stop on request), 1 runtime error, 2 bad deck or usage,
-3 stopped on SIGUSR1/SIGTERM after writing a checkpoint (the job script requeues).
+3 stopped on SIGUSR1/SIGTERM/SIGINT (Ctrl-C) after writing a checkpoint (the job script
+requeues; by hand, run the same command with --resume). A second Ctrl-C aborts at once.
 )";
 
 // glibc runs an executable's constructors with (argc, argv, envp) after the shared libraries are
@@ -42,7 +43,10 @@ int main(int argc, char** argv) {
   // resume): `train` records it from before main on (install_early_stop_handlers) and stops after
   // its first step. MPICH's MPI_Init installs its own SIGUSR1 handler, so ours goes back after it.
   trident::Runtime rt(argc, argv);
-  if (argc > 1 && std::strcmp(argv[1], "train") == 0) trident::install_stop_signal_handlers();
+  if (argc > 1 && std::strcmp(argv[1], "train") == 0) {
+    trident::install_stop_signal_handlers();
+    trident::set_stop_signal_quiet(rt.world_rank() != 0);  // Ctrl-C reaches every rank: one message
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     if (rt.world_rank() == 0) std::fputs(kUsage, args.empty() ? stderr : stdout);

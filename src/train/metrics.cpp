@@ -61,6 +61,18 @@ void rewrite(const std::string& path, const std::string& header, const std::vect
     throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
 }
 
+/// Says on the log how many rows of `path` a resume set aside in `aside`, and which steps.
+void report_set_aside(const std::string& path, const std::string& aside, const std::vector<std::string>& rows) {
+  if (rows.empty()) return;
+  std::int64_t lo = std::atoll(rows.front().c_str()), hi = lo;
+  for (const std::string& l : rows) {
+    lo = std::min<std::int64_t>(lo, std::atoll(l.c_str()));
+    hi = std::max<std::int64_t>(hi, std::atoll(l.c_str()));
+  }
+  log::info("%zu row(s) of %s (steps %lld-%lld) are not in the history of the state being trained: moved to %s",
+            rows.size(), path.c_str(), static_cast<long long>(lo), static_cast<long long>(hi), aside.c_str());
+}
+
 std::string last_field(const std::string& line) {
   const auto comma = line.rfind(',');
   return comma == std::string::npos ? std::string() : line.substr(comma + 1);
@@ -109,6 +121,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   }
   std::stable_sort(kept.begin(), kept.end(),
                    [](const std::string& a, const std::string& b) { return std::atoll(a.c_str()) < std::atoll(b.c_str()); });
+  report_set_aside(path_, aside, dropped);
   still_aside.insert(still_aside.end(), dropped.begin(), dropped.end());
   // metrics.csv first: a crash between the two renames leaves a row in both files, never in none.
   rewrite(path_, kHeader, kept);
@@ -155,6 +168,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     for (const auto& l : dropped) a << l << "\n";
     a.flush();
     if (!a) throw IoError("cannot write '" + aside + "'");
+    report_set_aside(path_, aside, dropped);
   }
   // Rewritten as a new file and renamed over the old one: a crash leaves one or the other whole.
   rewrite(path_, header, lines);

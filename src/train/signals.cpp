@@ -8,12 +8,50 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 namespace trident {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_stop_signal(int sig) { g_signal = sig; }
+volatile std::sig_atomic_t g_quiet = 0;
+
+void say(const char* msg, std::size_t n) {
+  if (!g_quiet) {
+    const ssize_t rc = ::write(2, msg, n);  // async-signal-safe; nothing to do if it fails
+    (void)rc;
+  }
+}
+
+extern "C" void on_stop_signal(int sig) {
+  if (sig == SIGINT) {
+    if (g_signal == SIGINT) {  // the second interrupt: the user wants out now
+      static const char msg[] = "trident: second interrupt: aborting without a checkpoint\n";
+      say(msg, sizeof msg - 1);
+      std::signal(SIGINT, SIG_DFL);
+      std::raise(SIGINT);
+      return;
+    }
+    static const char msg[] =
+        "trident: interrupt: stopping after this step with a checkpoint (interrupt again to abort)\n";
+    say(msg, sizeof msg - 1);
+    if (g_signal == 0) g_signal = SIGINT;  // a batch system's SIGTERM/SIGUSR1 already recorded wins
+    return;
+  }
+  g_signal = sig;
+}
 }  // namespace
+
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
+  }
+}
+
+void set_stop_signal_quiet(bool quiet) { g_quiet = quiet ? 1 : 0; }
 
 void install_stop_signal_handlers() {
   struct sigaction sa {};
@@ -22,6 +60,7 @@ void install_stop_signal_handlers() {
   sa.sa_flags = SA_RESTART;  // do not interrupt I/O or MPI calls in progress
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
   // A file-size limit (ulimit -f) must show as a write error the save reports (EFBIG), like a full
   // disk, not as a process killed by SIGXFSZ in the middle of a checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
@@ -35,7 +74,7 @@ void write_stop_file(long long step, int sig) {
   if (path == nullptr || *path == '\0') return;
   std::FILE* f = std::fopen(path, "w");
   bool ok = f != nullptr &&
-            std::fprintf(f, "step=%lld signal=%s\n", step, sig == SIGTERM ? "SIGTERM" : "SIGUSR1") > 0;
+            std::fprintf(f, "step=%lld signal=%s\n", step, stop_signal_name(sig)) > 0;
   if (f != nullptr && std::fclose(f) != 0) ok = false;
   if (!ok) log::warn("cannot write the stop file TRIDENT_STOP_FILE=%s (%s): the job script may not requeue", path,
                      std::strerror(errno));

@@ -10,12 +10,19 @@
 
 namespace trident {
 
-/// Exit status of a run that stopped on SIGUSR1/SIGTERM after writing a checkpoint: the job
-/// script requeues the job (jobscripts/train.sbatch).
+/// Exit status of a run that stopped on SIGUSR1/SIGTERM/SIGINT after writing a checkpoint: the
+/// job script requeues the job (jobscripts/train.sbatch); at a terminal, `--resume` continues.
 constexpr int kExitRequeue = 3;
 
-/// Installs the SIGUSR1 and SIGTERM handlers and ignores SIGXFSZ. Local; idempotent.
+/// Installs the SIGUSR1, SIGTERM and SIGINT handlers and ignores SIGXFSZ. Local; idempotent.
+/// SIGINT (Ctrl-C at a terminal, which reaches mpiexec and every rank) is a stop request like
+/// SIGTERM, announced on stderr; a second SIGINT aborts at once (the default action), without a
+/// checkpoint. A SIGTERM/SIGUSR1 already recorded is not replaced by a later SIGINT.
 void install_stop_signal_handlers();
+/// Silences the handler's SIGINT messages on this rank (all ranks but world rank 0). Local.
+void set_stop_signal_quiet(bool quiet);
+/// "SIGINT", "SIGTERM", "SIGUSR1" (else "a signal"). Local.
+const char* stop_signal_name(int sig);
 /// The number of the last stop signal received since installation, or 0. Local.
 int stop_signal_received();
 /// Forgets a received signal (tests). Local.

@@ -52,7 +52,8 @@ StopDecision StopPolicy::after_step(Communicator& world, std::int64_t step, int 
                                     double last_save_seconds) const {
   StopDecision d;
   d.step = step;
-  // Preemption: a SIGUSR1/SIGTERM on any rank stops every rank after this step, with a checkpoint.
+  // Preemption or Ctrl-C: a SIGUSR1/SIGTERM/SIGINT on any rank stops every rank after this step,
+  // with a checkpoint.
   const int sig = world.all_reduce_value<std::int32_t>(local_signal, ReduceOp::max);
   if (sig != 0) {
     d.reason = StopReason::signal;
@@ -86,8 +87,9 @@ int StopPolicy::finish(const StopDecision& d, bool final_saved, int world_rank) 
     const auto step = static_cast<long long>(d.step);
     switch (d.reason) {
       case StopReason::signal:
-        log::info("stopping after step %lld on %s; exit status %d asks the job script to requeue", step,
-                  d.signal == SIGTERM ? "SIGTERM" : "SIGUSR1", kExitRequeue);
+        log::info("stopping after step %lld on %s; exit status %d asks the job script to requeue (by hand: run "
+                  "the same command with --resume)",
+                  step, stop_signal_name(d.signal), kExitRequeue);
         // Some launchers (MPICH hydra's mpiexec after it forwarded the signal) exit 0 whatever the
         // ranks return, so the stop is also recorded in a file the job script names.
         if (world_rank == 0) write_stop_file(d.step, d.signal);
