@@ -27,7 +27,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
       "char: the sorted distinct characters of the text (nanoGPT's shakespeare_char); byte: the 256 byte "
       "values. Ignored for llm.c shards, which are GPT-2 tokens")(
       "output,o", po::value<std::string>(&opt.output), "the token file to write (HDF5)")(
-      "val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.1),
+      "val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.1, "0.1"),
       "fraction of the tokens (at the end) kept for validation")(
       "input", po::value<std::vector<std::string>>(&opt.inputs), "text files or llm.c .bin shards, in order");
   po::positional_options_description pos;
@@ -47,8 +47,9 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
   run_agreed(rt.world(), "", [&] {
     if (rt.world_rank() == 0) r = prep_token_file(opt);
   });
-  log::info("wrote %s: %s tokenizer, vocab %lld, %lld train + %lld val tokens", opt.output.c_str(), r.tokenizer.c_str(),
-            static_cast<long long>(r.vocab_size), static_cast<long long>(r.n_train), static_cast<long long>(r.n_val));
+  log::info("wrote %s: %s tokenizer, vocab %lld, %lld train + %lld val tokens (enough for [model] block_size up to %lld)",
+            opt.output.c_str(), r.tokenizer.c_str(), static_cast<long long>(r.vocab_size),
+            static_cast<long long>(r.n_train), static_cast<long long>(r.n_val), static_cast<long long>(r.n_train - 1));
   return 0;
 }
 

@@ -78,6 +78,10 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   }
   if (ids.empty()) throw ConfigError("the prompt is empty");
   if (rt.world_rank() != 0) return 0;  // generation is serial; other ranks only helped open the file
+  // On stderr, so that stdout holds the sample alone.
+  std::fprintf(stderr, "sampling from %s (step %lld, %s tokenizer, temperature %g, top-k %d, seed %llu)\n",
+               cm.path.c_str(), static_cast<long long>(cm.step), cm.tokenizer.c_str(), opt.temperature, opt.top_k,
+               static_cast<unsigned long long>(opt.seed));
   const ParamLayout layout = ParamLayout::gpt(m);
   Gpt<float> gpt(m, layout, 1, m.block_size);
   FlatProvider<float> params(layout, cm.store->params().data(), cm.store->grads().data());

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <deque>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -209,12 +210,98 @@ std::string describe_key(const std::string& dotted) {
   return "'" + dotted.substr(dot + 1) + "' in section [" + dotted.substr(0, dot) + "]";
 }
 
-Config parse_impl(std::istream& in, const std::string& source, const std::string& deck_name,
+/// Levenshtein distance of a and b (for "did you mean").
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+/// " (did you mean 'key' in section [s]?)" for the deck key closest to `dotted` ("section.key"):
+/// the same key in another section, or a key of the same section at most 2 edits away (3 for long
+/// names); "" when nothing is close.
+std::string did_you_mean(const Schema& schema, const std::string& dotted) {
+  const auto dot = dotted.find('.');
+  const std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
+  const std::string key = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+  const Key* best = nullptr;
+  std::size_t best_d = 0;
+  for (const Key& k : schema.keys()) {
+    std::size_t d = edit_distance(key, k.key) * 2 + (k.section == section ? 0 : 1);
+    if (best == nullptr || d < best_d) {
+      best = &k;
+      best_d = d;
+    }
+  }
+  const std::size_t limit = key.size() >= 8 ? 3 : 2;
+  if (best == nullptr || best_d > 2 * limit + 1) return "";
+  return " (did you mean '" + best->key + "' in section [" + best->section + "]?)";
+}
+
+/// 1-based number of the first line of deck `text` that is not blank, a comment, a [section]
+/// header or a key = value line (0 when every line is one of those); its text in `line`.
+int first_bad_line(const std::string& text, std::string& line) {
+  std::istringstream in(text);
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    const auto b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#' || line[b] == ';') continue;
+    if (line[b] == '[') {
+      if (line.find(']', b) == std::string::npos) return n;
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || eq == b) return n;
+  }
+  return 0;
+}
+
+/// 1-based line of deck `text` that sets key `key` (within its section), 0 if none is found.
+int line_of_key(const std::string& text, const std::string& dotted) {
+  const auto dot = dotted.find('.');
+  const std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
+  const std::string key = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+  std::istringstream in(text);
+  std::string line, current;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    const auto b = line.find_first_not_of(" \t");
+    if (b == std::string::npos) continue;
+    if (line[b] == '[') {
+      const auto e = line.find(']', b);
+      current = line.substr(b + 1, e == std::string::npos ? std::string::npos : e - b - 1);
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(b, eq - b);
+    while (!k.empty() && (k.back() == ' ' || k.back() == '\t')) k.pop_back();
+    if (current == section && k == key) return n;
+  }
+  return 0;
+}
+
+Config parse_impl(std::istream& in_stream, const std::string& source, const std::string& deck_name,
                   const std::vector<std::string>& overrides) {
   Config cfg;
   cfg.deck_name = deck_name;
   Schema schema(cfg);
   po::variables_map vm;
+  // The deck's text, kept to name the line of an error.
+  const std::string text((std::istreambuf_iterator<char>(in_stream)), std::istreambuf_iterator<char>());
+  std::istringstream in(text);
+  bool in_deck = false;  // the command-line overrides are parsed first, then the deck
   try {
     // Command-line overrides first: Program_options keeps the first value stored for a key.
     // Overrides are accepted as "--section.key=value" or "section.key=value". A key overridden
@@ -254,18 +341,30 @@ Config parse_impl(std::istream& in, const std::string& source, const std::string
       std::istringstream empty_in(empties);
       po::store(po::parse_config_file(empty_in, schema.desc(), /*allow_unregistered=*/false), vm);
     }
+    in_deck = true;
     po::store(po::parse_config_file(in, schema.desc(), /*allow_unregistered=*/false), vm);
     po::notify(vm);
   } catch (const po::unknown_option& e) {
-    throw ConfigError(source + ": unknown key " + describe_key(strip_dashes(e.get_option_name())) +
-                      " (`trident train --help` lists every key)");
+    const std::string name = strip_dashes(e.get_option_name());
+    if (!in_deck)
+      throw ConfigError("unknown key " + describe_key(name) + " given on the command line (--" + name + "=...)" +
+                        did_you_mean(schema, name) + " (`trident train --help` lists every key)");
+    const int line = line_of_key(text, name);
+    throw ConfigError(source + (line > 0 ? ", line " + std::to_string(line) : std::string()) + ": unknown key " +
+                      describe_key(name) + did_you_mean(schema, name) + " (`trident train --help` lists every key)");
   } catch (const po::invalid_option_value& e) {
     const std::string name = strip_dashes(e.get_option_name());
     const Key* k = schema.find(name);
-    throw ConfigError(source + ": bad value for " + describe_key(name) + ": " + e.what() +
+    const int line = in_deck ? line_of_key(text, name) : 0;
+    throw ConfigError((in_deck ? source + (line > 0 ? ", line " + std::to_string(line) : std::string()) + ": "
+                               : std::string("command line: ")) +
+                      "bad value for " + describe_key(name) + ": " + e.what() +
                       (k ? std::string("; expected ") + k->type : std::string()));
   } catch (const po::invalid_config_file_syntax& e) {
-    throw ConfigError(source + ": syntax error: " + e.what());
+    std::string bad;
+    const int line = first_bad_line(text, bad);
+    throw ConfigError(source + (line > 0 ? ", line " + std::to_string(line) : std::string()) +
+                      ": syntax error: " + e.what() + " (a deck holds [section] lines and key = value lines)");
   } catch (const po::multiple_occurrences& e) {
     throw ConfigError(source + ": key " + describe_key(strip_dashes(e.get_option_name())) + " is given twice");
   } catch (const po::error& e) {

@@ -1,6 +1,7 @@
 #include "data/prep.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "data/tokenizer.hpp"
 #include "io/token_file.hpp"
 
@@ -67,15 +68,15 @@ bool is_llmc_shard(const std::string& path) {
 }
 
 PrepResult prep_token_file(const PrepOptions& opt) {
-  if (opt.inputs.empty()) throw ConfigError("prep: no input files given");
-  if (opt.output.empty()) throw ConfigError("prep: no --output file given");
+  if (opt.inputs.empty()) throw ConfigError("no input files given");
+  if (opt.output.empty()) throw ConfigError("no --output file given");
   if (!(opt.val_fraction > 0.0 && opt.val_fraction < 1.0))
-    throw ConfigError("prep: --val-fraction must be in (0, 1)");
+    throw ConfigError("--val-fraction must be in (0, 1)");
   std::error_code ec;
   for (const auto& p : opt.inputs) {
-    if (std::filesystem::is_directory(p, ec)) throw ConfigError("prep: input '" + p + "' is a directory");
+    if (std::filesystem::is_directory(p, ec)) throw ConfigError("input '" + p + "' is a directory");
     if (std::filesystem::exists(opt.output, ec) && std::filesystem::equivalent(p, opt.output, ec))
-      throw ConfigError("prep: --output '" + opt.output + "' is also an input; write the token file elsewhere");
+      throw ConfigError("--output '" + opt.output + "' is also an input; write the token file elsewhere");
   }
   if (std::filesystem::exists(opt.output, ec)) {
     // Overwrite an earlier token file, never anything else (a checkpoint, a text, a deck).
@@ -86,13 +87,13 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     } catch (const Error&) {
     }
     if (!token_file)
-      throw ConfigError("prep: refusing to overwrite '" + opt.output +
+      throw ConfigError("refusing to overwrite '" + opt.output +
                         "', which is not a Trident token file; remove it or choose another --output");
   }
   int shards = 0;
   for (const auto& p : opt.inputs) shards += is_llmc_shard(p) ? 1 : 0;
   if (shards != 0 && shards != static_cast<int>(opt.inputs.size()))
-    throw ConfigError("prep: inputs mix llm.c token shards and text files; give one kind only");
+    throw ConfigError("inputs mix llm.c token shards and text files; give one kind only");
 
   TokenFileInfo info;
   std::vector<std::int32_t> train, val;
@@ -104,7 +105,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   if (shards > 0) {
     // "char" is the option's default, so it stands for "not given" with shards.
     if (kind != TokenizerKind::character && kind != TokenizerKind::gpt2)
-      throw ConfigError("prep: llm.c shards are GPT-2 tokenised; --tokenizer " + opt.tokenizer + " does not apply");
+      throw ConfigError("llm.c shards are GPT-2 tokenised; --tokenizer " + opt.tokenizer + " does not apply");
     bool any_val = false;
     for (const auto& p : opt.inputs) {
       const bool is_val = std::filesystem::path(p).filename().string().find("_val_") != std::string::npos;
@@ -114,16 +115,16 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       dst.insert(dst.end(), ids.begin(), ids.end());
     }
     if (!any_val) split_tail(train, opt.val_fraction, val);
-    if (train.empty()) throw ConfigError("prep: no training shard (every input name contains _val_)");
+    if (train.empty()) throw ConfigError("no training shard (every input name contains _val_)");
     info.tokenizer = name_of(TokenizerKind::gpt2);
     info.vocab_size = kGpt2Vocab;
   } else {
     std::string text;
     for (const auto& p : opt.inputs) text += read_file(p);
-    if (text.empty()) throw ConfigError("prep: the input text is empty");
+    if (text.empty()) throw ConfigError("the input text is empty");
     Tokenizer tok = kind == TokenizerKind::character ? Tokenizer::build_char(text)
                     : kind == TokenizerKind::byte    ? Tokenizer::byte_level()
-                                                     : throw ConfigError("prep: unknown --tokenizer '" + opt.tokenizer +
+                                                     : throw ConfigError("unknown --tokenizer '" + opt.tokenizer +
                                                                          "' (expected " + tokenizer_kind_names(true) + ")");
     train = tok.encode(text);
     split_tail(train, opt.val_fraction, val);
@@ -131,11 +132,19 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     info.vocab_size = tok.vocab_size();
     info.vocab = tok.vocab();
   }
+  // A training window of T tokens needs T + 1 of them (inputs and shifted targets): a split of
+  // fewer than two tokens holds none, and training would only fail later, at its start.
+  if (train.size() < 2)
+    throw ConfigError("the input gives a training split of " + std::to_string(train.size()) +
+                      " token(s): a run needs at least [model] block_size + 1 (65 for input/shakespeare_char.ini); "
+                      "give more text or a smaller --val-fraction");
+  if (val.size() < 2)
+    log::warn("the validation split holds %zu token(s): runs on this file report no validation loss", val.size());
   // Like `trident train` with its out_dir, create the output's directory (data/ in a fresh clone).
   const std::filesystem::path parent = std::filesystem::path(opt.output).parent_path();
   if (!parent.empty()) {
     std::filesystem::create_directories(parent, ec);
-    if (ec) throw IoError("prep: cannot create directory '" + parent.string() + "' for --output: " + ec.message());
+    if (ec) throw IoError("cannot create directory '" + parent.string() + "' for --output: " + ec.message());
   }
   write_token_file(opt.output, info, train, val);
   PrepResult r;

@@ -3,6 +3,8 @@
 #include "core/tokenizer_kind.hpp"
 #include "io/hdf5.hpp"
 
+#include <filesystem>
+
 namespace trident {
 
 namespace {
@@ -55,7 +57,10 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
   std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     FILE* fp = std::fopen(path.c_str(), "rb");
-    if (fp == nullptr) throw IoError("token file '" + path + "' does not exist or cannot be read");
+    if (fp == nullptr)
+      throw IoError("token file '" + path + "' does not exist or cannot be read (a relative path is relative to the "
+                    "working directory, here '" + std::filesystem::current_path().string() +
+                    "'); write it with `trident prep --output " + path + " TEXT_FILE...`");
     std::fclose(fp);
     throw IoError("token file '" + path + "' is not an HDF5 file (or is truncated); write it with `trident prep`");
   }

@@ -44,7 +44,7 @@ std::string ProcessGrid::coords_string() const {
 
 std::string ProcessGrid::describe() const {
   return "dp=" + std::to_string(shape_.dp) + " tp=" + std::to_string(shape_.tp) + " pp=" + std::to_string(shape_.pp) +
-         " (" + std::to_string(world_size()) + " ranks)";
+         " (" + std::to_string(world_size()) + (world_size() == 1 ? " rank)" : " ranks)");
 }
 
 }  // namespace trident

@@ -19,6 +19,7 @@ CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& 
   run_agreed(comm, "cannot load a model from '" + path + "'", [&] {
     const CheckpointMeta meta = CheckpointMeta::read(rd);
     meta.require_complete(path);
+    out.path = path;
     out.cfg = meta.deck();
     out.step = meta.run.step;
     out.tokenizer = meta.run.tokenizer;

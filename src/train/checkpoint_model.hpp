@@ -15,6 +15,7 @@
 namespace trident {
 
 struct CheckpointModel {
+  std::string path;                     ///< the checkpoint file read (a directory resolved to its latest)
   Config cfg;                           ///< the deck stored in the checkpoint (vocab_size resolved)
   std::int64_t step = 0;
   std::string tokenizer;                ///< char | byte | gpt2

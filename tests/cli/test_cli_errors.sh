@@ -115,5 +115,29 @@ expect_exit 1 "is in use by another Trident job \(host .* pid $busy\)" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --resume
 kill -9 "$busy" 2>/dev/null; wait "$busy" 2>/dev/null
 
+# ---- messages that pointed the wrong way (issue 16), each a regression test ------------------------
+# The key a user mistyped on the command line is not blamed on the deck; a near miss is named.
+expect_exit 2 "unknown key 'lrr' in section \[train\] given on the command line .*did you mean 'lr' in section \[train\]" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.lrr=3
+printf '[model]\nn_layer = 2\nn_hed = 2\n' > "$WORK/typo.ini"
+expect_exit 2 "typo.ini', line 3: unknown key 'n_hed' in section \[model\] \(did you mean 'n_head'" -- \
+  "$TRIDENT" train --config "$WORK/typo.ini"
+printf '[model]\nn_layer 2\n' > "$WORK/syntax.ini"
+expect_exit 2 "syntax.ini', line 2: syntax error" -- "$TRIDENT" train --config "$WORK/syntax.ini"
+# A missing token file: how to make one, and where a relative path points.
+(cd "$WORK" && expect_exit 1 "token file 'nope.h5' does not exist .*relative to the working directory, here '$WORK'.*trident prep --output nope.h5" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --data.path=nope.h5)
+# prep refuses what no run can train on, once and without a doubled prefix.
+printf 'ab' > "$WORK/two.txt"
+expect_exit 2 "^trident prep: error: the input gives a training split of 1 token" -- \
+  "$TRIDENT" prep --output "$WORK/two.h5" "$WORK/two.txt"
+check "prep wrote no token file for it" test ! -e "$WORK/two.h5"
+expect_exit 0 "--val-fraction arg \(=0.1\) " -- "$TRIDENT" prep --help
+expect_exit 0 "block_size up to [0-9]+" -- "$TRIDENT" prep --output "$WORK/again.h5" "$WORK/text.txt"
+# One rank is one rank; sampling says what it samples from (on stderr, the sample alone on stdout).
+expect_exit 0 "\(1 rank\)" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/one" --train.max_steps=1
+expect_exit 0 "sampling from $ck \(step 3, " -- "$TRIDENT" sample --checkpoint "$ck" --tokens 5
+check "the sample's stdout holds no log line" bash -c "! \"$TRIDENT\" sample --checkpoint \"$ck\" --tokens 5 2>/dev/null | grep -q 'sampling from'"
+
 echo "$FAILED failed"
 exit "$FAILED"

@@ -76,6 +76,27 @@ TEST(Config, RejectsUnknownKeysNamingThem) {
   EXPECT_NE(error_of(kDeck, 1, {"--train.nope=1"}).find("'nope' in section [train]"), std::string::npos);
 }
 
+TEST(Config, ErrorsSayWhereTheKeyCameFromAndWhatWasMeant) {
+  // A deck key: its line, and the nearest real key.
+  std::string e = error_of(std::string(kDeck) + "[model]\nn_layers = 3\n", 1);
+  EXPECT_NE(e.find("deck 't', line 15: unknown key 'n_layers' in section [model]"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'n_layer' in section [model]?"), std::string::npos) << e;
+  // A command-line key is not blamed on the deck; a key in the wrong section is found in the right one.
+  e = error_of(kDeck, 1, {"--model.lr=3"});
+  EXPECT_EQ(e.find("deck 't'"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key 'lr' in section [model] given on the command line"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'lr' in section [train]?"), std::string::npos) << e;
+  // Nothing close: no suggestion.
+  e = error_of(kDeck, 1, {"--train.completely_unrelated=1"});
+  EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+  // A bad value on the command line is a command-line error.
+  e = error_of(kDeck, 1, {"--train.lr=fast"});
+  EXPECT_NE(e.find("command line: bad value for 'lr' in section [train]"), std::string::npos) << e;
+  // A syntax error names its line.
+  e = error_of(std::string(kDeck) + "this is not a key\n", 1);
+  EXPECT_NE(e.find("deck 't', line 14: syntax error"), std::string::npos) << e;
+}
+
 TEST(Config, RejectsWrongTypesNamingTheKey) {
   std::string e = error_of(std::string(kDeck) + "[train]\nlr = fast\n", 1);
   EXPECT_NE(e.find("'lr' in section [train]"), std::string::npos) << e;
