@@ -1,6 +1,10 @@
 // bench/bench_kernels.cpp: Google Benchmark micro-benchmarks of the hot kernels at the shapes of
-// the example deck (and larger), fast version next to the reference where both exist.
-// Run: build/bin/bench_kernels --benchmark_format=csv > kernels.csv   (or --benchmark_out=x.json)
+// the example deck (and larger), fast version next to the reference where both exist
+// (docs/benchmarks.md says what each case measures).
+// Run: build/bin/bench_kernels [Google Benchmark options]. Case names carry their arguments
+// (BM_LinearForward/N:384/C:128/OC:384). One BLAS thread, as a training rank has one core, unless
+// OPENBLAS_NUM_THREADS says otherwise (recorded in the output's context). Results go to stdout
+// and to runs/bench/kernels.json (or wherever --benchmark_out=FILE says; --benchmark_out_format=csv).
 // Counters: FLOP/s for GEMM-like kernels (model FLOPs of the operation), bytes/s for memory-bound ones.
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
@@ -12,6 +16,16 @@
 #include "parallel/runtime.hpp"
 
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+extern "C" void openblas_set_num_threads(int) __attribute__((weak));  // absent without OpenBLAS (CUDA builds)
 
 namespace trident {
 namespace {
@@ -34,7 +48,7 @@ void BM_LinearForward(benchmark::State& st) {
   }
   st.counters["FLOP/s"] = benchmark::Counter(2.0 * N * C * OC, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_LinearForward)->Args({384, 128, 384})->Args({384, 128, 512})->Args({768, 512, 2048})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LinearForward)->ArgNames({"N", "C", "OC"})->Args({384, 128, 384})->Args({384, 128, 512})->Args({768, 512, 2048})->Unit(benchmark::kMicrosecond);
 
 // Attention forward + backward: args B, T, C, NH, fast (1) or reference (0).
 void BM_Attention(benchmark::State& st) {
@@ -69,6 +83,7 @@ void BM_Attention(benchmark::State& st) {
       benchmark::Counter(3.0 * 2.0 * 2.0 * static_cast<double>(B) * T * T * C / 2.0, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Attention)
+    ->ArgNames({"B", "T", "C", "NH", "fast"})
     ->ArgsProduct({{6}, {64}, {128}, {4}, {0, 1}})
     ->ArgsProduct({{4}, {256}, {256}, {8}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
@@ -91,7 +106,7 @@ void BM_LayerNorm(benchmark::State& st) {
   st.counters["bytes/s"] =
       benchmark::Counter(4.0 * 6 * N * C, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
 }
-BENCHMARK(BM_LayerNorm)->Args({384, 128})->Args({8192, 768})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerNorm)->ArgNames({"N", "C"})->Args({384, 128})->Args({8192, 768})->Unit(benchmark::kMicrosecond);
 
 // GELU forward + backward over n elements.
 void BM_Gelu(benchmark::State& st) {
@@ -105,7 +120,7 @@ void BM_Gelu(benchmark::State& st) {
   }
   st.counters["elements/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_Gelu)->Arg(384 * 512)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Gelu)->ArgName("n")->Arg(384 * 512)->Unit(benchmark::kMicrosecond);
 
 // AdamW update + gradient norm over n parameters (the optimizer's share of a step).
 void BM_AdamW(benchmark::State& st) {
@@ -122,13 +137,30 @@ void BM_AdamW(benchmark::State& st) {
   }
   st.counters["params/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_AdamW)->Arg(804096)->Arg(16 << 20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AdamW)->ArgName("params")->Arg(804096)->Arg(16 << 20)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace trident
 
 int main(int argc, char** argv) {
   trident::Runtime rt(argc, argv);
+  // A training rank has one core (one rank per core): measure kernels the same way, unless the
+  // user set OPENBLAS_NUM_THREADS (OpenBLAS then read it when it was loaded).
+  const char* env = std::getenv("OPENBLAS_NUM_THREADS");
+  if (env == nullptr && openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
+  benchmark::AddCustomContext("blas_threads", env != nullptr ? std::string(env) + " (OPENBLAS_NUM_THREADS)" : "1");
+  // Results also go to a file unless the user chose one (Google Benchmark writes it).
+  std::vector<char*> args(argv, argv + argc);
+  std::string out_arg = "--benchmark_out=runs/bench/kernels.json";
+  if (std::none_of(args.begin(), args.end(), [](const char* a) { return std::strncmp(a, "--benchmark_out=", 16) == 0; })) {
+    std::filesystem::create_directories("runs/bench");
+    args.push_back(out_arg.data());
+    std::fprintf(stderr, "bench_kernels: results also in runs/bench/kernels.json (--benchmark_out=FILE to change)\n");
+  }
+  int n = static_cast<int>(args.size());
+  args.push_back(nullptr);
+  argv = args.data();
+  argc = n;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

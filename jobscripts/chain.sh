@@ -32,7 +32,7 @@ jobs=4 name="trident-chain-$(date +%Y%m%d-%H%M%S)" time="01:00:00" margin="" sba
 usage() { sed -n '5,6p' "$0" >&2; echo "(jobscripts/chain.sh --help for more)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) awk 'NR > 2 && /^# =====/ {exit} NR > 2' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 2 && /^# =====/ {exit} NR > 2 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     -n) [ $# -ge 2 ] || usage; jobs=$2; shift 2 ;;
     -J) [ $# -ge 2 ] || usage; name=$2; shift 2 ;;
     -t) [ $# -ge 2 ] || usage; time=$2; shift 2 ;;

@@ -21,6 +21,7 @@
 # Logs and metrics go to DIR (default runs/bench_ckpt); tools/plot_ckpt.py DIR turns them into
 # DIR/ckpt_io.csv, DIR/ckpt_steps.csv and DIR/ckpt_io.png (docs/checkpoint-io.md shows how).
 # This is a benchmark, not a test: it prints measured numbers and asserts nothing.
+source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=runs/bench_ckpt ranks="1 2" steps=12 interval=4 data="" warm=0
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --interval) interval=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --warm) warm=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "bench_ckpt.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

@@ -11,6 +11,7 @@
 # stage 3 at dp=2 with prefetch + overlap on and off. Results: DIR/zero_memory.csv,
 # DIR/zero_prefetch.csv (default DIR: runs/bench_zero). Plot: tools/plot_zero.py DIR.
 # This is a benchmark, not a test: it prints measured numbers and asserts nothing.
+source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=runs/bench_zero ranks="1 2 4 8" stages="0 1 2 3" steps=2
@@ -20,7 +21,7 @@ while [ $# -gt 0 ]; do
     --ranks) ranks=$2; shift 2 ;;
     --stages) stages=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "bench_zero.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -32,6 +33,7 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 cats="params grads optimizer gathered activations comm"
 mem_csv="$out/zero_memory.csv"
 echo "stage,dp,source,params,grads,optimizer,gathered,activations,comm,total,model_states,zero_paper,comm_mib_per_step,comm_theory_mib,peak_rss_mib" > "$mem_csv"
+echo "CSV rows as they are written to $mem_csv (the same columns):"; head -1 "$mem_csv"
 n_params=""
 for dp in $ranks; do
   for z in $stages; do

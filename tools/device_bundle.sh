@@ -15,7 +15,8 @@
 # the build's own `trident prep` from ../shared/data/tinyshakespeare.txt, or from $TRIDENT_TEXT).
 # Nothing is compiled here: the bundle is what the build already holds.
 set -euo pipefail
-case "${1:-}" in -h|--help|"") awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; [ -n "${1:-}" ]; exit $? ;; esac
+source "$(dirname "$0")/script_help.sh"
+[ $# -ge 1 ] || { script_help >&2; exit 2; }
 build=$(cd "$1" && pwd)
 out=${2:-.device}
 cd "$(dirname "$0")/.."

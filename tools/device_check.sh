@@ -23,13 +23,13 @@
 # it), summary.txt (the lines for docs/performance.md), peer.json, and the runs' metrics.csv.
 # Exit status: 0 when every step passed, 1 otherwise (the summary says which failed).
 set -u
-usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }
+source "$(dirname "$0")/script_help.sh"
 bundle=.device/bundle.tar.xz
 steps=40
 quick=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    -h|--help) usage; exit 0 ;;
+    -h|--help) script_help; exit 0 ;;
     --bundle) bundle=$2; shift ;;
     --steps) steps=$2; shift ;;
     --quick) quick=1 ;;

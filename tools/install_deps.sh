@@ -8,13 +8,14 @@
 #              numpy, h5py, matplotlib (used by the PyTorch oracle test and the plot scripts)
 #
 # Idempotent: packages already present are skipped by apt. Needs root (or sudo).
+source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 
 want_test=0
 for a in "$@"; do
   case "$a" in
     --test) want_test=1 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "install_deps.sh: unknown option '$a' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -4,6 +4,7 @@
 # text file given as $1) into data/shakespeare_char.h5, trains input/shakespeare_char.ini on 2 MPI
 # ranks (run directory runs/shakespeare_char, resumed if a checkpoint exists), and prints a sample.
 # Environment: RANKS (default 2), TRIDENT_ARGS (extra deck overrides, e.g. "--train.max_steps=200").
+source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 text="${1:-../shared/data/tinyshakespeare.txt}"

@@ -139,5 +139,14 @@ expect_exit 0 "\(1 rank\)" -- "$TRIDENT" train --config "$WORK/deck.ini" --train
 expect_exit 0 "sampling from $ck \(step 3, " -- "$TRIDENT" sample --checkpoint "$ck" --tokens 5
 check "the sample's stdout holds no log line" bash -c "! \"$TRIDENT\" sample --checkpoint \"$ck\" --tokens 5 2>/dev/null | grep -q 'sampling from'"
 
+# Every script a user runs answers --help with its own text, at once, and starts nothing.
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+for script in "$repo"/tools/*.sh "$repo"/jobscripts/chain.sh; do
+  [ "$(basename "$script")" = script_help.sh ] && continue
+  out="$(cd "$WORK" && timeout 10 bash "$script" --help 2>&1)"; rc=$?
+  check "$(basename "$script") --help: exit 0, its own usage text (not a tool's, not its code)" \
+    test "$rc" = 0 -a -n "$out" -a "$(head -c 1 <<<"$out")" != "#" -a -z "$(grep -E '^(set -|Usage$|Usage: ctest)' <<<"$out")"
+done
+
 echo "$FAILED failed"
 exit "$FAILED"
