@@ -6,6 +6,7 @@
 #include "apps/commands.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "parallel/agree.hpp"
 #include "checkpoint/export.hpp"
 #include "checkpoint/reshard.hpp"
 #include "checkpoint/tools.hpp"
@@ -32,6 +33,7 @@ number of MPI ranks (the work is spread over them) and prints from rank 0.
 
 subcommands:
   ls PATH              list the checkpoints of a run directory, checkpoint directory or file
+  show PATH [TENSOR]   list tensors (name, shape, tp split); print or export (--npy) one
   verify FILE          check format, index, metadata and every shard dataset's checksum
   diff A B             per-tensor max |a-b| and max relative difference of two checkpoints
   reshard --output OUT [--dp N] [--tp N] [--pp N] [--zero-stage S] FILE
@@ -88,6 +90,42 @@ int ckpt_ls(Runtime& rt, const std::vector<std::string>& args) {
   const CheckpointListing l = list_checkpoints(paths[0], rt.world(), vm.count("verify") > 0);
   print0(rt, format_listing(l));
   return l.ok() ? 0 : 1;
+}
+
+int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  std::string kind, npy;
+  po::options_description desc(
+      "usage: trident ckpt show PATH [TENSOR] [--kind K] [--all] [--npy FILE]\n\n"
+      "Without TENSOR: lists every tensor of checkpoint PATH (a file, or a run or checkpoint\n"
+      "directory's latest) with its global shape, tensor-parallel split and element count.\n"
+      "With TENSOR (a name as listed): its statistics (min, max, mean, std, NaN and inf counts) and\n"
+      "values -- the first and last rows, every value with --all -- joined from whatever layout\n"
+      "wrote the file; --npy FILE writes it for numpy (numpy.load). Reads without verifying the\n"
+      "checksums (`trident ckpt verify` does that).\n\noptions");
+  desc.add_options()("help,h", "this text")(
+      "kind", po::value<std::string>(&kind)->default_value("param"),
+      "array to show: param (fp32 master weights), exp_avg or exp_avg_sq (AdamW moments)")(
+      "all", "print every value of TENSOR")("npy", po::value<std::string>(&npy), "write TENSOR to this .npy file")(
+      "path", po::value<std::vector<std::string>>(&paths), "checkpoint, then optionally a tensor name");
+  po::variables_map vm;
+  if (!parse(rt, args, desc, "path", -1, vm, "show")) return 0;
+  if (paths.empty() || paths.size() > 2)
+    throw ConfigError("ckpt show takes PATH and optionally one TENSOR (try `trident ckpt show --help`)");
+  if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
+  const ShowResult r = show_checkpoint(paths[0], rt.world(), paths.size() > 1 ? paths[1] : "", kind);
+  if (!npy.empty()) {
+    run_agreed(rt.world(), "ckpt show --npy", [&] {
+      if (rt.world_rank() != 0) return;
+      for (const TensorInfo& t : r.tensors)
+        if (t.name == r.tensor) write_npy(npy, t.shape, r.values, r.dtype);
+    });
+    print0(rt, log::format("wrote %s: %s (%s), %zu values\n", npy.c_str(), r.tensor.c_str(), r.kind.c_str(),
+                           r.values.size()));
+    return 0;
+  }
+  print0(rt, format_show(r, vm.count("all") > 0));
+  return 0;
 }
 
 int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
@@ -248,6 +286,7 @@ int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args) {
     return 0;
   }
   if (sub == "ls") return ckpt_ls(rt, rest);
+  if (sub == "show") return ckpt_show(rt, rest);
   if (sub == "verify") return ckpt_verify(rt, rest);
   if (sub == "diff") return ckpt_diff(rt, rest);
   if (sub == "export") return ckpt_export(rt, rest);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -219,10 +220,20 @@ std::string CheckpointDir::commit(std::int64_t step, Communicator& comm,
         throw CheckpointError("cannot update '" + dir_ + "/latest': " + std::strerror(errno));
       fsync_path(dir_, true);
       fault_point("commit.latest");
-      // Rotation: the new checkpoint is committed and named by latest; delete the oldest beyond keep.
+      // Rotation: the new checkpoint is committed and named by latest; delete the oldest beyond
+      // keep, except the keep_best of them with the lowest recorded validation loss.
       auto all = list();
-      for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
-        if (all[i].second == final_path) continue;
+      const size_t older = all.size() > static_cast<size_t>(keep) ? all.size() - static_cast<size_t>(keep) : 0;
+      std::vector<bool> best(older, false);
+      if (keep_best_ > 0 && older > 0) {
+        std::vector<std::pair<double, size_t>> scored;
+        for (size_t i = 0; i < older; ++i)
+          if (const auto v = peek_val_loss(all[i].second); v && std::isfinite(*v)) scored.emplace_back(*v, i);
+        std::sort(scored.begin(), scored.end());
+        for (size_t j = 0; j < scored.size() && j < static_cast<size_t>(keep_best_); ++j) best[scored[j].second] = true;
+      }
+      for (size_t i = 0; i < older; ++i) {
+        if (all[i].second == final_path || best[i]) continue;
         fault_point("commit.rotating");
         std::error_code ec;
         fs::remove(all[i].second, ec);

@@ -5,7 +5,7 @@
 // agreed by all-reduce (inside the writer); (3) world rank 0 fsyncs the file, renames it to
 // step_NNNNNNNN.h5 and fsyncs the directory; (4) only then `latest` is replaced (write
 // latest.tmp, fsync, rename); (5) checkpoints beyond `keep` are deleted, oldest first, never the
-// one `latest` names. Between the fsync and the rename of (3), committed checkpoints of this step
+// one `latest` names nor, with keep_best, the keep_best older ones of lowest validation loss. Between the fsync and the rename of (3), committed checkpoints of this step
 // or later ones (an abandoned branch: the run was resumed from an older file) are moved to
 // superseded/. A crash at any point leaves the previous checkpoint and pointer intact; a leftover
 // *.tmp is ignored and overwritten later.
@@ -39,7 +39,9 @@ void commit_file(const std::string& final_path, Communicator& comm,
 
 class CheckpointDir {
  public:
-  explicit CheckpointDir(std::string dir) : dir_(std::move(dir)) {}
+  /// `keep_best` > 0: rotation also keeps the keep_best checkpoints with the lowest validation
+  /// loss they record ([checkpoint] keep_best), besides the newest `keep`.
+  explicit CheckpointDir(std::string dir, std::int64_t keep_best = 0) : dir_(std::move(dir)), keep_best_(keep_best) {}
 
   const std::string& dir() const { return dir_; }
   /// <dir>/step_NNNNNNNN.h5
@@ -69,6 +71,7 @@ class CheckpointDir {
 
  private:
   std::string dir_;
+  std::int64_t keep_best_ = 0;
 };
 
 }  // namespace trident

@@ -117,6 +117,10 @@ void CheckpointMeta::write_to(CheckpointWrite& w) const {
   w.string_attrs["tokenizer"] = run.tokenizer;
   w.string_attrs["param_dtype"] = param_dtype;
   if (!run.lineage.empty()) w.string_attrs["lineage"] = run.lineage;
+  if (run.val_loss_step >= 0) {
+    w.double_attrs["val_loss"] = run.val_loss;
+    w.int_attrs["val_loss_step"] = run.val_loss_step;
+  }
   w.texts[kConfigText] = config_text;
   if (!run.vocab.empty()) w.int_arrays[kVocabArray] = run.vocab;
   w.rank_state_columns = rank_state_columns();
@@ -141,6 +145,10 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
   get_double("last_lr", m.run.last_lr);
   get_string("tokenizer", m.run.tokenizer);
   get_string("lineage", m.run.lineage);
+  if (rd.has_attr("val_loss") && rd.has_attr("val_loss_step")) {
+    m.run.val_loss = rd.attr_double("val_loss");
+    m.run.val_loss_step = rd.attr_int("val_loss_step");
+  }
   // Kinds that store a vocabulary must have one; an unreadable one is reported, not thrown, so
   // `ckpt verify` can list it with everything else.
   const std::optional<TokenizerKind> kind = parse_tokenizer_kind(m.run.tokenizer);
@@ -274,6 +282,8 @@ std::vector<std::string> CheckpointMeta::deck_problems(const CheckpointReader& r
   }
   return p;
 }
+
+std::optional<double> peek_val_loss(const std::string& path) { return peek_checkpoint_attr_double(path, "val_loss"); }
 
 std::string step_name_problem(const CheckpointReader& rd) {
   const auto named = step_of_name(std::filesystem::path(rd.path()).filename().string());

@@ -15,6 +15,7 @@
 #include "io/checkpoint_file.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct RunState {
   std::string tokenizer;              ///< tokenizer kind name (data/tokenizer.hpp registry)
   std::vector<std::int32_t> vocab;    ///< tokenizer vocabulary (empty for kinds that store none)
   std::string lineage;                ///< "leg@first_step;..." that led here (train/metrics.hpp)
+  double val_loss = 0.0;              ///< the last validation loss of the run, at val_loss_step
+  std::int64_t val_loss_step = -1;    ///< the step val_loss was measured after; -1: none yet
 };
 
 /// Every restart field of a checkpoint. Attribute names are in metadata.cpp only.
@@ -96,6 +99,11 @@ struct CheckpointMeta {
   /// layout than the attributes. Local (deterministic).
   static std::vector<std::string> deck_problems(const CheckpointReader& rd);
 };
+
+/// The validation loss recorded in checkpoint file `path` (RunState::val_loss), read serially by
+/// this process alone, or nothing when the file has none or cannot be read. Local (rotation with
+/// [checkpoint] keep_best runs on rank 0 only).
+std::optional<double> peek_val_loss(const std::string& path);
 
 /// "" when the file name of `rd` is not step_NNNNNNNN.h5 or names its `step` attribute, else the
 /// problem ("the file name says step 40 but attribute step = 4"): resume and rotation order

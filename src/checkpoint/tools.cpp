@@ -11,6 +11,7 @@
 #include "parallel/agree.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -125,6 +126,8 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
         e.zero_stage = get("zero_stage", meta.zero_stage);
         e.created_unix_time = get("created_unix_time", meta.created_unix_time);
         e.dtype = rd.dtype() == DataType::f64 ? "float64" : "float32";
+        e.val_loss = meta.run.val_loss;
+        e.val_loss_step = meta.run.val_loss_step;
         if (e.step < 0) e.step = get("step", meta.run.step);
         if (const std::string named = step_name_problem(rd); !named.empty()) e.problems.push_back(named);
         const auto index = check_checkpoint_index(rd);
@@ -164,10 +167,10 @@ std::string format_listing(const CheckpointListing& l) {
   std::string s = "checkpoints in " + l.dir;
   s += l.latest_name.empty() ? "\n" : " (latest: " + l.latest_name + ")\n";
   if (l.entries.empty()) return s + "  (none)\n";
-  s += log::format("%10s  %-24s %8s  %-27s %-8s %-19s  %s\n", "step", "file", "MiB", "layout dp x tp x pp, zero",
-                   "dtype", "created", "status");
+  s += log::format("%10s  %-24s %8s  %-27s %-8s %-16s %-19s  %s\n", "step", "file", "MiB",
+                   "layout dp x tp x pp, zero", "dtype", "val loss @step", "created", "status");
   for (const CheckpointSummary& e : l.entries) {
-    std::string layout = "-", created = "-";
+    std::string layout = "-", created = "-", val = "-";
     if (e.opened) {
       layout = log::format("%lld x %lld x %lld, zero %lld", static_cast<long long>(e.dp), static_cast<long long>(e.tp),
                            static_cast<long long>(e.pp), static_cast<long long>(e.zero_stage));
@@ -176,16 +179,160 @@ std::string format_listing(const CheckpointListing& l) {
       char buf[32] = "-";
       if (e.created_unix_time > 0 && localtime_r(&t, &tm) != nullptr) std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
       created = buf;
+      if (e.val_loss_step >= 0) val = log::format("%.4f @%lld", e.val_loss, static_cast<long long>(e.val_loss_step));
     }
-    s += log::format("%10s  %-24s %8.2f  %-27s %-8s %-19s  %s%s\n",
+    s += log::format("%10s  %-24s %8.2f  %-27s %-8s %-16s %-19s  %s%s\n",
                      e.step >= 0 ? std::to_string(e.step).c_str() : "?", e.file_name.c_str(),
                      static_cast<double>(e.size_bytes) / (1024.0 * 1024.0), layout.c_str(),
-                     e.opened ? e.dtype.c_str() : "-", created.c_str(), e.status().c_str(), e.latest ? "  <- latest" : "");
+                     e.opened ? e.dtype.c_str() : "-", val.c_str(), created.c_str(), e.status().c_str(),
+                     e.latest ? "  <- latest" : "");
   }
   for (const CheckpointSummary& e : l.entries)
     for (size_t i = 1; i < e.problems.size(); ++i) s += "  " + e.file_name + ": " + e.problems[i] + "\n";
   if (!l.latest_note.empty()) s += "warning: " + l.latest_note + "\n";
   return s;
+}
+
+// ------------------------------------------------------------------------------------------------
+// show
+
+ShowResult show_checkpoint(const std::string& path, Communicator& comm, const std::string& tensor,
+                           const std::string& kind) {
+  ShowResult r;
+  r.file = resolve_agreed(path, comm);
+  CheckpointReader rd(r.file, comm);  // agreed: throws on every rank or none
+  r.tensor = tensor;
+  r.kind = kind;
+  run_agreed(comm, "cannot show '" + r.file + "'", [&] {
+    const CheckpointMeta meta = CheckpointMeta::read(rd);
+    r.step = meta.run.step;
+    r.dtype = rd.dtype() == DataType::f64 ? "float64" : "float32";
+    r.kinds = rd.kinds();
+    for (const CkptTensor& t : rd.tensors())
+      r.tensors.push_back(TensorInfo{t.name, t.shape, t.split_dim, t.split_groups, numel_of(t.shape)});
+    if (tensor.empty()) return;
+    const int k = rd.find_tensor(tensor);
+    if (k < 0) {
+      std::string names;
+      for (const TensorInfo& t : r.tensors) names += (names.empty() ? "" : ", ") + t.name;
+      throw CheckpointError("no tensor '" + tensor + "' in it; its tensors: " + names);
+    }
+    if (std::find(r.kinds.begin(), r.kinds.end(), kind) == r.kinds.end())
+    {
+      std::string held;
+      for (const std::string& x : r.kinds) held += (held.empty() ? "" : ", ") + x;
+      throw CheckpointError("no '" + kind + "' arrays in it (it holds: " + held + ")");
+    }
+    if (comm.rank() != 0) return;
+    const CkptTensor& t = rd.tensors()[static_cast<size_t>(k)];
+    r.values.resize(static_cast<size_t>(numel_of(t.shape)));
+    read_tp_partition(rd, kind, t, 1, 0, 0, numel_of(t.shape), DataType::f64, r.values.data());
+  });
+  if (!tensor.empty()) {
+    std::int64_t n = static_cast<std::int64_t>(r.values.size());
+    comm.broadcast(&n, 1, 0);
+    r.values.resize(static_cast<size_t>(n));
+    comm.broadcast(r.values.data(), r.values.size(), DataType::f64, 0);
+  }
+  return r;
+}
+
+std::string format_show(const ShowResult& r, bool all) {
+  std::string s = r.file + ": step " + std::to_string(r.step) + ", " + r.dtype + ", arrays " ;
+  for (size_t i = 0; i < r.kinds.size(); ++i) s += (i ? ", " : "") + r.kinds[i];
+  s += "\n";
+  if (r.tensor.empty()) {
+    std::int64_t total = 0;
+    s += log::format("%-48s %-16s %-14s %12s\n", "tensor", "shape", "tp split", "elements");
+    for (const TensorInfo& t : r.tensors) {
+      const std::string split = t.split_dim < 0 ? "replicated"
+                                                : "dim " + std::to_string(t.split_dim) +
+                                                      (t.split_groups > 1 ? " x" + std::to_string(t.split_groups) : "");
+      s += log::format("%-48s %-16s %-14s %12lld\n", t.name.c_str(), shape_str(t.shape).c_str(), split.c_str(),
+                       static_cast<long long>(t.numel));
+      total += t.numel;
+    }
+    s += log::format("%zu tensors, %lld elements\n", r.tensors.size(), static_cast<long long>(total));
+    return s;
+  }
+  const TensorInfo* info = nullptr;
+  for (const TensorInfo& t : r.tensors)
+    if (t.name == r.tensor) info = &t;
+  const std::vector<double>& v = r.values;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo, sum = 0, sq = 0;
+  std::int64_t nan = 0, inf = 0, finite = 0;
+  for (double x : v) {
+    if (std::isnan(x)) { ++nan; continue; }
+    if (std::isinf(x)) { ++inf; continue; }
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+    sum += x;
+    sq += x * x;
+    ++finite;
+  }
+  const double mean = finite ? sum / static_cast<double>(finite) : 0.0;
+  const double var = finite ? std::max(0.0, sq / static_cast<double>(finite) - mean * mean) : 0.0;
+  s += log::format("%s (%s) %s: %zu elements, min %.6g max %.6g mean %.6g std %.6g, %lld NaN, %lld inf\n",
+                   r.tensor.c_str(), r.kind.c_str(), info ? shape_str(info->shape).c_str() : "?", v.size(),
+                   finite ? lo : 0.0, finite ? hi : 0.0, mean, std::sqrt(var), static_cast<long long>(nan),
+                   static_cast<long long>(inf));
+  // Row-major values, one row of the last dimension per line.
+  const std::int64_t cols = info && !info->shape.empty() ? info->shape.back() : static_cast<std::int64_t>(v.size());
+  const std::int64_t rows = cols > 0 ? static_cast<std::int64_t>(v.size()) / cols : 0;
+  auto row_text = [&](std::int64_t i) {
+    std::string line = "  [" + std::to_string(i) + "]";
+    const std::int64_t shown = all ? cols : std::min<std::int64_t>(cols, 8);
+    for (std::int64_t j = 0; j < shown; ++j) line += log::format(" %.6g", v[static_cast<size_t>(i * cols + j)]);
+    if (shown < cols) line += " ... (" + std::to_string(cols - shown) + " more)";
+    return line + "\n";
+  };
+  if (all || rows <= 6) {
+    for (std::int64_t i = 0; i < rows; ++i) s += row_text(i);
+  } else {
+    for (std::int64_t i = 0; i < 3; ++i) s += row_text(i);
+    s += "  ... (" + std::to_string(rows - 6) + " more rows)\n";
+    for (std::int64_t i = rows - 3; i < rows; ++i) s += row_text(i);
+  }
+  if (!all) s += "(--all prints every value, --npy FILE writes them for numpy)\n";
+  return s;
+}
+
+void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<double>& values,
+               const std::string& dtype) {
+  // NumPy's format 1.0: magic, version, a little-endian uint16 header length, a Python dict
+  // literal padded with spaces to a multiple of 64 bytes ending in a newline, then the data.
+  const bool f32 = dtype == "float32";
+  std::string dims;
+  for (size_t i = 0; i < shape.size(); ++i) dims += std::to_string(shape[i]) + (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
+  std::string header = std::string("{'descr': '") + (f32 ? "<f4" : "<f8") + "', 'fortran_order': False, 'shape': (" +
+                       dims + "), }";
+  const std::size_t preamble = 10;
+  header.resize(((preamble + header.size() + 1 + 63) / 64) * 64 - preamble - 1, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw IoError("cannot create '" + path + "'");
+  const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
+  out.write(reinterpret_cast<const char*>(magic), 8);
+  const unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff), static_cast<unsigned char>(header.size() >> 8)};
+  out.write(reinterpret_cast<const char*>(len), 2);
+  out << header;
+  for (double x : values) {
+    unsigned char b[8];
+    if (f32) {
+      const float f = static_cast<float>(x);
+      std::uint32_t u;
+      std::memcpy(&u, &f, 4);
+      for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>((u >> (8 * i)) & 0xffu);
+      out.write(reinterpret_cast<const char*>(b), 4);
+    } else {
+      std::uint64_t u;
+      std::memcpy(&u, &x, 8);
+      for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>((u >> (8 * i)) & 0xffu);
+      out.write(reinterpret_cast<const char*>(b), 8);
+    }
+  }
+  out.close();
+  if (!out) throw IoError("cannot write '" + path + "'");
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ struct CheckpointSummary {
   std::int64_t dp = 0, tp = 0, pp = 0, zero_stage = 0;
   std::string dtype;
   std::int64_t created_unix_time = 0;
+  double val_loss = 0.0;              ///< the run's last validation loss when saved ...
+  std::int64_t val_loss_step = -1;    ///< ... measured after this step (-1: none recorded)
   std::vector<std::string> problems;  ///< empty for a complete committed checkpoint
 
   /// "ok", "incomplete (uncommitted)" or "BAD: <first problem>".
@@ -60,6 +62,45 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
 
 /// The listing as a table, one line per checkpoint, then one line per problem. Local.
 std::string format_listing(const CheckpointListing& listing);
+
+// ---- show -------------------------------------------------------------------------------------
+
+/// One tensor of a checkpoint as `trident ckpt show` lists it.
+struct TensorInfo {
+  std::string name;
+  std::vector<std::int64_t> shape;  ///< global shape
+  int split_dim = -1;               ///< tp split dimension (-1: replicated)
+  int split_groups = 1;
+  std::int64_t numel = 0;
+};
+
+struct ShowResult {
+  std::string file;                   ///< the checkpoint read (a directory resolved to its latest)
+  std::int64_t step = 0;
+  std::string dtype;                  ///< float32 | float64 (the file's)
+  std::vector<std::string> kinds;     ///< the arrays each tensor has (param, exp_avg, exp_avg_sq)
+  std::vector<TensorInfo> tensors;    ///< every tensor, in index order
+  /// With a tensor asked for: its values (global shape, row-major, as double) of `kind`.
+  std::string tensor, kind;
+  std::vector<double> values;
+};
+
+/// The tensor list of checkpoint `path` (a file, or a run/checkpoint directory's latest) and, when
+/// `tensor` is not empty, that tensor's values of array `kind`, joined from whatever layout wrote
+/// the file (read by rank 0, broadcast). Collective over comm. Throws CheckpointError
+/// (collective) when the file cannot be read, or names the tensors that exist when `tensor` is not
+/// one of them, or the kinds when `kind` is not one.
+ShowResult show_checkpoint(const std::string& path, Communicator& comm, const std::string& tensor,
+                           const std::string& kind);
+
+/// The listing (name, shape, tp split, elements), or for one tensor its statistics (min, max,
+/// mean, std, NaN/inf counts) and its values (all when `all`, else the first and last few). Local.
+std::string format_show(const ShowResult& r, bool all);
+
+/// Writes `values` of `shape` as a NumPy .npy file (format 1.0, little-endian float64 or float32
+/// as `dtype` "float64" | "float32"). Local. Throws IoError when it cannot be written.
+void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<double>& values,
+               const std::string& dtype);
 
 // ---- diff -------------------------------------------------------------------------------------
 

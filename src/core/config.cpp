@@ -135,6 +135,9 @@ class Schema {
     add("checkpoint", "interval", &c.checkpoint.interval,
         "write a checkpoint every this many steps; 0 = only at the end");
     add("checkpoint", "keep", &c.checkpoint.keep, "number of committed checkpoints to keep");
+    add("checkpoint", "keep_best", &c.checkpoint.keep_best,
+        "also keep this many older checkpoints with the lowest validation loss (the loss of the last "
+        "evaluation before each save; `trident ckpt ls` shows it); 0 = off");
     add("checkpoint", "save_final", &c.checkpoint.save_final,
         "write a checkpoint at the end of the run and when stopping early (false: benchmarks only; a stop signal always saves)");
     add("checkpoint", "async", &c.checkpoint.async,
@@ -570,6 +573,7 @@ void validate(Config& c, int world_size) {
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");
   require_at_least<std::int64_t>(c.checkpoint.interval, 0, "checkpoint", "interval");
   require_at_least<std::int64_t>(c.checkpoint.keep, 1, "checkpoint", "keep");
+  require_at_least<std::int64_t>(c.checkpoint.keep_best, 0, "checkpoint", "keep_best");
   if (t.out_dir.empty()) t.out_dir = "runs/" + (c.deck_name.empty() ? std::string("trident") : c.deck_name);
 }
 

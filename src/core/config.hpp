@@ -99,6 +99,7 @@ struct DataConfig {
 struct CheckpointConfig {
   std::int64_t interval = 0;  ///< 0: only at the end of the run (and on early stop)
   std::int64_t keep = 3;      ///< how many committed checkpoints to keep
+  std::int64_t keep_best = 0; ///< also keep this many older ones with the lowest validation loss
   bool save_final = true;     ///< write a checkpoint at the end of the run and on an early stop
   bool async = false;         ///< write checkpoints in a background thread while training goes on
   OnSaveError on_error = OnSaveError::stop;  ///< a failed save: stop (exit 1) or continue training

@@ -350,6 +350,21 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
   agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
 }
 
+std::optional<double> peek_checkpoint_attr_double(const std::string& path, const std::string& name) {
+  h5::quiet_errors();
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  try {
+    if (H5Fis_hdf5(path.c_str()) <= 0) return std::nullopt;
+    h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+    H5Pset_file_locking(fapl, false, true);
+    h5::File f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open checkpoint '" + path + "'");
+    if (!h5::has_attr(f, name)) return std::nullopt;
+    return h5::read_attr_double(f, name);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 void probe_checkpoint_dir(const std::string& dir, bool file_locking) {
   h5::quiet_errors();
   std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());

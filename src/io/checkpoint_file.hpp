@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,12 @@ class CheckpointReader {
 /// rather than at the first save. Local. Throws IoError naming the directory, and for a locking
 /// failure HDF5_USE_FILE_LOCKING and [checkpoint] file_locking.
 void probe_checkpoint_dir(const std::string& dir, bool file_locking);
+
+/// The double root attribute `name` of checkpoint file `path`, read by this process alone (a
+/// serial, read-only open without file locking: no communicator needed), or nothing when the file
+/// cannot be opened or has no such attribute. Local. For directory housekeeping (rotation) on
+/// one rank; readers of checkpoint contents use CheckpointReader.
+std::optional<double> peek_checkpoint_attr_double(const std::string& path, const std::string& name);
 
 /// Checkpoint format version this build writes and reads.
 constexpr std::int64_t kCheckpointFormatVersion = 1;

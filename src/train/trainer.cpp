@@ -277,6 +277,8 @@ RunState Trainer<T>::run_state() const {
   r.tokenizer = data_.info().tokenizer;
   r.vocab = data_.info().vocab;
   r.lineage = lineage_;
+  r.val_loss = val_loss_;
+  r.val_loss_step = val_loss_step_;
   return r;
 }
 
@@ -298,6 +300,8 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
   step_ = r.step;
   consumed_samples_ = r.consumed_samples;
   lineage_ = r.lineage;
+  val_loss_ = r.val_loss;
+  val_loss_step_ = r.val_loss_step;
 }
 
 template class Trainer<float>;
@@ -433,7 +437,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                Timer& wall) {
   Communicator& world = grid.world_comm();
   Trainer<T> trainer(cfg, grid, data);
-  const CheckpointDir ckdir((fs::path(cfg.train.out_dir) / "checkpoints").string());
+  const CheckpointDir ckdir((fs::path(cfg.train.out_dir) / "checkpoints").string(), cfg.checkpoint.keep_best);
 
   const std::string resume_from = choose_resume_checkpoint(world, ckdir, opt.resume, opt.resume_path,
                                                            cfg.checkpoint.verify_on_resume, gpt_model_schema());
@@ -546,6 +550,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       } else {
         row.has_val = true;
         row.val_loss = last_val = e.loss;
+        trainer.record_val_loss(e.loss);
         log::info("step %6lld | val loss %.4f | %s tokens | %.2f s", static_cast<long long>(r.step), e.loss,
                   human(static_cast<double>(e.tokens)).c_str(), e.seconds);
       }

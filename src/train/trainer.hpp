@@ -97,6 +97,13 @@ class Trainer {
   /// The legs of training (invocations of `trident train`) that led to the current state
   /// (RunState::lineage).
   const std::string& lineage() const { return lineage_; }
+  /// Records the validation loss just measured after the current step; checkpoints carry it (and
+  /// [checkpoint] keep_best ranks them by it). Local.
+  void record_val_loss(double loss) {
+    val_loss_ = loss;
+    val_loss_step_ = step_;
+  }
+
   /// Records that leg `id` (this invocation) trains from the current step on. Local.
   void begin_leg(const std::string& id) { lineage_ = extend_lineage(lineage_, id, step_); }
 
@@ -120,6 +127,8 @@ class Trainer {
   std::int64_t step_ = 0;
   std::int64_t consumed_samples_ = 0;
   std::string lineage_;
+  double val_loss_ = 0.0;
+  std::int64_t val_loss_step_ = -1;
   std::vector<std::int64_t> loaded_samples_;
 };
 

@@ -303,5 +303,30 @@ expect_exit 1 "ckpt reshard: .*text.txt" -- "$TRIDENT" ckpt reshard --output "$W
 check "reshard: nothing written by a refused reshard" test ! -e "$WORK/x.h5" -a ! -e "$WORK/x.h5.tmp"
 expect_exit 0 "\(1 x 1 x 1, ZeRO-0\)" -- "$TRIDENT" ckpt reshard --tp 1 --zero-stage 0 --force --output "$WORK/r1.h5" "$t6"
 
+# ---- show, validation loss in ls, keep_best (issue 16's features) ---------------------------------
+expect_exit 0 "transformer.h.0.attn.c_attn.weight +\(96, 32\) +dim 0 x3" -- "$TRIDENT" ckpt show "$t6"
+expect_exit 0 "transformer.wte.weight \(exp_avg\) \([0-9]+, 32\): [0-9]+ elements, min .* 0 NaN, 0 inf" -- \
+  "$TRIDENT" ckpt show "$t6" transformer.wte.weight --kind exp_avg
+expect_exit 1 "no tensor 'transformer.nope' in it; its tensors: transformer.wte.weight" -- \
+  "$TRIDENT" ckpt show "$t6" transformer.nope
+expect_exit 2 "--npy needs a TENSOR" -- "$TRIDENT" ckpt show "$t6" --npy "$WORK/x.npy"
+expect_exit 0 "wrote .*c_fc.npy" -- "$TRIDENT" ckpt show "$t6" transformer.h.1.mlp.c_fc.weight --npy "$WORK/c_fc.npy"
+check "show --npy: numpy reads exactly the tensor the documented reader rebuilds (tp = 2 file)" \
+  $PY - "$(cd "$(dirname "$0")/../.." && pwd)/tools" "$WORK/c_fc.npy" "$t6" <<'EOF2'
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1]); import trident_ckpt
+a = np.load(sys.argv[2]); b = trident_ckpt.load(sys.argv[3]).tensors["transformer.h.1.mlp.c_fc.weight"]
+sys.exit(0 if a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes() else 1)
+EOF2
+# keep = 1 and keep_best = 2: the newest, and the two older ones of lowest validation loss, stay.
+tiny_deck "$WORK/best.ini" "$WORK/best" "$WORK/tok.h5"
+sed -i 's/^max_steps = 6/max_steps = 12/; s/^interval = 3/interval = 2/; s/^keep = 5/keep = 1\nkeep_best = 2/; s/^eval_interval = 3/eval_interval = 2/; s/^lr = 3e-3/lr = 3e-2/' "$WORK/best.ini"
+expect_exit 0 "step +12/12" -- "$TRIDENT" train --config "$WORK/best.ini"
+want="$(awk -F, 'NR > 1 && $3 != "" && $1 < 12 {print $3, $1}' "$WORK/best/metrics.csv" | sort -g | head -2 | awk '{print $2}' | sort -n | tr '\n' ' ')12 "
+have="$(ls "$WORK/best/checkpoints" | sed -n 's/^step_0*\([0-9]*\)\.h5$/\1/p' | sort -n | tr '\n' ' ')"
+check "keep_best: kept steps '$have' = the newest and the two of lowest val loss '$want'" test "$have" = "$want"
+expect_exit 0 "step_00000012.h5 .*float32 +[0-9.]+ @12 " -- "$TRIDENT" ckpt ls "$WORK/best"
+expect_exit 2 "keep_best = -1 must be >= 0" -- "$TRIDENT" train --config "$WORK/best.ini" --checkpoint.keep_best=-1
+
 echo "$FAILED failed"
 exit "$FAILED"
