@@ -12,7 +12,7 @@
 #include "train/checkpoint_policy.hpp"
 #include "train/metrics.hpp"
 #include "train/model_schema.hpp"
-#include "train/perf.hpp"
+#include "train/peak.hpp"
 #include "train/resume.hpp"
 #include "train/run_dir.hpp"
 #include "train/signals.hpp"
@@ -466,7 +466,8 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
 
   trainer.begin_leg(leg);
   const ModelConfig& m = cfg.model;
-  const double peak = cfg.train.peak_tflops > 0 ? cfg.train.peak_tflops * 1e12 : measure_gemm_flops();
+  const PeakFlops peak_info = resolve_peak_flops(cfg.train, world);
+  const double peak = peak_info.flops;
   const double tokens_per_step = static_cast<double>(cfg.train.global_batch_size) * m.block_size;
   const double fpt = flops_per_token(m);
   log::info("Trident %s (git %s) | %s | %s", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT, grid.describe().c_str(),
@@ -481,7 +482,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
             static_cast<long long>(cfg.train.micro_batch_size),
             static_cast<long long>(cfg.train.global_batch_size / (cfg.train.micro_batch_size * grid.dp_size())));
   log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
-            cfg.train.peak_tflops > 0 ? "[train] peak_tflops" : "GEMM probe",
+            peak_info.source.c_str(),
             static_cast<long long>(cfg.train.max_steps), cfg.train.out_dir.c_str());
   StopPolicy stops(StopLimits{cfg.train.max_steps, cfg.train.stop_at_step, cfg.train.time_limit_min},
                    [&wall] { return wall.seconds(); });
@@ -493,10 +494,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     for (int c = 0; c < static_cast<int>(MemCategory::data); ++c)
       cats += log::format("%s%s %.1f", c ? ", " : "", mem_category_name(static_cast<MemCategory>(c)),
                           static_cast<double>(MemoryLedger::current(static_cast<MemCategory>(c))) / (1024.0 * 1024.0));
-    log::info("memory per rank (MiB): %s | ZeRO stage %d%s%s, predicted total %.1f MiB", cats.c_str(),
-              cfg.parallel.zero_stage, cfg.train.param_dtype == Precision::bf16 ? ", bf16 params" : "",
+    log::info("memory per rank (MiB): %s | ZeRO stage %d%s%s, predicted total %.1f MiB (what `trident train "
+              "--dry-run %d` prints; the step log's mem is this ledger, its RSS adds the runtime and libraries)",
+              cats.c_str(), cfg.parallel.zero_stage, cfg.train.param_dtype == Precision::bf16 ? ", bf16 params" : "",
               cfg.train.activation_checkpointing == Recompute::block ? ", recompute" : "",
-              static_cast<double>(std::accumulate(pred.begin(), pred.end(), std::int64_t{0})) / (1024.0 * 1024.0));
+              static_cast<double>(std::accumulate(pred.begin(), pred.end(), std::int64_t{0})) / (1024.0 * 1024.0),
+              grid.world_size());
   }
   TrainerCheckpointSaver<T> saver(trainer, ckdir, world, cfg);
   CheckpointPolicyOptions checkpoint_opt;
@@ -516,6 +519,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     const double tps = tokens_per_step / r.seconds;
     const double mfu = fpt * tps / grid.world_size() / peak;
     const double mem_mib = static_cast<double>(peak_rss_bytes()) / (1024.0 * 1024.0);
+    double tracked_mib = 0.0;  // the memory ledger now: the buffers --dry-run predicts
+    for (int c = 0; c < static_cast<int>(MemCategory::data); ++c)
+      tracked_mib += static_cast<double>(MemoryLedger::current(static_cast<MemCategory>(c))) / (1024.0 * 1024.0);
     stops.record_step_seconds(r.seconds);
     MetricsRow row;
     row.step = r.step;
@@ -531,10 +537,10 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     row.comm_mib = comm_mib;
     row.bubble = r.bubble;
     if (r.step % cfg.train.log_interval == 0 || r.step == first_step + 1 || r.step == cfg.train.max_steps)
-      log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB | "
-                "comm %.2f MiB%s",
+      log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB "
+                "(RSS %.1f) | comm %.2f MiB%s",
                 static_cast<long long>(r.step), static_cast<long long>(cfg.train.max_steps), r.loss, r.lr, r.grad_norm,
-                r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, mem_mib, comm_mib,
+                r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, tracked_mib, mem_mib, comm_mib,
                 grid.pp_size() > 1
                     ? log::format(" | bubble %.0f%% (theory %.0f%%)", 100.0 * r.bubble, 100.0 * r.bubble_theory).c_str()
                     : "");

@@ -1,0 +1,119 @@
+#include "train/peak.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/types.hpp"
+#include "parallel/agree.hpp"
+#include "train/perf.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <unistd.h>
+
+extern "C" int openblas_get_num_threads() __attribute__((weak));  // absent without OpenBLAS
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+std::string peak_cache_path() {
+  if (const char* p = std::getenv("TRIDENT_PEAK_CACHE")) return std::string(p) == "off" ? std::string() : std::string(p);
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "trident" / "gemm_peak.tsv").string();
+  if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "trident" / "gemm_peak.tsv").string();
+  return "";
+}
+
+std::string peak_cache_key() {
+  const int blas_threads = openblas_get_num_threads != nullptr ? openblas_get_num_threads() : 1;
+  std::string model = "unknown CPU";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) model = line.substr(line.find_first_not_of(" \t", colon + 1));
+      break;
+    }
+  const int threads = std::max(1, blas_threads);
+  return model + " | " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " | " +
+         ExecSpace::name();
+}
+
+namespace {
+
+/// The recorded value and date for `key`, if any.
+bool lookup(const std::string& path, const std::string& key, double& flops, std::string& date) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::stringstream ss(line);
+    std::string k, v, d;
+    if (std::getline(ss, k, '\t') && std::getline(ss, v, '\t') && std::getline(ss, d) && k == key) {
+      flops = std::atof(v.c_str()) * 1e9;
+      date = d;
+      return flops > 0;
+    }
+  }
+  return false;
+}
+
+void record(const std::string& path, const std::string& key, double flops) {
+  std::vector<std::string> keep;
+  {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(key + "\t", 0) != 0 && !line.empty()) keep.push_back(line);
+  }
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  std::strftime(date, sizeof date, "%Y-%m-%d", gmtime_r(&now, &tm));
+  keep.push_back(key + "\t" + log::format("%.3f", flops / 1e9) + "\t" + date);
+  fs::create_directories(fs::path(path).parent_path());
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& l : keep) out << l << "\n";
+    if (!out) throw IoError("cannot write '" + tmp + "'");
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world) {
+  PeakFlops p;
+  if (cfg.peak_tflops > 0) {
+    p.flops = cfg.peak_tflops * 1e12;
+    p.source = "[train] peak_tflops";
+    return p;
+  }
+  if (world.rank() == 0) {
+    const std::string path = peak_cache_path(), key = peak_cache_key();
+    std::string date;
+    if (!path.empty() && lookup(path, key, p.flops, date)) {
+      p.source = "GEMM probe of this CPU, recorded in " + path + " on " + date + "; delete the line to measure again";
+    } else {
+      // Measured carefully once: the best of a few probes (each already the best of 5 GEMMs).
+      for (int i = 0; i < 4; ++i) p.flops = std::max(p.flops, measure_gemm_flops());
+      p.source = "GEMM probe, measured now";
+      if (!path.empty()) {
+        try {
+          record(path, key, p.flops);
+          p.source += ", recorded in " + path + " for the next runs";
+        } catch (const std::exception& e) {
+          log::warn("cannot record the measured peak in %s (%s): later runs will measure again", path.c_str(), e.what());
+        }
+      }
+    }
+  }
+  world.broadcast(&p.flops, 1, 0);
+  broadcast_string(world, p.source);
+  return p;
+}
+
+}  // namespace trident

@@ -1,0 +1,36 @@
+// train/peak.hpp: the per-rank peak FLOP/s a run quotes MFU against, stable from run to run.
+//
+// Layer: train. A GEMM probe at every start-up moved with the machine's load (89-105 GFLOP/s on
+// one core of the project machine), so the same speed showed as 62% or 74% MFU. The peak is
+// now, in this order: [train] peak_tflops when the deck gives it; else the probe's value recorded
+// for this CPU model and BLAS thread count in a small cache file (measured carefully once: the
+// best of several probes, by world rank 0 alone while the other ranks wait); else measured now
+// and recorded. The log says which it is and where the cache lives.
+#pragma once
+
+#include "core/config.hpp"
+#include "parallel/communicator.hpp"
+
+#include <string>
+
+namespace trident {
+
+struct PeakFlops {
+  double flops = 0.0;   ///< per rank, FLOP/s
+  std::string source;   ///< "[train] peak_tflops", "measured now, recorded in FILE", "recorded in FILE on DATE"
+};
+
+/// The cache file: $TRIDENT_PEAK_CACHE, else $XDG_CACHE_HOME/trident/gemm_peak.tsv, else
+/// $HOME/.cache/trident/gemm_peak.tsv; "" when TRIDENT_PEAK_CACHE=off (always measure). Local.
+std::string peak_cache_path();
+
+/// The key of this machine in the cache: CPU model (/proc/cpuinfo), the BLAS threads of this
+/// process (OpenBLAS's own count; 1 without OpenBLAS) and the build's backend, e.g.
+/// "Intel(R) Xeon(R) ... | 1 thread | Serial". Local.
+std::string peak_cache_key();
+
+/// The peak as described above. Collective over world (rank 0 decides; the value and its source
+/// are broadcast). A cache that cannot be read or written is only warned about.
+PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world);
+
+}  // namespace trident
