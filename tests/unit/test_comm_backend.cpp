@@ -28,22 +28,23 @@ CommBackendFacts gpu_node() {
 
 TEST(CommBackend, AutoIsNcclOnlyWhereEveryFactAllowsIt) {
   EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, gpu_node()), CommBackend::nccl);
-  CommBackendFacts f = gpu_node();
-  f.nccl_built = false;
-  f.nccl_reason = "not built";
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, f), CommBackend::mpi) << "a build without NCCL";
-  f = gpu_node();
-  f.gpu_execution_space = false;
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, f), CommBackend::mpi) << "Kokkos on the host";
-  f = gpu_node();
-  f.device_count = 0;
-  f.gpu_per_rank = false;
-  f.nccl_reason = "no usable CUDA device";
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, f), CommBackend::mpi) << "no GPU";
-  f = gpu_node();
-  f.gpu_per_rank = false;
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, f), CommBackend::mpi) << "ranks sharing a GPU";
-  EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, CommBackendFacts{}), CommBackend::mpi) << "a host build";
+  // Each fact alone, taken away, makes it MPI.
+  struct Case {
+    const char* what;
+    void (*take_away)(CommBackendFacts&);
+  };
+  const Case cases[] = {
+      {"a build without NCCL", [](CommBackendFacts& f) { f.nccl_built = false; }},
+      {"Kokkos on the host", [](CommBackendFacts& f) { f.gpu_execution_space = false; }},
+      {"no GPU", [](CommBackendFacts& f) { f.device_count = 0; }},
+      {"ranks sharing a GPU", [](CommBackendFacts& f) { f.gpu_per_rank = false; }},
+      {"a host build", [](CommBackendFacts& f) { f = CommBackendFacts{}; }},
+  };
+  for (const Case& c : cases) {
+    CommBackendFacts f = gpu_node();
+    c.take_away(f);
+    EXPECT_EQ(resolve_comm_backend(CommBackend::automatic, f), CommBackend::mpi) << c.what;
+  }
 }
 
 TEST(CommBackend, MpiIsMpiWhateverTheFacts) {
@@ -61,37 +62,32 @@ TEST(CommBackend, NcclAskedForIsNcclWhereItCanRun) {
   EXPECT_EQ(resolve_comm_backend(CommBackend::nccl, f), CommBackend::nccl);
 }
 
-TEST(CommBackend, NcclInABuildWithoutItIsAConfigError) {
-  CommBackendFacts f;
-  f.nccl_reason = "this build of Trident has no NCCL backend";
+/// nccl refused for facts `f`: a collective error with `exit_code` naming the key and the reason.
+void expect_nccl_refused(const CommBackendFacts& f, int exit_code) {
   try {
     resolve_comm_backend(CommBackend::nccl, f);
-    FAIL() << "nccl accepted in a build without NCCL";
-  } catch (const ConfigError& e) {
+    ADD_FAILURE() << "nccl accepted: " << f.nccl_reason;
+  } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_EQ(e.exit_code(), 2);
+    EXPECT_EQ(e.exit_code(), exit_code) << msg;
+    EXPECT_EQ(dynamic_cast<const ConfigError*>(&e) != nullptr, exit_code == 2) << "a deck error exactly when exit 2";
     EXPECT_TRUE(e.collective());
     EXPECT_NE(msg.find("[parallel] comm_backend = nccl"), std::string::npos) << msg;
     EXPECT_NE(msg.find(f.nccl_reason), std::string::npos) << msg;
   }
 }
 
+TEST(CommBackend, NcclInABuildWithoutItIsAConfigError) {
+  CommBackendFacts f;
+  f.nccl_reason = "this build of Trident has no NCCL backend";
+  expect_nccl_refused(f, 2);
+}
+
 TEST(CommBackend, NcclWithoutADeviceIsARuntimeError) {
-  CommBackendFacts f = gpu_node();
+  CommBackendFacts f = gpu_node();  // a machine without a GPU is not a deck error
   f.device_count = 0;
   f.nccl_reason = "no usable CUDA device (no CUDA-capable device is detected)";
-  try {
-    resolve_comm_backend(CommBackend::nccl, f);
-    FAIL() << "nccl accepted without a device";
-  } catch (const ConfigError& e) {
-    FAIL() << "a machine without a GPU is not a deck error: " << e.what();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(e.exit_code(), 1);
-    EXPECT_TRUE(e.collective());
-    EXPECT_NE(msg.find("[parallel] comm_backend = nccl"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(f.nccl_reason), std::string::npos) << msg;
-  }
+  expect_nccl_refused(f, 1);
 }
 
 TEST(CommBackend, ThisProcessFacts) {
