@@ -28,6 +28,13 @@ const char* name_of(Precision v) {
 }
 const char* name_of(Recompute v) { return v == Recompute::block ? "block" : "none"; }
 const char* name_of(OnSaveError v) { return v == OnSaveError::keep_training ? "continue" : "stop"; }
+const char* name_of(CommBackend v) {
+  switch (v) {
+    case CommBackend::mpi: return "mpi";
+    case CommBackend::nccl: return "nccl";
+    default: return "auto";
+  }
+}
 
 namespace {
 
@@ -94,6 +101,11 @@ class Schema {
                "backwards)");
     add("parallel", "pp_layers", &c.parallel.pp_layers,
         "blocks per pipeline stage, comma separated (e.g. 3,3,2,2); empty = as even as possible");
+    add_choice("parallel", "comm_backend", &c.parallel.comm_backend,
+               {CommBackend::automatic, CommBackend::mpi, CommBackend::nccl},
+               "library of the dp, tp, pp collectives: auto (nccl in a GPU build with NCCL where every rank has its "
+               "own GPU, else mpi), mpi (also on GPU buffers, staged through host memory unless MPI is CUDA-aware) or "
+               "nccl (one GPU per rank). Checkpoint I/O always uses MPI");
     TrainConfig& t = c.train;
     add("train", "global_batch_size", &t.global_batch_size, "sequences per optimizer step, over all dp ranks");
     add("train", "micro_batch_size", &t.micro_batch_size,

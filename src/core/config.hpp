@@ -27,12 +27,17 @@ enum class Precision { f32, f64, bf16 };
 enum class Recompute { none, block };
 /// What a failed checkpoint save does to the run: stop (exit 1) or keep training.
 enum class OnSaveError { stop, keep_training };
+/// Library of the grid's axis collectives (dp, tp, pp, mp): NCCL when the build has it, Kokkos
+/// computes on a CUDA GPU and every rank has its own GPU (automatic), or MPI / NCCL as asked
+/// (parallel/comm_backend.hpp decides; the world communicator is always MPI).
+enum class CommBackend { automatic, mpi, nccl };
 
 /// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
 const char* name_of(PipelineScheduleKind v);
 const char* name_of(Precision v);
 const char* name_of(Recompute v);
 const char* name_of(OnSaveError v);
+const char* name_of(CommBackend v);
 
 /// GPT-2 model shape (Radford et al. 2019; nanoGPT's GPTConfig).
 struct ModelConfig {
@@ -56,6 +61,7 @@ struct ParallelConfig {
   bool prefetch = true;      ///< stage 3: all-gather the next unit while this one computes
   bool overlap_reduce = true;  ///< stages 2-3: reduce-scatter a unit's gradient while earlier units compute
   PipelineScheduleKind pp_schedule = PipelineScheduleKind::one_f_one_b;  ///< 1f1b | gpipe
+  CommBackend comm_backend = CommBackend::automatic;  ///< auto | mpi | nccl: library of the axis collectives
   std::string pp_layers;             ///< blocks per stage, e.g. "3,3,2,2"; empty = balanced
 };
 

@@ -132,6 +132,8 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   const std::string& axis() const { return axis_; }
+  /// The library behind this communicator: "mpi" or "nccl" (logs, tests). Local.
+  virtual const char* backend() const = 0;
 
   /// recv = op over ranks of send (count elements). send == recv is in place. Collective.
   virtual void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) = 0;

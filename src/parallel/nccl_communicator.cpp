@@ -6,6 +6,7 @@
 #include "parallel/nccl_communicator.hpp"
 
 #include "core/error.hpp"
+#include "parallel/device_memory.hpp"
 #include "parallel/mpi_communicator.hpp"
 
 #include <cuda_runtime.h>
@@ -259,17 +260,11 @@ struct NcclCommunicator::Impl : std::enable_shared_from_this<NcclCommunicator::I
   /// True for device and managed memory of this communicator's device, false for host memory
   /// (pageable or pinned), which is staged.
   bool on_device(const void* p) const {
-    cudaPointerAttributes a{};
-    const cudaError_t e = cudaPointerGetAttributes(&a, p);
-    if (e == cudaErrorInvalidValue) {  // CUDA < 11 says this of pageable host memory
-      (void)cudaGetLastError();
-      return false;
-    }
-    cuda(e, "cudaPointerGetAttributes");
-    if (a.type == cudaMemoryTypeManaged) return true;
-    if (a.type != cudaMemoryTypeDevice) return false;
-    if (a.device != device)
-      throw Error(where(axis) + ": a buffer lives on CUDA device " + std::to_string(a.device) +
+    int holder = device;
+    const MemoryKind kind = memory_kind(p, &holder);
+    if (kind == MemoryKind::host) return false;
+    if (kind == MemoryKind::device && holder != device)
+      throw Error(where(axis) + ": a buffer lives on CUDA device " + std::to_string(holder) +
                   " but the communicator uses device " + std::to_string(device));
     return true;
   }

@@ -86,6 +86,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  const char* backend() const override { return "nccl"; }
 
   void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) override;
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) override;

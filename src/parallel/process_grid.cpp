@@ -1,11 +1,13 @@
 #include "parallel/process_grid.hpp"
 
 #include "core/error.hpp"
+#include "parallel/comm_backend.hpp"
 #include "parallel/mpi_communicator.hpp"
+#include "parallel/nccl_communicator.hpp"
 
 namespace trident {
 
-ProcessGrid::ProcessGrid(const Communicator& parent, GridShape shape) : shape_(shape) {
+ProcessGrid::ProcessGrid(const Communicator& parent, GridShape shape, CommBackend backend) : shape_(shape) {
   require_config(shape.dp >= 1 && shape.tp >= 1 && shape.pp >= 1,
                  "process grid: dp, tp and pp must be >= 1 (got dp=" + std::to_string(shape.dp) +
                      " tp=" + std::to_string(shape.tp) + " pp=" + std::to_string(shape.pp) + ")");
@@ -34,6 +36,15 @@ ProcessGrid::ProcessGrid(const Communicator& parent, GridShape shape) : shape_(s
   dp_ = sub(0, 1, 0, "dp");
   tp_ = sub(0, 0, 1, "tp");
   mp_ = sub(1, 0, 1, "mp");
+
+  backend_ = agree_comm_backend(*world_, backend);
+  if (backend_ == CommBackend::nccl) {
+    // Kokkos with CUDA has put this rank on its node-local GPU (runtime.cpp); otherwise take it now.
+    if (!gpu_execution_space()) select_node_local_device(*world_);
+    void* stream = kokkos_compute_stream();
+    for (std::unique_ptr<Communicator>* c : {&pp_, &dp_, &tp_, &mp_})
+      *c = make_nccl_communicator(**c, (*c)->axis(), stream);  // keeps its own copy of the MPI communicator
+  }
 }
 
 ProcessGrid::~ProcessGrid() = default;
@@ -45,6 +56,13 @@ std::string ProcessGrid::coords_string() const {
 std::string ProcessGrid::describe() const {
   return "dp=" + std::to_string(shape_.dp) + " tp=" + std::to_string(shape_.tp) + " pp=" + std::to_string(shape_.pp) +
          " (" + std::to_string(world_size()) + (world_size() == 1 ? " rank)" : " ranks)");
+}
+
+std::string ProcessGrid::describe_comm_backends() const {
+  std::string s;
+  for (const Communicator* c : {dp_.get(), tp_.get(), pp_.get(), mp_.get(), world_.get()})
+    s += (s.empty() ? "" : ", ") + c->axis() + " " + c->backend();
+  return s;
 }
 
 }  // namespace trident

@@ -18,9 +18,17 @@
 //
 // reorder = 0 in MPI_Cart_create: the grid rank equals the parent rank, so a job script's rank
 // placement is the placement the grid uses.
+//
+// Collectives library ([parallel] comm_backend, parallel/comm_backend.hpp): the axis communicators
+// dp, tp, pp and mp are the MPI_Cart_sub communicators, or with nccl one NCCL communicator made from
+// each of them (same ranks, same order) on this rank's GPU and Kokkos' compute stream. split() of an
+// axis communicator stays with its backend. world_comm() is always MPI: HDF5's MPI-IO needs an
+// MPI_Comm (native_mpi_comm), and the run's agreement collectives and the async checkpoint writer
+// use it.
 // Invariants: dp_size * tp_size * pp_size == parent.size(), checked before any MPI call.
 #pragma once
 
+#include "core/config.hpp"
 #include "parallel/communicator.hpp"
 
 #include <memory>
@@ -36,9 +44,13 @@ struct GridShape {
 
 class ProcessGrid {
  public:
-  /// Builds the grid over all ranks of `parent`. Collective over parent. Throws ConfigError
-  /// (on every rank alike) when dp * tp * pp != parent.size() or a size is < 1.
-  ProcessGrid(const Communicator& parent, GridShape shape);
+  /// Builds the grid over all ranks of `parent` (MPI-backed), its axis communicators with the
+  /// library `backend` means (agree_comm_backend; with nccl and a host Kokkos each rank first takes
+  /// its node-local GPU, select_node_local_device). Collective over parent. Throws ConfigError (on
+  /// every rank alike) when dp * tp * pp != parent.size() or a size is < 1, and the errors of
+  /// agree_comm_backend and make_nccl_communicator (an Error on every rank alike when NCCL cannot
+  /// run here, e.g. two ranks on one GPU).
+  ProcessGrid(const Communicator& parent, GridShape shape, CommBackend backend = CommBackend::mpi);
   ~ProcessGrid();
   ProcessGrid(const ProcessGrid&) = delete;
   ProcessGrid& operator=(const ProcessGrid&) = delete;
@@ -70,9 +82,14 @@ class ProcessGrid {
   std::string coords_string() const;
   /// "dp=2 tp=2 pp=2 (8 ranks)".
   std::string describe() const;
+  /// The library of the axis communicators: mpi or nccl (never automatic). Local.
+  CommBackend comm_backend() const { return backend_; }
+  /// "dp nccl, tp nccl, pp nccl, mp nccl, world mpi": the library of each communicator. Local.
+  std::string describe_comm_backends() const;
 
  private:
   GridShape shape_;
+  CommBackend backend_ = CommBackend::mpi;
   int dp_rank_ = 0, tp_rank_ = 0, pp_rank_ = 0;
   std::unique_ptr<Communicator> world_, dp_, tp_, pp_, mp_;
 };

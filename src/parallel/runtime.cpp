@@ -17,6 +17,37 @@ extern "C" void openblas_set_num_threads(int) __attribute__((weak));
 
 namespace trident {
 
+namespace {
+
+// One GPU per rank, the same for Kokkos and NCCL: with Kokkos' CUDA backend, "--kokkos-device-id=N"
+// for N = node-local rank modulo the visible devices (so ranks beyond the GPU count share them,
+// which the MPI collectives backend allows), unless the user chose a device through Kokkos' own
+// options or environment. An option rather than InitializationSettings::set_device_id, so that
+// the same code serves Kokkos 3 and 4 and Kokkos still reads the user's --kokkos-* options. The
+// NCCL backend uses the device current after Kokkos' initialisation, i.e. this one. Empty without a
+// CUDA Kokkos.
+std::string kokkos_device_arg(const std::vector<char*>& kokkos_args, int node_rank) {
+#ifdef KOKKOS_ENABLE_CUDA
+  for (const char* a : kokkos_args)
+    for (const char* opt : {"--kokkos-device-id", "--kokkos-map-device-id-by", "--kokkos-num-devices", "--kokkos-ndevices"})
+      if (std::strncmp(a, opt, std::strlen(opt)) == 0) return "";
+  for (const char* env : {"KOKKOS_DEVICE_ID", "KOKKOS_VISIBLE_DEVICES", "KOKKOS_MAP_DEVICE_ID_BY"})
+    if (std::getenv(env) != nullptr) return "";
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices <= 0) {
+    (void)cudaGetLastError();
+    return "";  // Kokkos reports the missing device itself
+  }
+  return "--kokkos-device-id=" + std::to_string(node_rank % devices);
+#else
+  (void)kokkos_args;
+  (void)node_rank;
+  return "";
+#endif
+}
+
+}  // namespace
+
 bool mpi_thread_multiple() {
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
@@ -33,6 +64,7 @@ Runtime::Runtime(int& argc, char**& argv) {
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_->rank(), MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &node_size_);
+  MPI_Comm_rank(node, &node_rank_);
   MPI_Comm_free(&node);
 
   if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && openblas_set_num_threads != nullptr) {
@@ -45,6 +77,8 @@ Runtime::Runtime(int& argc, char**& argv) {
   std::vector<char*> kargs = {argv[0]};
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--kokkos-", 9) == 0) kargs.push_back(argv[i]);
+  std::string device_arg = kokkos_device_arg(kargs, node_rank_);
+  if (!device_arg.empty()) kargs.push_back(device_arg.data());
   int kargc = static_cast<int>(kargs.size());
   try {
     Kokkos::initialize(kargc, kargs.data());

@@ -19,7 +19,9 @@ bool mpi_thread_multiple();
 class Runtime {
  public:
   /// Initialises MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE requested so that a background
-  /// checkpoint thread may do MPI-IO) and Kokkos (which consumes --kokkos-* arguments).
+  /// checkpoint thread may do MPI-IO) and Kokkos (which consumes --kokkos-* arguments). With
+  /// Kokkos' CUDA backend, each rank computes on GPU node_rank() % (visible GPUs) unless a
+  /// --kokkos-device-id / KOKKOS_DEVICE_ID-style option chooses; the NCCL backend uses that GPU too.
   /// When OPENBLAS_NUM_THREADS is unset, gives each rank hardware_threads / ranks_on_node BLAS
   /// threads, so ranks do not oversubscribe the cores. Collective over MPI_COMM_WORLD.
   Runtime(int& argc, char**& argv);
@@ -36,6 +38,8 @@ class Runtime {
   int world_size() const { return world_->size(); }
   /// Ranks of this job that share this node.
   int node_size() const { return node_size_; }
+  /// This rank's index among them (ordered by world rank).
+  int node_rank() const { return node_rank_; }
   /// BLAS threads per rank chosen at start-up (0 when the BLAS library's own setting is kept).
   int blas_threads() const { return blas_threads_; }
 
@@ -47,6 +51,7 @@ class Runtime {
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<Communicator> self_;
   int node_size_ = 1;
+  int node_rank_ = 0;
   int blas_threads_ = 0;
 };
 

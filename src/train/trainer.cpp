@@ -597,7 +597,9 @@ int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt) {
                         std::to_string(data->size("train")) + " tokens, fewer than [model] block_size + 1 = " +
                         std::to_string(cfg.model.block_size + 1));
   });
-  ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
+  ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}, cfg.parallel.comm_backend);
+  log::info("collectives: %s ([parallel] comm_backend = %s)", grid.describe_comm_backends().c_str(),
+            name_of(cfg.parallel.comm_backend));
   if (cfg.train.dtype == Precision::f64) return train_loop<double>(cfg, grid, *data, opt, wall);
   return train_loop<float>(cfg, grid, *data, opt, wall);
 }

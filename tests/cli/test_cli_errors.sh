@@ -31,6 +31,17 @@ expect_exit 2 "pp_layers = 1,2 must list pp = 2 counts summing to \[model\] n_la
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.pp=2 --parallel.pp_layers=1,2
 expect_exit 2 "pp_schedule = zigzag: expected 1f1b or gpipe" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --parallel.pp_schedule=zigzag
+expect_exit 2 "comm_backend = gloo: expected auto, mpi or nccl" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --parallel.comm_backend=gloo
+# NCCL where it cannot run fails alike on every rank: a deck error (2) in a build without NCCL, a
+# runtime error (1) on a machine without a GPU.
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  [ "${TRIDENT_HAVE_NCCL:-FALSE}" = TRUE ] && want=1 || want=2
+  expect_exit "$want" "\[parallel\] comm_backend = nccl: " -- \
+    "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.comm_backend=nccl
+fi
+expect_exit 0 "collectives: dp mpi, tp mpi, pp mpi, mp mpi, world mpi \(\[parallel\] comm_backend = mpi\)" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --parallel.comm_backend=mpi --train.max_steps=1 --train.out_dir="$WORK/run_mpi"
 expect_exit 2 "zero_stage = 4 must be 0, 1, 2 or 3" -- "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=4
 expect_exit 2 "shard_group_size = 3 does not divide dp = 2" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=3 --parallel.shard_group_size=3

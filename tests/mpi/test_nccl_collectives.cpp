@@ -1,7 +1,9 @@
-// The NCCL backend of the collectives interface against the MPI backend: every collective,
-// blocking and non-blocking, f32/f64/i64/bf16, sum/max/min, in-place forms, device, managed and
-// host (staged) buffers, the point-to-point patterns of the trainer, split(), ordering after the
-// compute stream, and byte counts.
+// The collectives interface on GPU buffers, one test body for each backend (STYLE.md, "One test
+// body, every backend"): the NCCL backend, and the MPI backend staging device buffers through host
+// memory (mpi_communicator.hpp). Every collective, blocking and non-blocking, f32/f64/i64/bf16,
+// sum/max/min, in-place forms, device, managed and host buffers, the point-to-point patterns of
+// the trainer, split(), ordering after the compute stream, and byte counts; then the process grid
+// on NCCL.
 //
 // Oracle: the MPI backend on the same inputs, compared bitwise. The inputs are multiples of 1/4
 // small enough that every partial sum over up to 8 ranks is exact in f32, f64 and bf16, so the
@@ -9,12 +11,16 @@
 // at <= 2 ranks both backends round a + b once to nearest even, so it is bitwise too. bf16 max/min,
 // which the MPI backend does not offer, is checked against a host reduction of the gathered inputs.
 //
-// NCCL needs a CUDA device per rank (it refuses two ranks of a communicator on one GPU). Without
-// one every test of NcclCollectives skips, saying why; tests/CMakeLists.txt makes ctest report the
-// skip. NcclSupport checks what needs no GPU (it runs as its own ctest entry).
+// NCCL needs a CUDA device per rank (it refuses two ranks of a communicator on one GPU); the MPI
+// backend's staging needs a device, which ranks may share. Without one the tests of a backend skip,
+// saying why; tests/CMakeLists.txt makes ctest report the skip when there is no GPU at all.
+// NcclSupport checks what needs no GPU (it runs as its own ctest entry).
 #include "core/error.hpp"
+#include "parallel/comm_backend.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/device_memory.hpp"
 #include "parallel/nccl_communicator.hpp"
+#include "parallel/process_grid.hpp"
 #include "test_env.hpp"
 
 #include <cuda_runtime.h>
@@ -203,7 +209,9 @@ struct Way {
 const Way kWays[] = {{Mem::device, Form::blocking}, {Mem::device, Form::wait}, {Mem::device, Form::test_loop},
                      {Mem::device, Form::stream_wait}, {Mem::pageable, Form::blocking}, {Mem::pageable, Form::wait}};
 
-void finish(Request& r, Form f) {
+/// Completes `r` as `f` says. `device_streams`: the backend completes requests on CUDA streams
+/// (NCCL); without them (MPI) stream_wait() refuses and the host waits instead.
+void finish(Request& r, Form f, bool device_streams) {
   switch (f) {
     case Form::blocking: break;
     case Form::wait: r.wait(); break;
@@ -212,7 +220,8 @@ void finish(Request& r, Form f) {
       }
       break;
     case Form::stream_wait:  // the legacy default stream waits; the host then waits for it
-      EXPECT_TRUE(r.stream_wait(nullptr));
+      EXPECT_EQ(r.stream_wait(nullptr), device_streams);
+      if (!device_streams) r.wait();
       cuda_ok(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
       break;
   }
@@ -221,78 +230,109 @@ void finish(Request& r, Form f) {
 
 /// Runs one operation in form `f`: `blocking()`, or `start()` and completing its Request as `f` says.
 template <class Blocking, class Start>
-void run_in_form(Form f, Blocking&& blocking, Start&& start) {
+void run_in_form(Form f, bool device_streams, Blocking&& blocking, Start&& start) {
   if (f == Form::blocking) {
     blocking();
     return;
   }
   Request r = start();
-  finish(r, f);
+  finish(r, f, device_streams);
 }
 
-// ---- the suite: one NCCL communicator over the world, made once ---------------------------------
+// ---- the suites: one communicator under test per backend, over the world, made once ------------
+
+/// The communicator under test: NCCL, or MPI handed device buffers (staged through the host).
+enum class Backend { nccl, mpi };
 
 struct SuiteState {
-  std::string skip;        // why every test skips; empty when they run
-  std::string init_error;  // make_nccl_communicator failed although devices were there
-  std::unique_ptr<Communicator> nccl;
+  bool made = false;
+  std::string skip;        // why every test of this backend skips; empty when they run
+  std::string init_error;  // making the communicator failed although devices were there
+  std::unique_ptr<Communicator> comm;
 };
-SuiteState& suite() {
-  static SuiteState s;
-  return s;
+SuiteState& suite(Backend b) {
+  static SuiteState s[2];
+  return s[static_cast<int>(b)];
 }
 
-/// Why this job cannot run NCCL tests, agreed by all ranks (empty: it can). "NCCL tests skipped: no
-/// usable CUDA device" (what ctest's SKIP_REGULAR_EXPRESSION matches) only when rank 0 has no GPU at
-/// all, so that ctest never reports a skip for a run in which some tests ran.
-std::string agreed_skip_reason(int min_node_ranks) {
+/// Why this job cannot run the tests of `b`, agreed by all ranks (empty: it can). "<backend> tests
+/// skipped: no usable CUDA device" (what ctest's SKIP_REGULAR_EXPRESSION matches) only when rank 0
+/// has no GPU at all, so that ctest never reports a skip for a run in which some tests ran. NCCL
+/// also needs a GPU per rank (min_node_ranks == 0) or, for the refusal test, min_node_ranks ranks
+/// on a node.
+std::string agreed_skip_reason(Backend b, int min_node_ranks = 0) {
   Runtime& rt = test::runtime();
   const NcclSupport s = nccl_support();
+  const char* who = b == Backend::nccl ? "NCCL tests skipped: " : "MPI device-buffer tests skipped: ";
   std::string local;
   if (!s.usable())
-    local = "NCCL tests skipped: " + s.reason;
-  else if (rt.node_size() > s.device_count && min_node_ranks == 0)
+    local = who + s.reason;
+  else if (b == Backend::nccl && rt.node_size() > s.device_count && min_node_ranks == 0)
     local = std::to_string(rt.node_size()) + " ranks on this node but " + std::to_string(s.device_count) +
             " CUDA device(s): NCCL cannot put two ranks of one communicator on one GPU";
   else if (rt.node_size() < min_node_ranks)
     local = "needs " + std::to_string(min_node_ranks) + " ranks on one node";
   if (rt.world().all_true(local.empty())) return "";
-  return local.empty() ? "another rank cannot run the NCCL tests (its reason is in its output)" : local;
+  return local.empty() ? "another rank cannot run these tests (its reason is in its output)" : local;
+}
+std::string agreed_skip_reason(int min_node_ranks) { return agreed_skip_reason(Backend::nccl, min_node_ranks); }
+
+/// Makes the communicator under test of `b` on every rank. Collective over the world.
+void make_suite(Backend b) {
+  SuiteState& s = suite(b);
+  s.made = true;
+  s.skip = agreed_skip_reason(b);
+  if (!s.skip.empty()) return;
+  Communicator& world = test::runtime().world();
+  try {
+    if (b == Backend::nccl) {
+      select_node_local_device(world);
+      s.comm = make_nccl_communicator(world, "world");
+    } else {  // ranks may share a GPU: the node-local rank modulo the devices, as Kokkos is told
+      cuda_ok(cudaSetDevice(test::runtime().node_rank() % nccl_support().device_count), "cudaSetDevice");
+      s.comm = world.split(0, world.rank(), "world");
+    }
+  } catch (const Error& e) {
+    s.init_error = e.what();
+  }
 }
 
-class NcclCollectives : public ::testing::Test {
+class DeviceCollectives : public ::testing::TestWithParam<Backend> {
  public:
-  static void SetUpTestSuite() {
-    SuiteState& s = suite();
-    s.skip = agreed_skip_reason(0);
-    if (!s.skip.empty()) return;
-    try {
-      select_node_local_device(test::runtime().world());
-      s.nccl = make_nccl_communicator(test::runtime().world(), "world");
-    } catch (const Error& e) {
-      s.init_error = e.what();
-    }
+  static void TearDownTestSuite() {
+    for (Backend b : {Backend::nccl, Backend::mpi}) suite(b).comm.reset();
   }
-  static void TearDownTestSuite() { suite().nccl.reset(); }
 
  protected:
   void SetUp() override {
-    if (!suite().skip.empty()) GTEST_SKIP() << suite().skip;
-    ASSERT_TRUE(suite().init_error.empty()) << suite().init_error;
+    SuiteState& s = suite(GetParam());
+    if (!s.made) make_suite(GetParam());
+    if (!s.skip.empty()) GTEST_SKIP() << s.skip;
+    ASSERT_TRUE(s.init_error.empty()) << s.init_error;
   }
-  Communicator& nccl() { return *suite().nccl; }
+  /// The communicator under test, and the MPI backend on host memory as the oracle.
+  Communicator& comm() { return *suite(GetParam()).comm; }
   Communicator& mpi() { return test::runtime().world(); }
+  bool is_nccl() const { return GetParam() == Backend::nccl; }
+  /// Whether the backend under test offers `op` on `t` (the MPI backend sums bf16 only).
+  bool offers(DataType t, ReduceOp op) const { return is_nccl() || t != DataType::bf16 || op == ReduceOp::sum; }
   int n() { return mpi().size(); }
   int rank() { return mpi().rank(); }
 };
 
-TEST_F(NcclCollectives, AllReduceMatchesMpi) {
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceCollectives, ::testing::Values(Backend::nccl, Backend::mpi),
+                         [](const ::testing::TestParamInfo<Backend>& i) {
+                           return std::string(i.param == Backend::nccl ? "nccl" : "mpi_staged");
+                         });
+
+TEST_P(DeviceCollectives, AllReduceMatchesMpi) {
   const std::size_t count = 1031;  // not a multiple of anything NCCL splits by
   int salt = 0;
   for (DataType t : kTypes)
     for (ReduceOp op : kOps)
       for (Mem m : {Mem::device, Mem::pageable, Mem::pinned, Mem::managed})
         for (bool in_place : {false, true}) {
+          if (!offers(t, op)) continue;
           const Form f = kForms[static_cast<std::size_t>(salt) % 4];
           const std::string what = label("all_reduce", t, op, m, form_name(f)) + (in_place ? " in place" : "");
           const Bytes in = make_input(t, count, rank(), ++salt);
@@ -301,14 +341,14 @@ TEST_F(NcclCollectives, AllReduceMatchesMpi) {
           a.put(in);
           void* out = in_place ? a.data() : b.data();
           run_in_form(
-              f, [&] { nccl().all_reduce(a.data(), out, count, t, op); },
-              [&] { return nccl().iall_reduce(a.data(), out, count, t, op); });
+              f, is_nccl(), [&] { comm().all_reduce(a.data(), out, count, t, op); },
+              [&] { return comm().iall_reduce(a.data(), out, count, t, op); });
           expect_same(in_place ? a.get() : b.get(), want, t, what);
           if (!in_place) expect_same(a.get(), in, t, what + " (input untouched)");
         }
 }
 
-TEST_F(NcclCollectives, Bf16SumRoundsLikeMpi) {
+TEST_P(DeviceCollectives, Bf16SumRoundsLikeMpi) {
   if (n() > 2) GTEST_SKIP() << "one rounding per element only with <= 2 ranks";
   const std::size_t count = 512;
   const Bytes in = make_rounding_input(count, rank());
@@ -316,18 +356,19 @@ TEST_F(NcclCollectives, Bf16SumRoundsLikeMpi) {
   for (Mem m : {Mem::device, Mem::pageable}) {
     Buffer a(m, in.size());
     a.put(in);
-    nccl().all_reduce(a.data(), a.data(), count, DataType::bf16, ReduceOp::sum);
+    comm().all_reduce(a.data(), a.data(), count, DataType::bf16, ReduceOp::sum);
     expect_same(a.get(), want, DataType::bf16, std::string("bf16 rounding ") + mem_name(m));
   }
 }
 
-TEST_F(NcclCollectives, ReduceScatterMatchesMpi) {
+TEST_P(DeviceCollectives, ReduceScatterMatchesMpi) {
   const std::size_t k = 257;  // elements per rank
   const std::size_t nk = k * static_cast<std::size_t>(n());
   int salt = 0;
   for (DataType t : kTypes)
     for (ReduceOp op : kOps)
       for (const Way& w : kWays) {
+        if (!offers(t, op)) continue;
         const std::string what = label("reduce_scatter", t, op, w.mem, form_name(w.form));
         const std::size_t es = dtype_size(t);
         const Bytes in = make_input(t, nk, rank(), ++salt);
@@ -342,13 +383,13 @@ TEST_F(NcclCollectives, ReduceScatterMatchesMpi) {
         Buffer a(w.mem, in.size()), b(w.mem, k * es);
         a.put(in);
         run_in_form(
-            w.form, [&] { nccl().reduce_scatter(a.data(), b.data(), k, t, op); },
-            [&] { return nccl().ireduce_scatter(a.data(), b.data(), k, t, op); });
+            w.form, is_nccl(), [&] { comm().reduce_scatter(a.data(), b.data(), k, t, op); },
+            [&] { return comm().ireduce_scatter(a.data(), b.data(), k, t, op); });
         expect_same(b.get(), want, t, what);
       }
 }
 
-TEST_F(NcclCollectives, AllGatherMatchesMpi) {
+TEST_P(DeviceCollectives, AllGatherMatchesMpi) {
   const std::size_t k = 333;
   int salt = 0;
   for (DataType t : kTypes)
@@ -370,13 +411,13 @@ TEST_F(NcclCollectives, AllGatherMatchesMpi) {
           a.put(in);
         }
         run_in_form(
-            w.form, [&] { nccl().all_gather(send, b.data(), k, t); },
-            [&] { return nccl().iall_gather(send, b.data(), k, t); });
+            w.form, is_nccl(), [&] { comm().all_gather(send, b.data(), k, t); },
+            [&] { return comm().iall_gather(send, b.data(), k, t); });
         expect_same(b.get(), want, t, what);
       }
 }
 
-TEST_F(NcclCollectives, BroadcastMatchesMpi) {
+TEST_P(DeviceCollectives, BroadcastMatchesMpi) {
   const std::size_t count = 1000;
   int salt = 0;
   for (DataType t : kTypes)
@@ -388,35 +429,36 @@ TEST_F(NcclCollectives, BroadcastMatchesMpi) {
         mpi().broadcast(want.data(), count, t, root);
         Buffer a(m, in.size());
         a.put(in);
-        nccl().broadcast(a.data(), count, t, root);
+        comm().broadcast(a.data(), count, t, root);
         expect_same(a.get(), want, t, what);
       }
 }
 
-TEST_F(NcclCollectives, HostScalarsAreStaged) {
+TEST_P(DeviceCollectives, HostScalarsOfTheTrainer) {
   // What the trainer does with host variables: sums of losses, agreement flags, small broadcasts.
-  EXPECT_EQ(nccl().all_reduce_value<double>(0.5 * rank()), mpi().all_reduce_value<double>(0.5 * rank()));
-  EXPECT_EQ(nccl().all_reduce_value<std::int64_t>(rank(), ReduceOp::max), n() - 1);
-  EXPECT_EQ(nccl().all_reduce_value<std::int32_t>(rank() + 5, ReduceOp::min), 5);
-  EXPECT_TRUE(nccl().all_true(true));
-  EXPECT_FALSE(nccl().all_true(rank() != n() - 1));
+  EXPECT_EQ(comm().all_reduce_value<double>(0.5 * rank()), mpi().all_reduce_value<double>(0.5 * rank()));
+  EXPECT_EQ(comm().all_reduce_value<std::int64_t>(rank(), ReduceOp::max), n() - 1);
+  EXPECT_EQ(comm().all_reduce_value<std::int32_t>(rank() + 5, ReduceOp::min), 5);
+  EXPECT_TRUE(comm().all_true(true));
+  EXPECT_FALSE(comm().all_true(rank() != n() - 1));
   char name[64] = {};
   if (rank() == n() - 1) std::strcpy(name, "from the last rank");
-  nccl().broadcast(name, sizeof name, n() - 1);
+  comm().broadcast(name, sizeof name, n() - 1);
   EXPECT_STREQ(name, "from the last rank");
   // A host message larger than the first staging buffer (1 MiB) makes it grow.
   std::vector<float> big(std::size_t(1) << 20, 1.0f);
-  nccl().all_reduce(big.data(), big.size(), ReduceOp::sum);
+  comm().all_reduce(big.data(), big.size(), ReduceOp::sum);
   EXPECT_EQ(big.front(), static_cast<float>(n()));
   EXPECT_EQ(big.back(), static_cast<float>(n()));
-  // A non-blocking form on host memory has completed when it returns.
+  // NCCL: a non-blocking form on host memory has completed when it returns (MPI: after wait()).
   double v = 1.0, out = 0.0;
-  Request r = nccl().iall_reduce(&v, &out, 1, DataType::f64, ReduceOp::sum);
-  EXPECT_FALSE(r.pending());
+  Request r = comm().iall_reduce(&v, &out, 1, DataType::f64, ReduceOp::sum);
+  EXPECT_EQ(r.pending(), !is_nccl());
+  r.wait();
   EXPECT_EQ(out, static_cast<double>(n()));
 }
 
-TEST_F(NcclCollectives, PointToPointPatternsOfTheTrainer) {
+TEST_P(DeviceCollectives, PointToPointPatternsOfTheTrainer) {
   const int left = (rank() + n() - 1) % n(), right = (rank() + 1) % n();
   const std::size_t count = 100000;  // larger than NCCL's eager buffers, so an unmatched order would hang
   for (DataType t : {DataType::f64, DataType::bf16})
@@ -427,30 +469,30 @@ TEST_F(NcclCollectives, PointToPointPatternsOfTheTrainer) {
       Buffer s(m, bytes), r(m, bytes);
       s.put(mine);
       // MPI's ring exchange: irecv from the left, then a blocking send to the right.
-      Request q = nccl().irecv(r.data(), count, t, left, 5);
-      nccl().send(s.data(), count, t, right, 5);
+      Request q = comm().irecv(r.data(), count, t, left, 5);
+      comm().send(s.data(), count, t, right, 5);
       q.wait();
       expect_same(r.get(), from_left, t, what + " irecv+send");
       // 1F1B: isend to the right, then a blocking recv from the left.
       r.put(Bytes(bytes, 0));
-      Request q2 = nccl().isend(s.data(), count, t, right, 6);
-      nccl().recv(r.data(), count, t, left, 6);
+      Request q2 = comm().isend(s.data(), count, t, right, 6);
+      comm().recv(r.data(), count, t, left, 6);
       q2.wait();
       expect_same(r.get(), from_left, t, what + " isend+recv");
       // Two messages to one peer arrive in the order posted (tags are not matched by NCCL).
       const Bytes second = make_input(t, count, rank(), 2), second_from_left = make_input(t, count, left, 2);
       Buffer s2(m, bytes), r2(m, bytes);
       s2.put(second);
-      Request a = nccl().isend(s.data(), count, t, right, 7);
-      Request b = nccl().isend(s2.data(), count, t, right, 3);
-      Request c = nccl().irecv(r.data(), count, t, left, 7);
-      Request d = nccl().irecv(r2.data(), count, t, left, 3);
+      Request a = comm().isend(s.data(), count, t, right, 7);
+      Request b = comm().isend(s2.data(), count, t, right, 3);
+      Request c = comm().irecv(r.data(), count, t, left, 7);
+      Request d = comm().irecv(r2.data(), count, t, left, 3);
       EXPECT_TRUE(d.pending());
       d.wait();  // starts the whole deferred group
       while (!c.test()) {
       }
       a.wait();
-      EXPECT_TRUE(b.stream_wait(nullptr));
+      finish(b, Form::stream_wait, is_nccl());
       expect_same(r.get(), from_left, t, what + " FIFO first");
       expect_same(r2.get(), second_from_left, t, what + " FIFO second");
     }
@@ -460,25 +502,25 @@ TEST_F(NcclCollectives, PointToPointPatternsOfTheTrainer) {
     const Bytes mine = make_input(DataType::f64, 10, rank(), 3), theirs = make_input(DataType::f64, 10, partner, 3);
     s.put(mine);
     if (rank() % 2 == 0) {
-      nccl().send(s.data(), 10, DataType::f64, partner, 0);
-      nccl().recv(r.data(), 10, DataType::f64, partner, 0);
+      comm().send(s.data(), 10, DataType::f64, partner, 0);
+      comm().recv(r.data(), 10, DataType::f64, partner, 0);
     } else {
-      nccl().recv(r.data(), 10, DataType::f64, partner, 0);
-      nccl().send(s.data(), 10, DataType::f64, partner, 0);
+      comm().recv(r.data(), 10, DataType::f64, partner, 0);
+      comm().send(s.data(), 10, DataType::f64, partner, 0);
     }
     expect_same(r.get(), theirs, DataType::f64, "blocking pair");
   }
-  nccl().barrier();
+  comm().barrier();
 }
 
-TEST_F(NcclCollectives, SplitMatchesMpi) {
+TEST_P(DeviceCollectives, SplitMatchesMpi) {
   struct Case {
     int color, key;
     const char* axis;
   };
   for (const Case& c : {Case{rank() % 2, rank(), "parity"}, Case{0, n() - 1 - rank(), "reversed"}}) {
     auto m = mpi().split(c.color, c.key, c.axis);
-    auto g = nccl().split(c.color, c.key, c.axis);
+    auto g = comm().split(c.color, c.key, c.axis);
     EXPECT_EQ(g->axis(), c.axis);
     EXPECT_EQ(g->size(), m->size());
     EXPECT_EQ(g->rank(), m->rank());
@@ -492,9 +534,9 @@ TEST_F(NcclCollectives, SplitMatchesMpi) {
   }
 }
 
-TEST_F(NcclCollectives, ByteCountsEqualTheMpiBackend) {
+TEST_P(DeviceCollectives, ByteCountsEqualTheMpiBackend) {
   auto m = mpi().split(0, rank(), "bytes");
-  auto g = nccl().split(0, rank(), "bytes");
+  auto g = comm().split(0, rank(), "bytes");
   const int left = (rank() + n() - 1) % n(), right = (rank() + 1) % n();
   const std::size_t k = 1000, nk = k * static_cast<std::size_t>(n());
   // The same calls on both: MPI on host vectors, NCCL on device buffers.
@@ -532,12 +574,38 @@ TEST_F(NcclCollectives, ByteCountsEqualTheMpiBackend) {
                 modelled_bytes(CommOp::all_reduce, k, DataType::i64, n(), false));
 }
 
-TEST_F(NcclCollectives, OperationsWaitForTheComputeStream) {
+TEST_P(DeviceCollectives, OperationsWaitForTheComputeStream) {
   // A large memset enqueued (not waited for) on the compute stream must land before the
-  // all-reduce reads the buffer: the comm stream waits for an event on the compute stream.
-  auto& c = dynamic_cast<NcclCommunicator&>(nccl());
+  // all-reduce reads the buffer. NCCL: the comm stream waits for an event on the compute stream.
+  // MPI: the staging copy runs on the legacy default stream, which waits for work on blocking
+  // streams (Kokkos' CUDA instance is one).
   const std::size_t count = std::size_t(64) << 20;  // 256 MiB of int32
   Buffer a(Mem::device, count * 4);
+  auto element = [&](std::size_t i) {
+    std::int32_t v = 0;
+    std::memcpy(&v, a.get(i * 4, 4).data(), 4);
+    return v;
+  };
+  if (!is_nccl()) {
+    cudaStream_t blocking_stream = nullptr;
+    cuda_ok(cudaStreamCreate(&blocking_stream), "cudaStreamCreate");
+    for (bool blocking : {true, false}) {
+      cuda_ok(cudaMemset(a.data(), 0, count * 4), "cudaMemset");
+      cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+      cuda_ok(cudaMemsetAsync(a.data(), 0x01, count * 4, blocking_stream), "cudaMemsetAsync");
+      if (blocking) {
+        comm().all_reduce(a.data(), a.data(), count, DataType::i32, ReduceOp::sum);
+      } else {
+        Request r = comm().iall_reduce(a.data(), a.data(), count, DataType::i32, ReduceOp::sum);
+        r.wait();
+      }
+      EXPECT_EQ(element(0), 0x01010101 * n()) << (blocking ? "blocking" : "non-blocking");
+      EXPECT_EQ(element(count - 1), 0x01010101 * n()) << (blocking ? "blocking" : "non-blocking");
+    }
+    cuda_ok(cudaStreamDestroy(blocking_stream), "cudaStreamDestroy");
+    return;
+  }
+  auto& c = dynamic_cast<NcclCommunicator&>(comm());
   cudaStream_t s = nullptr;
   cuda_ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   struct Restore {
@@ -566,17 +634,51 @@ TEST_F(NcclCollectives, OperationsWaitForTheComputeStream) {
   }
 }
 
-TEST_F(NcclCollectives, BadRanksAreErrorsNamingTheAxis) {
+TEST_P(DeviceCollectives, BadRanksAreErrorsNamingTheAxis) {
+  if (!is_nccl()) GTEST_SKIP() << "MPI's error handler ends the job on a bad rank";
   double x = 0.0;
   try {
-    nccl().send(&x, 1, DataType::f64, n(), 0);
+    comm().send(&x, 1, DataType::f64, n(), 0);
     ADD_FAILURE() << "send to rank n() did not throw";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'world'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(nccl().broadcast(&x, 1, DataType::f64, -1), Error);
+  EXPECT_THROW(comm().broadcast(&x, 1, DataType::f64, -1), Error);
   // The communicator is still usable.
-  EXPECT_EQ(nccl().all_reduce_value<double>(1.0), static_cast<double>(n()));
+  EXPECT_EQ(comm().all_reduce_value<double>(1.0), static_cast<double>(n()));
+}
+
+// ---- the process grid on NCCL ------------------------------------------------------------------------
+
+// [parallel] comm_backend = nccl: dp, tp, pp and mp become NCCL communicators of the same ranks,
+// their splits stay NCCL, and the world stays MPI.
+TEST(NcclGrid, AxesAreNcclAndTheWorldStaysMpi) {
+  const std::string skip = agreed_skip_reason(Backend::nccl);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  Communicator& world = test::runtime().world();
+  const int n = world.size();
+  ProcessGrid g(world, {n, 1, 1}, CommBackend::nccl);
+  EXPECT_EQ(g.comm_backend(), CommBackend::nccl);
+  EXPECT_EQ(g.describe_comm_backends(), "dp nccl, tp nccl, pp nccl, mp nccl, world mpi");
+  EXPECT_EQ(dynamic_cast<NcclCommunicator&>(g.dp_comm()).compute_stream(), kokkos_compute_stream());
+  EXPECT_EQ(g.dp_comm().rank(), g.dp_rank());
+  EXPECT_EQ(g.dp_comm().size(), n);
+  // A device buffer summed over dp, and a host scalar over every axis (the trainer's loss).
+  const Bytes in = make_input(DataType::f32, 1000, world.rank(), 4);
+  Bytes want(in.size());
+  world.all_reduce(in.data(), want.data(), 1000, DataType::f32, ReduceOp::sum);
+  Buffer a(Mem::device, in.size());
+  a.put(in);
+  g.dp_comm().all_reduce(a.data(), a.data(), 1000, DataType::f32, ReduceOp::sum);
+  expect_same(a.get(), want, DataType::f32, "grid dp all_reduce");
+  for (Communicator* c : {&g.tp_comm(), &g.pp_comm(), &g.mp_comm()}) EXPECT_EQ(c->all_reduce_value(1.0), 1.0) << c->axis();
+  // ModelState's splits: dp into shard and replicate groups, pp into the tied-embedding group.
+  auto shard = g.dp_comm().split(0, g.dp_rank(), "dp_shard");
+  auto tied = g.pp_comm().split(0, g.pp_rank(), "pp_tied");
+  EXPECT_STREQ(shard->backend(), "nccl");
+  EXPECT_STREQ(tied->backend(), "nccl");
+  EXPECT_EQ(shard->all_reduce_value(1), n);
+  EXPECT_EQ(tied->all_reduce_value(1), 1);
 }
 
 // Two ranks on one GPU: refused before NCCL would be, with the same error on every rank.

@@ -1,7 +1,10 @@
 // Every (dp, tp, pp) layout of the job's ranks builds the grid the header documents: coordinates
 // from world_rank = (pp * dp_size + dp) * tp_size + tp, and each axis communicator holds exactly
-// the ranks that differ only in that coordinate, ordered by it.
+// the ranks that differ only in that coordinate, ordered by it. The collectives library of the
+// axes follows [parallel] comm_backend (parallel/comm_backend.hpp); the world stays MPI.
 #include "core/error.hpp"
+#include "parallel/comm_backend.hpp"
+#include "parallel/nccl_communicator.hpp"
 #include "parallel/process_grid.hpp"
 #include "test_env.hpp"
 
@@ -72,6 +75,46 @@ TEST(ProcessGrid, RejectsAShapeThatDoesNotCoverTheRanks) {
   Communicator& world = test::runtime().world();
   EXPECT_THROW(ProcessGrid(world, {world.size() + 1, 1, 1}), ConfigError);
   EXPECT_THROW(ProcessGrid(world, {0, 1, world.size()}), ConfigError);
+}
+
+TEST(ProcessGrid, MpiBackendBuildsMpiAxes) {
+  Communicator& world = test::runtime().world();
+  ProcessGrid g(world, {world.size(), 1, 1}, CommBackend::mpi);
+  EXPECT_EQ(g.comm_backend(), CommBackend::mpi);
+  for (Communicator* c : {&g.dp_comm(), &g.tp_comm(), &g.pp_comm(), &g.mp_comm(), &g.world_comm()})
+    EXPECT_STREQ(c->backend(), "mpi") << c->axis();
+  EXPECT_EQ(g.describe_comm_backends(), "dp mpi, tp mpi, pp mpi, mp mpi, world mpi");
+  EXPECT_EQ(g.dp_comm().all_reduce_value(1), world.size());
+}
+
+TEST(ProcessGrid, AutoTakesTheAgreedDecision) {
+  Communicator& world = test::runtime().world();
+  const CommBackend want = agree_comm_backend(world, CommBackend::automatic);
+  if (!gpu_execution_space()) {
+    EXPECT_EQ(want, CommBackend::mpi) << "Kokkos computes on the host: MPI";
+  }
+  ProcessGrid g(world, {1, world.size(), 1}, CommBackend::automatic);
+  EXPECT_EQ(g.comm_backend(), want);
+  EXPECT_STREQ(g.tp_comm().backend(), name_of(want));
+  EXPECT_STREQ(g.world_comm().backend(), "mpi") << "the world communicator is always MPI";
+  EXPECT_EQ(g.tp_comm().all_reduce_value(1), world.size());
+}
+
+TEST(ProcessGrid, NcclWhereItCannotRunFailsAlikeOnEveryRank) {
+  Communicator& world = test::runtime().world();
+  const NcclSupport s = nccl_support();
+  if (!world.all_true(!s.usable())) GTEST_SKIP() << "a rank can use NCCL (tests/mpi/test_nccl_collectives.cpp builds that grid)";
+  try {
+    ProcessGrid g(world, {world.size(), 1, 1}, CommBackend::nccl);
+    ADD_FAILURE() << "a grid on NCCL without NCCL";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(e.collective()) << msg;
+    EXPECT_EQ(e.exit_code(), s.built ? 1 : 2) << msg;  // no device: runtime error; not built: deck error
+    EXPECT_NE(msg.find("[parallel] comm_backend = nccl"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(s.reason), std::string::npos) << msg;
+  }
+  EXPECT_EQ(world.all_reduce_value(1), world.size());  // every rank left the grid's collectives
 }
 
 }  // namespace

@@ -116,6 +116,23 @@ TEST(Config, RejectsImpossibleValues) {
             std::string::npos);
 }
 
+TEST(Config, CommBackendIsAChoiceParsedOnce) {
+  Config c = parse_deck_text(kDeck, "t");
+  EXPECT_EQ(c.parallel.comm_backend, CommBackend::automatic);  // the default: auto
+  for (CommBackend b : {CommBackend::automatic, CommBackend::mpi, CommBackend::nccl}) {
+    c = parse_deck_text(kDeck, "t", {std::string("--parallel.comm_backend=") + name_of(b)});
+    EXPECT_EQ(c.parallel.comm_backend, b) << name_of(b);
+    validate(c, 2);  // no rank count or build makes a name invalid; the process grid decides
+    EXPECT_NE(c.to_ini().find(std::string("comm_backend = ") + name_of(b) + "\n"), std::string::npos) << c.to_ini();
+    EXPECT_EQ(parse_deck_text(c.to_ini(), "t").parallel.comm_backend, b);
+  }
+  EXPECT_NE(error_of(kDeck, 1, {"--parallel.comm_backend=gloo"}).find("[parallel] comm_backend = gloo: expected auto, mpi or nccl"),
+            std::string::npos)
+      << error_of(kDeck, 1, {"--parallel.comm_backend=gloo"});
+  EXPECT_NE(error_of(std::string(kDeck) + "[parallel]\ncomm_backend = NCCL\n", 1).find("comm_backend = NCCL"),
+            std::string::npos);
+}
+
 TEST(Config, GradientAccumulationCount) {
   Config c = parse_deck_text(kDeck, "t", {"--train.micro_batch_size=2"});
   validate(c, 2);
@@ -147,7 +164,7 @@ TEST(Config, HelpListsEveryKey) {
   for (const char* k : {"n_layer", "n_head", "n_embd", "block_size", "bias", "dropout", "dp", "tp", "pp",
                         "global_batch_size", "micro_batch_size", "max_steps", "stop_at_step", "time_limit_min", "lr",
                         "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip", "eval_interval",
-                        "eval_iters", "seed", "out_dir", "path", "interval", "keep"})
+                        "eval_iters", "seed", "out_dir", "path", "interval", "keep", "comm_backend"})
     EXPECT_NE(h.find(std::string(k) + " = "), std::string::npos) << k;
 }
 
