@@ -46,6 +46,18 @@ add_library(trident_xxhash INTERFACE)
 target_include_directories(trident_xxhash SYSTEM INTERFACE ${XXHASH_INCLUDE_DIR})
 target_link_libraries(trident_xxhash INTERFACE ${XXHASH_LIBRARY})
 
+# SentencePiece trains and applies the bpe tokenizer (data/tokenizer.cpp, the only user). The trainer
+# is a library of its own; Debian's pkg-config file names both.
+find_path(SENTENCEPIECE_INCLUDE_DIR sentencepiece_trainer.h)
+find_library(SENTENCEPIECE_LIBRARY NAMES sentencepiece)
+find_library(SENTENCEPIECE_TRAIN_LIBRARY NAMES sentencepiece_train)
+if(NOT SENTENCEPIECE_INCLUDE_DIR OR NOT SENTENCEPIECE_LIBRARY OR NOT SENTENCEPIECE_TRAIN_LIBRARY)
+  message(FATAL_ERROR "SentencePiece not found (Debian: libsentencepiece-dev)")
+endif()
+add_library(trident_sentencepiece INTERFACE)
+target_include_directories(trident_sentencepiece SYSTEM INTERFACE ${SENTENCEPIECE_INCLUDE_DIR})
+target_link_libraries(trident_sentencepiece INTERFACE ${SENTENCEPIECE_TRAIN_LIBRARY} ${SENTENCEPIECE_LIBRARY})
+
 if(TRIDENT_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -4,9 +4,11 @@ namespace trident {
 
 const std::vector<TokenizerKindInfo>& tokenizer_kinds() {
   static const std::vector<TokenizerKindInfo> kinds = {
-      {TokenizerKind::character, "char", true, true, true},
-      {TokenizerKind::byte, "byte", true, true, true},
-      {TokenizerKind::gpt2, "gpt2", false, false, false},
+      // kind                    name    stores_vocab stores_model from_text codes_text
+      {TokenizerKind::character, "char", true, false, true, true},
+      {TokenizerKind::byte, "byte", true, false, true, true},
+      {TokenizerKind::gpt2, "gpt2", false, false, false, false},
+      {TokenizerKind::bpe, "bpe", false, true, true, true},
   };
   return kinds;
 }
@@ -21,10 +23,10 @@ std::optional<TokenizerKind> parse_tokenizer_kind(const std::string& name) {
   return std::nullopt;
 }
 
-std::string tokenizer_kind_names(bool from_text_only) {
+std::string tokenizer_kind_names(bool TokenizerKindInfo::*column) {
   std::vector<const char*> names;
   for (const TokenizerKindInfo& k : tokenizer_kinds())
-    if (!from_text_only || k.from_text) names.push_back(k.name);
+    if (column == nullptr || k.*column) names.push_back(k.name);
   std::string s;
   for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + std::string(names[i]);
   return s;

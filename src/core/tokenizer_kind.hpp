@@ -17,12 +17,15 @@ enum class TokenizerKind {
   character,  ///< "char": nanoGPT's shakespeare_char, the sorted distinct code points of the text
   byte,       ///< "byte": each byte its own id (vocab 256, any input)
   gpt2,       ///< "gpt2": llm.c token shards, already tokenised (Trident cannot encode or decode text)
+  bpe,        ///< "bpe": a byte-pair-encoding model SentencePiece trains on the text (prep --vocab-size N)
 };
 
 struct TokenizerKindInfo {
   TokenizerKind kind;
   const char* name;       ///< as stored in token files and checkpoints, and given to `prep --tokenizer`
   bool stores_vocab;      ///< the vocabulary (code points or bytes) is stored with the data and checkpoints
+  bool stores_model;      ///< `prep` trains a model of --vocab-size tokens on the text; its serialized form
+                          ///< is stored with the data and checkpoints (and --vocab-size applies to no other kind)
   bool from_text;         ///< `trident prep` builds it from text (else it comes with pre-tokenised shards)
   bool codes_text;        ///< it can turn text into ids and back (sampling prints text, not ids)
 };
@@ -31,11 +34,12 @@ struct TokenizerKindInfo {
 const std::vector<TokenizerKindInfo>& tokenizer_kinds();
 /// The row of `kind`. Local.
 const TokenizerKindInfo& tokenizer_info(TokenizerKind kind);
-/// The name of `kind` ("char", "byte", "gpt2"). Local.
+/// The name of `kind` ("char", "byte", "gpt2", "bpe"). Local.
 const char* name_of(TokenizerKind kind);
 /// The kind called `name`, or nothing. Local.
 std::optional<TokenizerKind> parse_tokenizer_kind(const std::string& name);
-/// "char, byte or gpt2" (only the kinds with from_text = true when `from_text_only`). Local.
-std::string tokenizer_kind_names(bool from_text_only = false);
+/// "char, byte, gpt2 or bpe": every kind, or only those whose `column` is true (e.g. "char, byte
+/// or bpe" for &TokenizerKindInfo::from_text). Local.
+std::string tokenizer_kind_names(bool TokenizerKindInfo::*column = nullptr);
 
 }  // namespace trident

@@ -2,20 +2,31 @@
 
 #include "core/error.hpp"
 
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <unordered_map>
 
 namespace trident {
 
-std::vector<std::int32_t> utf8_decode(const std::string& s, const std::string& what) {
-  std::vector<std::int32_t> out;
-  out.reserve(s.size());
+namespace {
+// Length of the UTF-8 sequence that `lead` starts: 1-4, or 0 for a byte that starts none.
+int utf8_length(unsigned lead) {
+  return lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+}
+
+// Calls fn(code point) for each character of `s`; throws Error naming the byte of the first
+// malformed sequence.
+template <class Fn>
+void for_each_code_point(const std::string& s, const std::string& what, Fn&& fn) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const std::size_t n = s.size();
   for (std::size_t i = 0; i < n;) {
     const unsigned c = p[i];
-    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    const int len = utf8_length(c);
     if (len == 0 || i + len > n)
       throw Error(what + ": invalid UTF-8 at byte " + std::to_string(i) + "; use --tokenizer byte for binary or non-UTF-8 text");
     std::int32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
@@ -25,9 +36,16 @@ std::vector<std::int32_t> utf8_decode(const std::string& s, const std::string& w
                     "; use --tokenizer byte for binary or non-UTF-8 text");
       cp = (cp << 6) | (p[i + k] & 0x3F);
     }
-    out.push_back(cp);
+    fn(cp);
     i += static_cast<std::size_t>(len);
   }
+}
+}  // namespace
+
+std::vector<std::int32_t> utf8_decode(const std::string& s, const std::string& what) {
+  std::vector<std::int32_t> out;
+  out.reserve(s.size());
+  for_each_code_point(s, what, [&out](std::int32_t cp) { out.push_back(cp); });
   return out;
 }
 
@@ -49,19 +67,77 @@ void utf8_append(std::string& out, std::int32_t cp) {
   }
 }
 
+// The loaded SentencePiece model of a bpe tokenizer, with what encode and decode look up per token.
+struct Tokenizer::Bpe {
+  sentencepiece::SentencePieceProcessor sp;
+  int pieces = 0;
+  std::vector<int> newline;           // the ids of "\n": lines are encoded one by one, joined by these
+  std::vector<std::int16_t> byte_of;  // id -> value of a byte piece ("<0x0A>" -> 10), -1 for other pieces
+};
+
 namespace {
 TokenizerKind kind_named(const std::string& name) {
   const auto kind = parse_tokenizer_kind(name);
   if (!kind) throw Error("unknown tokenizer '" + name + "' (expected " + tokenizer_kind_names() + ")");
   return *kind;
 }
+
+// SentencePiece's message without the source location it puts in front ("./src/x.cc(660) [cond] "),
+// or the failed condition when that is all it says.
+std::string sentencepiece_message(const sentencepiece::util::Status& st) {
+  std::string m = st.message();
+  const std::size_t cut = m.find("] ");
+  if (m.rfind("./src/", 0) == 0 && cut != std::string::npos) {
+    const std::size_t open = m.find(" [");
+    const std::string rest = m.substr(cut + 2);
+    m = rest.find_first_not_of(' ') != std::string::npos || open == std::string::npos
+            ? rest
+            : "SentencePiece's check " + m.substr(open + 2, cut - open - 2) + " failed";
+  }
+  return m;
+}
+
+// Training sentences: the lines of the text, never a newline inside (so no piece spans one);
+// lines longer than kMaxLine bytes are cut there (at a UTF-8 character boundary), as SentencePiece
+// would skip them whole.
+class LineIterator : public sentencepiece::SentenceIterator {
+ public:
+  static constexpr std::size_t kMaxLine = 1 << 16;
+  explicit LineIterator(const std::string& text) : text_(text) { Next(); }
+  bool done() const override { return done_; }
+  const std::string& value() const override { return line_; }
+  sentencepiece::util::Status status() const override { return {}; }
+  void Next() override {
+    // Empty lines carry nothing to learn; skip them.
+    while (pos_ < text_.size() && text_[pos_] == '\n') ++pos_;
+    if (pos_ >= text_.size()) {
+      done_ = true;
+      return;
+    }
+    std::size_t end = std::min(text_.find('\n', pos_), text_.size());
+    if (end - pos_ > kMaxLine) {
+      end = pos_ + kMaxLine;
+      while ((static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;  // not inside a character
+    }
+    line_.assign(text_, pos_, end - pos_);
+    pos_ = end;
+  }
+
+ private:
+  const std::string& text_;
+  std::size_t pos_ = 0;
+  std::string line_;
+  bool done_ = false;
+};
 }  // namespace
 
-Tokenizer::Tokenizer(const std::string& kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size)
-    : Tokenizer(kind_named(kind), std::move(vocab), vocab_size) {}
+Tokenizer::Tokenizer(const std::string& kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size,
+                     std::vector<std::uint8_t> model)
+    : Tokenizer(kind_named(kind), std::move(vocab), vocab_size, std::move(model)) {}
 
-Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size)
-    : kind_(kind), vocab_(std::move(vocab)), vocab_size_(vocab_size) {
+Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::int64_t vocab_size,
+                     std::vector<std::uint8_t> model)
+    : kind_(kind), vocab_(std::move(vocab)), vocab_size_(vocab_size), model_(std::move(model)) {
   const bool bytes = kind_ == TokenizerKind::byte;
   // A vocabulary read from a file is checked before it is used as an index.
   for (size_t i = 0; i < vocab_.size(); ++i) {
@@ -79,6 +155,58 @@ Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::i
     lookup_.assign(static_cast<size_t>(maxcp) + 1, -1);
     for (size_t i = 0; i < vocab_.size(); ++i) lookup_[static_cast<size_t>(vocab_[i])] = static_cast<std::int32_t>(i);
   }
+  if (tokenizer_info(kind_).stores_model) {
+    const std::string what = "the " + std::string(name_of(kind_)) + " tokenizer's model";
+    if (model_.empty()) throw Error(what + " is missing");
+    auto bpe = std::make_shared<Bpe>();
+    const sentencepiece::util::Status st = bpe->sp.LoadFromSerializedProto(
+        std::string_view(reinterpret_cast<const char*>(model_.data()), model_.size()));
+    if (!st.ok()) throw Error(what + " (" + std::to_string(model_.size()) + " bytes) does not load: " + sentencepiece_message(st));
+    bpe->pieces = bpe->sp.GetPieceSize();
+    if (bpe->pieces > vocab_size_)
+      throw Error(what + " has " + std::to_string(bpe->pieces) + " tokens, more than vocab_size = " + std::to_string(vocab_size_));
+    bpe->byte_of.assign(static_cast<size_t>(bpe->pieces), -1);
+    for (int id = 0; id < bpe->pieces; ++id)
+      if (bpe->sp.IsByte(id)) bpe->byte_of[static_cast<size_t>(id)] =
+          static_cast<std::int16_t>(std::stoi(bpe->sp.IdToPiece(id).substr(3, 2), nullptr, 16));  // "<0x0A>"
+    if (!bpe->sp.Encode("\n", &bpe->newline).ok() || bpe->newline.empty() ||
+        std::any_of(bpe->newline.begin(), bpe->newline.end(), [&](int id) { return bpe->sp.IsUnknown(id); }))
+      throw Error(what + " cannot spell a newline (it was not trained with byte fallback)");
+    bpe_ = std::move(bpe);
+  }
+}
+
+Tokenizer Tokenizer::train_bpe(const std::string& text, std::int64_t vocab_size) {
+  if (vocab_size < kBpeMinVocab || vocab_size > kBpeMaxVocab)
+    throw ConfigError("--vocab-size " + std::to_string(vocab_size) + " is outside " + std::to_string(kBpeMinVocab) + " .. " +
+                      std::to_string(kBpeMaxVocab) + " (a bpe model holds <unk> and 256 byte pieces before the pieces it learns)");
+  for_each_code_point(text, "input text", [](std::int32_t) {});  // SentencePiece would replace bad bytes by U+FFFD
+  // The trainer's settings (SentencePiece's TrainerSpec and NormalizerSpec fields); see the header
+  // for why each one keeps decode(encode(text)) == text.
+  const std::unordered_map<std::string, std::string> spec = {
+      {"model_type", "bpe"},
+      {"vocab_size", std::to_string(vocab_size)},
+      {"byte_fallback", "true"},
+      {"character_coverage", "0.9995"},  // SentencePiece's advice; the rarest characters fall back to bytes
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"add_dummy_prefix", "false"},
+      {"allow_whitespace_only_pieces", "true"},  // runs of spaces (indentation) can become one token
+      {"bos_id", "-1"},
+      {"eos_id", "-1"},
+      {"max_sentence_length", std::to_string(LineIterator::kMaxLine)},
+      {"input_sentence_size", "10000000"},  // a seeded sample of 10M lines for larger texts
+      {"num_threads", "1"},
+      {"minloglevel", "2"},  // errors only: they come back in the status
+  };
+  sentencepiece::SetRandomGeneratorSeed(1337);
+  LineIterator lines(text);
+  std::string serialized;
+  const sentencepiece::util::Status st = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &serialized);
+  if (!st.ok())
+    throw ConfigError("SentencePiece cannot train a bpe model of --vocab-size " + std::to_string(vocab_size) +
+                      " on this text: " + sentencepiece_message(st));
+  return Tokenizer(TokenizerKind::bpe, {}, vocab_size, std::vector<std::uint8_t>(serialized.begin(), serialized.end()));
 }
 
 Tokenizer Tokenizer::build_char(const std::string& text) {
@@ -103,6 +231,20 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
   }
   if (!tokenizer_info(kind_).codes_text)
     throw Error("the " + std::string(name_of(kind_)) + " tokenizer cannot encode text in Trident; give prompt token ids instead");
+  if (bpe_) {
+    for_each_code_point(text, "text to encode", [](std::int32_t) {});
+    std::vector<int> line_ids;
+    for (std::size_t pos = 0;;) {
+      const std::size_t end = std::min(text.find('\n', pos), text.size());
+      const sentencepiece::util::Status st = bpe_->sp.Encode(std::string_view(text).substr(pos, end - pos), &line_ids);
+      if (!st.ok()) throw Error("the bpe tokenizer cannot encode the text: " + sentencepiece_message(st));
+      ids.insert(ids.end(), line_ids.begin(), line_ids.end());
+      if (end == text.size()) break;
+      ids.insert(ids.end(), bpe_->newline.begin(), bpe_->newline.end());
+      pos = end + 1;
+    }
+    return ids;
+  }
   for (std::int32_t cp : utf8_decode(text, "text to encode")) {
     const std::int32_t id = cp >= 0 && static_cast<size_t>(cp) < lookup_.size() ? lookup_[static_cast<size_t>(cp)] : -1;
     if (id < 0) {
@@ -120,6 +262,29 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
 
 std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
   std::string out;
+  if (bpe_) {
+    // SentencePiece decodes each run of the model's ids; ids past its pieces (a model vocab_size
+    // padded beyond them) have no text.
+    std::vector<int> run;
+    std::string text;
+    auto flush = [&] {
+      if (run.empty()) return;
+      const sentencepiece::util::Status st = bpe_->sp.Decode(run, &text);
+      if (!st.ok()) throw Error("the bpe tokenizer cannot decode: " + sentencepiece_message(st));
+      out += text;
+      run.clear();
+    };
+    for (auto id : ids) {
+      if (id >= 0 && id < bpe_->pieces) {
+        run.push_back(id);
+      } else {
+        flush();
+        out += "[" + std::to_string(id) + "]";
+      }
+    }
+    flush();
+    return out;
+  }
   for (auto id : ids) {
     if (!can_decode() || id < 0 || id >= static_cast<std::int32_t>(vocab_.size())) {
       out += "[" + std::to_string(id) + "]";
@@ -130,6 +295,34 @@ std::string Tokenizer::decode(const std::vector<std::int32_t>& ids) const {
     }
   }
   return out;
+}
+
+bool Tokenizer::ends_mid_character(const std::vector<std::int32_t>& ids) const {
+  if (!bpe_) return false;
+  // Walk back over trailing continuation bytes (10xxxxxx) to the byte that starts their character.
+  int continuation = 0;
+  for (auto it = ids.rbegin(); it != ids.rend() && *it >= 0 && *it < bpe_->pieces; ++it) {
+    const int b = bpe_->byte_of[static_cast<size_t>(*it)];
+    if (b < 0) return false;  // a whole piece: whatever came before it is decoded already
+    if ((b & 0xC0) == 0x80) {
+      if (++continuation > 3) return false;
+      continue;
+    }
+    return continuation + 1 < utf8_length(static_cast<unsigned>(b));
+  }
+  return false;
+}
+
+std::string DecodeStream::push(std::int32_t id) {
+  pending_.push_back(id);
+  if (tok_.ends_mid_character(pending_)) return "";
+  return finish();
+}
+
+std::string DecodeStream::finish() {
+  std::string text = tok_.decode(pending_);
+  pending_.clear();
+  return text;
 }
 
 }  // namespace trident
