@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "data/prep.hpp"
+#include "data/tokenizer.hpp"
 #include "parallel/agree.hpp"
 
 #include <boost/program_options.hpp>
@@ -17,15 +18,22 @@ namespace po = boost::program_options;
 
 int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
   PrepOptions opt;
+  const std::string vocab_size_help = "bpe only, and required there: the number of tokens to learn (" +
+                                      std::to_string(Tokenizer::kBpeMinVocab) + " .. " +
+                                      std::to_string(Tokenizer::kBpeMaxVocab) +
+                                      ", at most what the text supports; e.g. 4096 for a few MB of text)";
   po::options_description desc(
-      "usage: trident prep [--tokenizer char|byte] --output FILE.h5 INPUT...\n\n"
+      "usage: trident prep [--tokenizer char|byte|bpe [--vocab-size N]] --output FILE.h5 INPUT...\n\n"
       "Tokenises text files (or reads llm.c GPT-2 token shards) into an HDF5 token file: the first\n"
       "90% of the tokens for training, the rest for validation (llm.c shards: files named *_val_*\n"
-      "are validation). Runs on rank 0 only.\n\noptions");
+      "are validation). A bpe model is trained on the text and saved in the file; checkpoints carry\n"
+      "it on, and `trident sample` encodes and decodes with it. Runs on rank 0 only.\n\noptions");
   desc.add_options()("help,h", "this text")(
       "tokenizer", po::value<std::string>(&opt.tokenizer)->default_value("char"),
       "char: the sorted distinct characters of the text (nanoGPT's shakespeare_char); byte: the 256 byte "
-      "values. Ignored for llm.c shards, which are GPT-2 tokens")(
+      "values; bpe: subword tokens (byte-pair encoding) that SentencePiece learns from the text. Ignored for "
+      "llm.c shards, which are GPT-2 tokens")(
+      "vocab-size", po::value<std::int64_t>(), vocab_size_help.c_str())(
       "output,o", po::value<std::string>(&opt.output), "the token file to write (HDF5)")(
       "val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.1, "0.1"),
       "fraction of the tokens (at the end) kept for validation")(
@@ -43,6 +51,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
     if (rt.world_rank() == 0) std::cout << desc << "\n";
     return 0;
   }
+  if (vm.count("vocab-size")) opt.vocab_size = vm["vocab-size"].as<std::int64_t>();
   PrepResult r;
   run_agreed(rt.world(), "", [&] {
     if (rt.world_rank() == 0) r = prep_token_file(opt);

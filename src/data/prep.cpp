@@ -102,6 +102,18 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   info.source = source;
   // The one place --tokenizer is interpreted (core/tokenizer_kind.hpp).
   const std::optional<TokenizerKind> kind = parse_tokenizer_kind(opt.tokenizer);
+  if (shards == 0 && !(kind && tokenizer_info(*kind).from_text))
+    throw ConfigError("unknown --tokenizer '" + opt.tokenizer + "' (expected " +
+                      tokenizer_kind_names(&TokenizerKindInfo::from_text) + ")");
+  const bool trained = shards == 0 && tokenizer_info(*kind).stores_model;
+  if (trained && !opt.vocab_size)
+    throw ConfigError("--tokenizer " + opt.tokenizer + " needs --vocab-size N, the number of tokens to learn (" +
+                      std::to_string(Tokenizer::kBpeMinVocab) + " .. " + std::to_string(Tokenizer::kBpeMaxVocab) +
+                      "; e.g. 4096 for a few MB of text)");
+  if (!trained && opt.vocab_size)
+    throw ConfigError("--vocab-size applies to --tokenizer " + tokenizer_kind_names(&TokenizerKindInfo::stores_model) +
+                      " only: the " + (shards > 0 ? std::string("gpt2") : opt.tokenizer) +
+                      " vocabulary is set by the input");
   if (shards > 0) {
     // "char" is the option's default, so it stands for "not given" with shards.
     if (kind != TokenizerKind::character && kind != TokenizerKind::gpt2)
@@ -124,13 +136,13 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     if (text.empty()) throw ConfigError("the input text is empty");
     Tokenizer tok = kind == TokenizerKind::character ? Tokenizer::build_char(text)
                     : kind == TokenizerKind::byte    ? Tokenizer::byte_level()
-                                                     : throw ConfigError("unknown --tokenizer '" + opt.tokenizer +
-                                                                         "' (expected " + tokenizer_kind_names(true) + ")");
+                                                     : Tokenizer::train_bpe(text, *opt.vocab_size);
     train = tok.encode(text);
     split_tail(train, opt.val_fraction, val);
     info.tokenizer = tok.kind();
     info.vocab_size = tok.vocab_size();
     info.vocab = tok.vocab();
+    info.model = tok.model();
   }
   // A training window of T tokens needs T + 1 of them (inputs and shifted targets): a split of
   // fewer than two tokens holds none, and training would only fail later, at its start.

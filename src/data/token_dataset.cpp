@@ -1,6 +1,7 @@
 #include "data/token_dataset.hpp"
 
 #include "core/error.hpp"
+#include "data/tokenizer.hpp"
 
 #include <cstring>
 
@@ -8,6 +9,14 @@ namespace trident {
 
 TokenDataset::TokenDataset(const std::string& path, double cache_max_mb)
     : reader_(std::make_unique<TokenFileReader>(path)) {
+  // The tokenizer travels from here into every checkpoint: a damaged vocabulary or model is
+  // refused now, not when someone samples from the trained model.
+  const TokenFileInfo& i = info();
+  try {
+    Tokenizer check(i.tokenizer, i.vocab, i.vocab_size, i.model);
+  } catch (const Error& e) {
+    throw IoError("token file '" + path + "': " + e.what() + "; write it again with `trident prep`");
+  }
   const double limit = cache_max_mb * 1024.0 * 1024.0;
   for (const char* split : {"train", "val"}) {
     const std::int64_t n = reader_->size(split);

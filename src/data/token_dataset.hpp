@@ -17,7 +17,8 @@ namespace trident {
 
 class TokenDataset {
  public:
-  /// Opens `path`; splits of at most cache_max_mb MiB are read into memory. Throws IoError.
+  /// Opens `path`; splits of at most cache_max_mb MiB are read into memory. Throws IoError, also
+  /// for a tokenizer that does not load (data/tokenizer.hpp: a bad vocabulary, a damaged model).
   TokenDataset(const std::string& path, double cache_max_mb);
 
   const TokenFileInfo& info() const { return reader_->info(); }

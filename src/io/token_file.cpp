@@ -9,6 +9,7 @@ namespace trident {
 
 namespace {
 constexpr std::int64_t kTokenFormatVersion = 1;
+constexpr const char* kModelDataset = "tokenizer_model";
 
 void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>& tokens, bool narrow,
                   const std::string& path) {
@@ -43,6 +44,14 @@ void write_token_file(const std::string& path, const TokenFileInfo& info, const 
     h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
     h5::Dataset d(H5Dcreate2(f, "vocab", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "creating /vocab");
     h5::check(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, info.vocab.data()), "writing /vocab");
+  }
+  if (!info.model.empty()) {
+    hsize_t n = info.model.size();
+    h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
+    h5::Dataset d(H5Dcreate2(f, kModelDataset, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                  "creating /" + std::string(kModelDataset) + " in " + path);
+    h5::check(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, info.model.data()),
+              "writing /" + std::string(kModelDataset) + " to " + path);
   }
   f.close("closing token file '" + path + "'");
 }
@@ -98,6 +107,17 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
       h5::check(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, info_.vocab.data()),
                 "reading /vocab from " + path);
   }
+  const std::string model = "/" + std::string(kModelDataset);
+  if (h5::exists(f, kModelDataset)) {
+    h5::Dataset d(H5Dopen2(f, kModelDataset, H5P_DEFAULT), "opening " + model + " in " + path);
+    info_.model.resize(static_cast<size_t>(h5::extent_1d(d, model + " in " + path)));
+    if (!info_.model.empty())
+      h5::check(H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, info_.model.data()),
+                "reading " + model + " from " + path);
+  }
+  if (tokenizer_info(*parse_tokenizer_kind(info_.tokenizer)).stores_model && info_.model.empty())
+    throw IoError("token file '" + path + "' has a " + info_.tokenizer + " tokenizer but no " + model +
+                  " (its trained model); write it again with `trident prep --tokenizer " + info_.tokenizer + "`");
 }
 
 TokenFileReader::~TokenFileReader() {

@@ -2,12 +2,15 @@
 //
 // Layer: io. Local (serial HDF5 access; every rank opens the file read-only on its own).
 // Format (version 1), readable with h5py or h5dump:
-//   /            attrs  format = "trident-tokens", format_version = 1, tokenizer = "char" | "byte" | "gpt2",
-//                       vocab_size (int64), source (text: input files)
+//   /            attrs  format = "trident-tokens", format_version = 1,
+//                       tokenizer = "char" | "byte" | "gpt2" | "bpe", vocab_size (int64), source (text: input files)
 //   /train       1-D uint16 (vocab_size <= 65536) or int32 token ids, the first 90% of the text
 //   /val         same type, the last 10%
-//   /vocab       1-D int32: the Unicode code point of each token id (char), 0..255 (byte); absent (gpt2)
-// Invariants: every token id in /train and /val is in [0, vocab_size).
+//   /vocab       1-D int32: the Unicode code point of each token id (char), 0..255 (byte); absent otherwise
+//   /tokenizer_model  1-D uint8: the serialized SentencePiece model (bpe); absent otherwise
+// Invariants: every token id in /train and /val is in [0, vocab_size); a file of a kind that stores a
+// model (core/tokenizer_kind.hpp) has a non-empty /tokenizer_model (whether it loads is the data
+// layer's check: data/tokenizer.hpp).
 #pragma once
 
 #include <cstdint>
@@ -18,9 +21,10 @@
 namespace trident {
 
 struct TokenFileInfo {
-  std::string tokenizer;       ///< a kind name of core/tokenizer_kind.hpp: "char", "byte" or "gpt2"
+  std::string tokenizer;       ///< a kind name of core/tokenizer_kind.hpp: "char", "byte", "gpt2" or "bpe"
   std::int64_t vocab_size = 0;
-  std::vector<std::int32_t> vocab;  ///< code point (char) or byte value of each id; empty for gpt2
+  std::vector<std::int32_t> vocab;  ///< code point (char) or byte value of each id; empty for gpt2 and bpe
+  std::vector<std::uint8_t> model;  ///< the serialized tokenizer model (bpe: a SentencePiece ModelProto); else empty
   std::string source;          ///< provenance: input file names
   std::int64_t n_train = 0, n_val = 0;
 };
@@ -33,7 +37,7 @@ void write_token_file(const std::string& path, const TokenFileInfo& info, const 
 class TokenFileReader {
  public:
   /// Opens and validates the header. Throws IoError when the file is missing, not HDF5, not a
-  /// Trident token file, or of an unknown format version.
+  /// Trident token file, of an unknown format version, or of a kind that stores a model without one.
   explicit TokenFileReader(const std::string& path);
   ~TokenFileReader();
   TokenFileReader(const TokenFileReader&) = delete;

@@ -1,5 +1,6 @@
-// Data layer and schedule: tokenizers, prep (text and llm.c shards), token files, the sampler's
-// permutation property and the LR schedule against nanoGPT's formula.
+// Data layer and schedule: tokenizers (char, byte, a trained bpe model), prep (text and llm.c
+// shards), token files, the sampler's permutation property and the LR schedule against nanoGPT's
+// formula.
 #include "core/error.hpp"
 #include "data/prep.hpp"
 #include "data/sampler.hpp"
@@ -58,6 +59,141 @@ TEST(Tokenizer, UnknownCharacterIsNamedByItsHexCodePoint) {
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("(U+00E9)"), std::string::npos) << e.what();
+  }
+}
+
+// A deterministic text of ~40 KB with what a bpe tokenizer must keep exactly: words from a small
+// vocabulary (so there is something to merge), runs of spaces, tabs, empty lines, CR LF, and
+// two- to four-byte UTF-8 characters.
+std::string bpe_text() {
+  const char* words[] = {"the", "model", "token", "train", "sample", "checkpoint", "rank", "grid", "tensor",
+                         "café", "naïve", "日本語", "emoji 🙂", "x", "=", "{", "}", "(", ")", "  ", "\t"};
+  std::string text;
+  std::uint64_t state = 12345;
+  for (int i = 0; i < 7000; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;  // Knuth's MMIX LCG
+    text += words[(state >> 33) % (sizeof words / sizeof *words)];
+    const unsigned sep = (state >> 20) % 16;
+    text += sep == 0 ? "\n" : sep == 1 ? "\n\n    " : sep == 2 ? "\r\n" : " ";
+  }
+  return text;
+}
+
+TEST(Tokenizer, BpeRoundTripsAnyTextAtTheAskedVocabSize) {
+  const std::string text = bpe_text();
+  const Tokenizer t = Tokenizer::train_bpe(text, 400);
+  EXPECT_EQ(t.kind(), "bpe");
+  EXPECT_EQ(t.vocab_size(), 400);
+  EXPECT_TRUE(t.vocab().empty());
+  ASSERT_FALSE(t.model().empty());
+  const std::vector<std::int32_t> ids = t.encode(text);
+  EXPECT_EQ(t.decode(ids), text);
+  EXPECT_LT(ids.size(), text.size() / 2);  // merges learned: far fewer tokens than bytes
+  for (std::int32_t id : ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 400);
+  }
+  // Characters the model never saw are spelt in byte pieces and still come back.
+  for (const std::string& unseen : {std::string("Ωμέγα ∑ 𝄞\n"), std::string("\x01\x7f"), std::string()})
+    EXPECT_EQ(t.decode(t.encode(unseen)), unseen);
+  // The same text trains the same model, byte for byte.
+  EXPECT_EQ(Tokenizer::train_bpe(text, 400).model(), t.model());
+  // The stored form (token file, checkpoint) encodes as the trained tokenizer does; a model
+  // vocab_size padded beyond the tokenizer's pieces decodes those ids as numbers.
+  const Tokenizer stored("bpe", {}, 448, t.model());
+  EXPECT_EQ(stored.encode(text), ids);
+  EXPECT_EQ(stored.decode({420}), "[420]");
+}
+
+// Sampling prints token by token: a character spelt in several byte pieces appears once whole.
+TEST(Tokenizer, BpeDecodeStreamHoldsPartialCharacters) {
+  const Tokenizer t = Tokenizer::train_bpe(bpe_text(), 400);
+  const std::string text = "the 𝄞 model Ω\n";  // U+1D11E and U+03A9 are not in the training text
+  const std::vector<std::int32_t> ids = t.encode(text);
+  DecodeStream stream(t);
+  std::string out;
+  int held = 0;
+  for (std::int32_t id : ids) {
+    const std::string piece = stream.push(id);
+    held += piece.empty() ? 1 : 0;
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << "U+FFFD printed for id " << id;
+    out += piece;
+  }
+  out += stream.finish();
+  EXPECT_EQ(out, text);
+  EXPECT_GE(held, 3 + 1);  // the 4 bytes of U+1D11E and 2 of U+03A9 were held until complete
+}
+
+TEST(Tokenizer, BpeRefusesBadSizesAndDamagedModels) {
+  const std::string text = bpe_text();
+  EXPECT_THROW(Tokenizer::train_bpe(text, 256), ConfigError);  // no room for <unk> and 256 bytes
+  EXPECT_THROW(Tokenizer::train_bpe(text, Tokenizer::kBpeMaxVocab + 1), ConfigError);
+  try {
+    Tokenizer::train_bpe(text, 200000);  // more tokens than this text supports
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("Vocabulary size too high"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Tokenizer::train_bpe(std::string("ok \xff\xfe"), 400), Error);  // not UTF-8
+  const Tokenizer t = Tokenizer::train_bpe(text, 400);
+  EXPECT_THROW(Tokenizer("bpe", {}, 400), Error);                   // no model
+  EXPECT_THROW(Tokenizer("bpe", {}, 399, t.model()), Error);        // more tokens than vocab_size
+  std::vector<std::uint8_t> half(t.model().begin(), t.model().begin() + t.model().size() / 2);
+  EXPECT_THROW(Tokenizer("bpe", {}, 400, half), Error);              // truncated
+  EXPECT_THROW(Tokenizer("bpe", {}, 400, {'n', 'o', 't', ' ', 'a', ' ', 'm', 'o', 'd', 'e', 'l'}), Error);
+}
+
+TEST(Prep, BpeTokenFileKeepsIdsAndModel) {
+  const std::string in = scratch("bpe.txt"), out = scratch("bpe.h5");
+  const std::string text = bpe_text();
+  std::ofstream(in) << text;
+  PrepOptions o;
+  o.inputs = {in};
+  o.output = out;
+  o.tokenizer = "bpe";
+  EXPECT_THROW(prep_token_file(o), ConfigError);  // --vocab-size is required
+  o.vocab_size = 400;
+  const PrepResult r = prep_token_file(o);
+  EXPECT_EQ(r.tokenizer, "bpe");
+  EXPECT_EQ(r.vocab_size, 400);
+  const Tokenizer trained = Tokenizer::train_bpe(text, 400);
+  TokenDataset ds(out, 1.0);
+  EXPECT_EQ(ds.info().model, trained.model());
+  EXPECT_TRUE(ds.info().vocab.empty());
+  std::vector<std::int32_t> ids(static_cast<size_t>(r.n_train + r.n_val));
+  ds.read("train", 0, r.n_train, ids.data());
+  ds.read("val", 0, r.n_val, ids.data() + r.n_train);
+  EXPECT_EQ(ids, trained.encode(text));
+  const TokenFileInfo& i = ds.info();
+  EXPECT_EQ(Tokenizer(i.tokenizer, i.vocab, i.vocab_size, i.model).decode(ids), text);
+  // --vocab-size belongs to bpe alone.
+  o.tokenizer = "char";
+  EXPECT_THROW(prep_token_file(o), ConfigError);
+}
+
+TEST(TokenFile, RefusesBpeFilesWithoutAWorkingModel) {
+  TokenFileInfo info;
+  info.tokenizer = "bpe";
+  info.vocab_size = 400;
+  const std::string none = scratch("bpe_none.h5");
+  write_token_file(none, info, {1, 2, 3}, {1, 2});
+  try {
+    TokenFileReader r(none);
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(none), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/tokenizer_model"), std::string::npos) << e.what();
+  }
+  const std::vector<std::uint8_t> model = Tokenizer::train_bpe(bpe_text(), 400).model();
+  info.model.assign(model.begin(), model.begin() + model.size() / 3);
+  const std::string cut = scratch("bpe_cut.h5");
+  write_token_file(cut, info, {1, 2, 3}, {1, 2});
+  try {
+    TokenDataset d(cut, 1.0);
+    FAIL() << "no error";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(cut), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not load"), std::string::npos) << e.what();
   }
 }
 
