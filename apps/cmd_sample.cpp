@@ -54,7 +54,7 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
 
   CheckpointModel cm = load_checkpoint_model(checkpoint, rt.world());
   const ModelConfig& m = cm.cfg.model;
-  Tokenizer tok(cm.tokenizer, cm.vocab, m.vocab_size);
+  Tokenizer tok(cm.tokenizer, cm.vocab, m.vocab_size, cm.tokenizer_model);
   std::vector<std::int32_t> ids;
   if (!prompt_ids.empty()) {
     std::stringstream ss(prompt_ids);
@@ -88,11 +88,12 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   // The prompt, then each token as it is drawn: long samples show progress.
   std::fputs(tok.decode(ids).c_str(), stdout);
   std::fflush(stdout);
-  generate(gpt, params, m, ids, opt, [&tok](std::int32_t id) {
-    std::fputs(tok.decode({id}).c_str(), stdout);
+  DecodeStream text(tok);
+  generate(gpt, params, m, ids, opt, [&text](std::int32_t id) {
+    std::fputs(text.push(id).c_str(), stdout);
     std::fflush(stdout);
   });
-  std::fputs("\n", stdout);
+  std::fputs((text.finish() + "\n").c_str(), stdout);
   return 0;
 }
 

@@ -130,6 +130,9 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     for (const auto& n : names) res.files.push_back((fs::path(opt.output_dir) / n).string());
     res.files.push_back((fs::path(opt.output_dir) / "model.safetensors.index.json").string());
     res.files.push_back((fs::path(opt.output_dir) / "config.json").string());
+    // A trained tokenizer (bpe) goes along as SentencePiece's own model file.
+    const std::vector<std::uint8_t>& tokenizer_model = meta.run.tokenizer_model;
+    if (!tokenizer_model.empty()) res.files.push_back((fs::path(opt.output_dir) / "tokenizer.model").string());
     if (comm.rank() != 0) return;
 
     std::error_code ec;
@@ -202,6 +205,8 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
 
     write_text_file(res.files[static_cast<size_t>(n_files) + 1],
                     schema.hf_config_json(meta, opt.dtype, fs::path(res.checkpoint).filename().string()));
+    if (!tokenizer_model.empty())
+      write_text_file(res.files.back(), std::string(tokenizer_model.begin(), tokenizer_model.end()));
 
     // Shards of an earlier export with another file count would shadow nothing (the index names
     // the files) but confuse a reader globbing model-*.safetensors: say so.

@@ -52,6 +52,7 @@ constexpr const char* kRequired[] = {
 
 constexpr const char* kConfigText = "config";
 constexpr const char* kVocabArray = "tokenizer/vocab";
+constexpr const char* kModelArray = "tokenizer/model";
 
 // /rank_state: every rank writes the same global restart state (keyed by grid coordinates through
 // /index/shards); a layout change needs nothing per rank (docs/design.md, "Randomness").
@@ -123,6 +124,7 @@ void CheckpointMeta::write_to(CheckpointWrite& w) const {
   }
   w.texts[kConfigText] = config_text;
   if (!run.vocab.empty()) w.int_arrays[kVocabArray] = run.vocab;
+  if (!run.tokenizer_model.empty()) w.byte_arrays[kModelArray] = run.tokenizer_model;
   w.rank_state_columns = rank_state_columns();
   w.rank_state = {run.consumed_samples, seed, seed, run.step};
 }
@@ -149,14 +151,21 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
     m.run.val_loss = rd.attr_double("val_loss");
     m.run.val_loss_step = rd.attr_int("val_loss_step");
   }
-  // Kinds that store a vocabulary must have one; an unreadable one is reported, not thrown, so
-  // `ckpt verify` can list it with everything else.
+  // Kinds that store a vocabulary (a model) must have one; an unreadable one is reported, not
+  // thrown, so `ckpt verify` can list it with everything else.
   const std::optional<TokenizerKind> kind = parse_tokenizer_kind(m.run.tokenizer);
   if ((kind && tokenizer_info(*kind).stores_vocab) || rd.has(kVocabArray)) {
     try {
       m.run.vocab = rd.int_array(kVocabArray);
     } catch (const std::exception& e) {
       m.vocab_error = e.what();
+    }
+  }
+  if ((kind && tokenizer_info(*kind).stores_model) || rd.has(kModelArray)) {
+    try {
+      m.run.tokenizer_model = rd.byte_array(kModelArray);
+    } catch (const std::exception& e) {
+      m.model_error = e.what();
     }
   }
   for (const IntField& f : kInts) get_int(f.name, m.*f.field);

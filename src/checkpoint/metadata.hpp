@@ -32,6 +32,7 @@ struct RunState {
   double last_lr = 0.0;               ///< learning rate of the last update
   std::string tokenizer;              ///< tokenizer kind name (data/tokenizer.hpp registry)
   std::vector<std::int32_t> vocab;    ///< tokenizer vocabulary (empty for kinds that store none)
+  std::vector<std::uint8_t> tokenizer_model;  ///< serialized tokenizer model (bpe); empty for kinds that store none
   std::string lineage;                ///< "leg@first_step;..." that led here (train/metrics.hpp)
   double val_loss = 0.0;              ///< the last validation loss of the run, at val_loss_step
   std::int64_t val_loss_step = -1;    ///< the step val_loss was measured after; -1: none yet
@@ -62,6 +63,8 @@ struct CheckpointMeta {
   std::vector<std::string> missing;
   /// Why the tokenizer's vocabulary could not be read, "" when it was (or none is stored).
   std::string vocab_error;
+  /// Why the tokenizer's model could not be read (missing, damaged), "" when it was (or none is stored).
+  std::string model_error;
 
   /// The metadata a run of `cfg` on a dp x tp x pp grid writes at `run` (adam_step, the layout and
   /// shard_group_size filled from the arguments; created_unix_time now; code_version this build).
@@ -69,7 +72,7 @@ struct CheckpointMeta {
   static CheckpointMeta of_run(const Config& cfg, const RunState& run, std::int64_t adam_step, int dp, int tp, int pp,
                                int shard_group_size);
 
-  /// Adds every field to `w` (attributes, /config, /tokenizer/vocab) and sets its rank-state
+  /// Adds every field to `w` (attributes, /config, /tokenizer/vocab, /tokenizer/model) and sets its rank-state
   /// columns and this rank's row. Local.
   void write_to(CheckpointWrite& w) const;
 

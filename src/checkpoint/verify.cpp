@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -242,12 +243,25 @@ std::vector<std::string> check_checkpoint_metadata(const CheckpointReader& rd, c
     // The stored deck must parse and describe the same model and layout.
     p.add_all(CheckpointMeta::deck_problems(rd));
 
-    // Tokenizer: kinds that store their vocabulary (char, byte) must store a valid one that fits the model's.
+    // Tokenizer: kinds that store their vocabulary (char, byte) must store a valid one that fits
+    // the model's; kinds that store a model (bpe) one that loads and whose tokens fit the model's.
     if (meta.has("tokenizer")) {
       const std::string tok = meta.run.tokenizer;
       const std::optional<TokenizerKind> kind = parse_tokenizer_kind(tok);
       if (!kind) {
         p.add("attribute tokenizer = '" + tok + "' is not " + tokenizer_kind_names());
+      } else if (tokenizer_info(*kind).stores_model) {
+        if (!meta.model_error.empty()) {
+          p.add("the " + tok + " tokenizer's model cannot be read: " + meta.model_error);
+        } else {
+          try {
+            // Without a fingerprint only loading is checked: no vocab_size bounds the tokens.
+            Tokenizer check(*kind, {}, have_model ? m.vocab_size : std::numeric_limits<std::int32_t>::max(),
+                            meta.run.tokenizer_model);
+          } catch (const Error& e) {
+            p.add(std::string("/tokenizer/model: ") + e.what());
+          }
+        }
       } else if (tokenizer_info(*kind).stores_vocab) {
         try {
           if (!meta.vocab_error.empty()) throw CheckpointError(meta.vocab_error);

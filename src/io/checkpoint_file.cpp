@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -103,6 +104,13 @@ h5::Plist lcpl_intermediate() {
   h5::Plist p(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate");
   h5::check(H5Pset_create_intermediate_group(p, 1), "H5Pset_create_intermediate_group");
   return p;
+}
+
+// The checksum of a byte array as its xxh64 attribute holds it: 16 lowercase hex digits.
+std::string xxh64_hex(const std::vector<std::uint8_t>& bytes) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64(bytes.data(), bytes.size(), 0)));
+  return hex;
 }
 
 /// Creates a 1-D or 2-D dataset with early allocation and no fill (the writer overwrites all of it).
@@ -232,6 +240,9 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     for (const ShardRow& sh : shards)
       bytes += sh.length * static_cast<std::int64_t>(dtype_size(w.dtype) * K) + static_cast<std::int64_t>(K) * 2048 + 64;
     bytes += n_segments * static_cast<std::int64_t>(sizeof(SegmentRow));
+    for (const auto& [name, text] : w.texts) bytes += static_cast<std::int64_t>(text.size()) + 2048;
+    for (const auto& [name, arr] : w.int_arrays) bytes += static_cast<std::int64_t>(4 * arr.size()) + 2048;
+    for (const auto& [name, arr] : w.byte_arrays) bytes += static_cast<std::int64_t>(arr.size()) + 2048;
     bytes += bytes / 50;
     fail.run([&] {
       if (me == 0) reserve_space(path, bytes);
@@ -242,7 +253,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
   h5::File file;
   h5::Dataset d_tensors, d_shards, d_segments, d_checksums, d_state;
   std::vector<h5::Dataset> my_arrays(K);
-  std::map<std::string, h5::Dataset> d_texts, d_ints;
+  std::map<std::string, h5::Dataset> d_texts, d_ints, d_bytes;
   // Phase 1 (collective): create the file and every object, in the same order on every rank.
   fail.run([&] {
     h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
@@ -283,6 +294,10 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     }
     for (const auto& [name, arr] : w.int_arrays)
       d_ints[name] = create_dataset(file, "/" + name, H5T_STD_I32LE, {arr.size()});
+    for (const auto& [name, arr] : w.byte_arrays) {
+      d_bytes[name] = create_dataset(file, "/" + name, H5T_STD_U8LE, {arr.size()});
+      h5::write_attr(d_bytes[name], "xxh64", xxh64_hex(arr));
+    }
   });
   agree_or_throw(comm, fail, "cannot create checkpoint '" + path + "'");
   fault_point("ckpt.created");
@@ -308,6 +323,8 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
       }
       for (const auto& [name, arr] : w.int_arrays)
         write_rows(d_ints[name], H5T_NATIVE_INT32, 0, arr.size(), 1, arr.data(), "/" + name);
+      for (const auto& [name, arr] : w.byte_arrays)
+        write_rows(d_bytes[name], H5T_NATIVE_UINT8, 0, arr.size(), 1, arr.data(), "/" + name);
     }
     std::vector<SegmentRow> seg(w.segments.size());
     for (size_t i = 0; i < seg.size(); ++i) {
@@ -340,6 +357,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     my_arrays.clear();
     d_texts.clear();
     d_ints.clear();
+    d_bytes.clear();
     if (file.valid()) {
       h5::check(H5Fflush(file, H5F_SCOPE_GLOBAL), "flushing checkpoint '" + path + "'");
       file.close("closing checkpoint '" + path + "'");
@@ -500,6 +518,20 @@ std::vector<std::int32_t> CheckpointReader::int_array(const std::string& name) c
   h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
   std::vector<std::int32_t> v(static_cast<size_t>(h5::extent_1d(d, p)));
   if (!v.empty()) h5::check(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "reading " + p);
+  return v;
+}
+
+std::vector<std::uint8_t> CheckpointReader::byte_array(const std::string& name) const {
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  const std::string p = "/" + name;
+  if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no " + p);
+  h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
+  std::vector<std::uint8_t> v(static_cast<size_t>(h5::extent_1d(d, p)));
+  if (!v.empty()) h5::check(H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "reading " + p);
+  if (!h5::has_attr(d, "xxh64")) throw CheckpointError("checkpoint '" + path_ + "': " + p + " has no xxh64 attribute");
+  const std::string stored = h5::read_attr_string(d, "xxh64"), actual = xxh64_hex(v);
+  if (stored != actual)
+    throw CheckpointError("checkpoint '" + path_ + "': " + p + " is damaged (XXH64 " + actual + ", recorded " + stored + ")");
   return v;
 }
 

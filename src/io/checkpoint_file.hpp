@@ -15,7 +15,9 @@
 //                          [shard_offset, +count) of every /shards/<kind>/<shard>
 //   /index/checksums       (n_shards, n_kinds) uint64: XXH64 (seed 0) of each shard dataset's bytes
 //   /rank_state            (n_shards, K) int64 per-rank restart state, attr "columns"
-//   /<text>, /<array>      caller's replicated texts (e.g. /config) and int32 arrays (e.g. /tokenizer/vocab)
+//   /<text>, /<array>      caller's replicated texts (e.g. /config), int32 arrays (e.g. /tokenizer/vocab)
+//                          and uint8 byte arrays (e.g. /tokenizer/model, attr xxh64: 16 hex digits of the
+//                          XXH64 (seed 0) of its bytes: opaque blobs get a checksum of their own)
 //
 // Cost at R ranks, K tensors: R x kinds shard datasets (not R x K x kinds), index rows ~ K*tp + R*units,
 // every dataset created collectively once (collective metadata writes on). See docs/design.md.
@@ -67,6 +69,7 @@ struct CheckpointWrite {
   std::map<std::string, std::string> string_attrs;       ///< same on all ranks
   std::map<std::string, std::string> texts;              ///< same on all ranks (written by rank 0)
   std::map<std::string, std::vector<std::int32_t>> int_arrays;  ///< same on all ranks (written by rank 0)
+  std::map<std::string, std::vector<std::uint8_t>> byte_arrays;  ///< same on all ranks (written by rank 0)
   std::vector<std::string> rank_state_columns;           ///< same on all ranks
   CkptShard shard;                                       ///< this rank: coordinates and length
   std::vector<CkptSegment> segments;                     ///< this rank (their `shard` field is ignored)
@@ -100,6 +103,9 @@ class CheckpointReader {
   std::string attr_string(const std::string& name) const;
   std::string text(const std::string& name) const;
   std::vector<std::int32_t> int_array(const std::string& name) const;
+  /// The byte array `name`. Local. Throws CheckpointError when it is missing or its bytes do not
+  /// match its xxh64 attribute, IoError when it cannot be read.
+  std::vector<std::uint8_t> byte_array(const std::string& name) const;
   /// True when the file has a dataset (or group) at "/" + name.
   bool has(const std::string& name) const;
 

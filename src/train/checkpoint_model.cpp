@@ -24,6 +24,8 @@ CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& 
     out.step = meta.run.step;
     out.tokenizer = meta.run.tokenizer;
     out.vocab = meta.run.vocab;
+    if (!meta.model_error.empty()) throw CheckpointError(meta.model_error);
+    out.tokenizer_model = meta.run.tokenizer_model;
     const ParamLayout layout = ParamLayout::gpt(out.cfg.model);
     out.store = std::make_unique<ParamStore<float>>(layout);
     auto p_h = Kokkos::create_mirror_view(out.store->params().view());

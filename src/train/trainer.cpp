@@ -276,6 +276,7 @@ RunState Trainer<T>::run_state() const {
   r.last_lr = step_ > 0 ? schedule_.at(step_ - 1) : 0.0;
   r.tokenizer = data_.info().tokenizer;
   r.vocab = data_.info().vocab;
+  r.tokenizer_model = data_.info().model;
   r.lineage = lineage_;
   r.val_loss = val_loss_;
   r.val_loss_step = val_loss_step_;
