@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 
 namespace trident {
@@ -161,14 +162,18 @@ Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::i
     auto bpe = std::make_shared<Bpe>();
     const sentencepiece::util::Status st = bpe->sp.LoadFromSerializedProto(
         std::string_view(reinterpret_cast<const char*>(model_.data()), model_.size()));
-    if (!st.ok()) throw Error(what + " (" + std::to_string(model_.size()) + " bytes) does not load: " + sentencepiece_message(st));
+    if (!st.ok())
+      throw Error(what + " (" + std::to_string(model_.size()) + " bytes) does not load: " + sentencepiece_message(st));
     bpe->pieces = bpe->sp.GetPieceSize();
     if (bpe->pieces > vocab_size_)
-      throw Error(what + " has " + std::to_string(bpe->pieces) + " tokens, more than vocab_size = " + std::to_string(vocab_size_));
+      throw Error(what + " has " + std::to_string(bpe->pieces) + " tokens, more than vocab_size = " +
+                  std::to_string(vocab_size_));
     bpe->byte_of.assign(static_cast<size_t>(bpe->pieces), -1);
-    for (int id = 0; id < bpe->pieces; ++id)
-      if (bpe->sp.IsByte(id)) bpe->byte_of[static_cast<size_t>(id)] =
-          static_cast<std::int16_t>(std::stoi(bpe->sp.IdToPiece(id).substr(3, 2), nullptr, 16));  // "<0x0A>"
+    for (int id = 0; id < bpe->pieces; ++id) {
+      if (!bpe->sp.IsByte(id)) continue;
+      const std::string piece = bpe->sp.IdToPiece(id);  // "<0x0A>"
+      bpe->byte_of[static_cast<size_t>(id)] = static_cast<std::int16_t>(std::stoi(piece.substr(3, 2), nullptr, 16));
+    }
     if (!bpe->sp.Encode("\n", &bpe->newline).ok() || bpe->newline.empty() ||
         std::any_of(bpe->newline.begin(), bpe->newline.end(), [&](int id) { return bpe->sp.IsUnknown(id); }))
       throw Error(what + " cannot spell a newline (it was not trained with byte fallback)");
@@ -178,9 +183,11 @@ Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::i
 
 Tokenizer Tokenizer::train_bpe(const std::string& text, std::int64_t vocab_size) {
   if (vocab_size < kBpeMinVocab || vocab_size > kBpeMaxVocab)
-    throw ConfigError("--vocab-size " + std::to_string(vocab_size) + " is outside " + std::to_string(kBpeMinVocab) + " .. " +
-                      std::to_string(kBpeMaxVocab) + " (a bpe model holds <unk> and 256 byte pieces before the pieces it learns)");
-  for_each_code_point(text, "input text", [](std::int32_t) {});  // SentencePiece would replace bad bytes by U+FFFD
+    throw ConfigError("--vocab-size " + std::to_string(vocab_size) + " is outside " + std::to_string(kBpeMinVocab) +
+                      " .. " + std::to_string(kBpeMaxVocab) +
+                      " (a bpe model holds <unk> and 256 byte pieces before the pieces it learns)");
+  // SentencePiece would turn malformed bytes into U+FFFD, and decode would not give the text back.
+  for_each_code_point(text, "input text", [](std::int32_t) {});
   // The trainer's settings (SentencePiece's TrainerSpec and NormalizerSpec fields); see the header
   // for why each one keeps decode(encode(text)) == text.
   const std::unordered_map<std::string, std::string> spec = {
@@ -236,7 +243,8 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
     std::vector<int> line_ids;
     for (std::size_t pos = 0;;) {
       const std::size_t end = std::min(text.find('\n', pos), text.size());
-      const sentencepiece::util::Status st = bpe_->sp.Encode(std::string_view(text).substr(pos, end - pos), &line_ids);
+      const std::string_view line = std::string_view(text).substr(pos, end - pos);
+      const sentencepiece::util::Status st = bpe_->sp.Encode(line, &line_ids);
       if (!st.ok()) throw Error("the bpe tokenizer cannot encode the text: " + sentencepiece_message(st));
       ids.insert(ids.end(), line_ids.begin(), line_ids.end());
       if (end == text.size()) break;

@@ -531,7 +531,8 @@ std::vector<std::uint8_t> CheckpointReader::byte_array(const std::string& name) 
   if (!h5::has_attr(d, "xxh64")) throw CheckpointError("checkpoint '" + path_ + "': " + p + " has no xxh64 attribute");
   const std::string stored = h5::read_attr_string(d, "xxh64"), actual = xxh64_hex(v);
   if (stored != actual)
-    throw CheckpointError("checkpoint '" + path_ + "': " + p + " is damaged (XXH64 " + actual + ", recorded " + stored + ")");
+    throw CheckpointError("checkpoint '" + path_ + "': " + p + " is damaged (XXH64 " + actual + ", recorded " + stored +
+                          ")");
   return v;
 }
 
