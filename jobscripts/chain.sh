@@ -12,7 +12,9 @@
 # checkpoint and exit status 0, M minutes before its time limit TIME ([train] time_limit_min =
 # TIME - M; M defaults to 10% of TIME, at least 1 minute). Jobs left over once the run has reached
 # [train] max_steps resume at the end and exit at once. A job that is preempted or requeued in
-# between simply resumes too (see jobscripts/README.md).
+# between simply resumes too (see jobscripts/README.md). M must exceed 2.5 minutes (TIME of 25
+# minutes or more with the default M), or the SIGUSR1 that train.sbatch asks for 120 s before the limit
+# comes first: the job then requeues itself over and over and the chain waits (chain.sh says so).
 #
 #   -n JOBS          number of jobs in the chain (default 4)
 #   -J NAME          job name, the key of the chain (default trident-chain-<date>); use a new
@@ -62,6 +64,15 @@ awk -v l="$limit" 'BEGIN { exit !(l > 0) }' ||
   { echo "chain.sh: --margin-min $margin leaves no time in a $time job" >&2; exit 2; }
 
 echo "chain.sh: $jobs jobs named '$name', $time each, stopping after ${limit} min" >&2
+# train.sbatch asks for SIGUSR1 120 s before the time limit, which Slurm sends up to 30 s early.
+# When that comes before time_limit_min, every job stops on SIGUSR1 and requeues itself, and the
+# requeued job (same name) keeps the rest of the chain waiting: say so, unless --signal is given.
+if ! printf '%s\n' "${sbatch_opts[@]}" | grep -q -- '^--signal' &&
+   awk -v g="$margin" 'BEGIN { exit !(g * 60 < 150) }'; then
+  echo "chain.sh: note: a margin of $margin min is shorter than train.sbatch's SIGUSR1 warning (120-150 s" \
+       "before the time limit): each job will stop on SIGUSR1 and requeue itself, holding up the rest" \
+       "of the chain; give --margin-min 3 so that jobs end on time_limit_min" >&2
+fi
 for i in $(seq "$jobs"); do
   id="$(sbatch --parsable -J "$name" -t "$time" --dependency=singleton "${sbatch_opts[@]}" \
         "$here/train.sbatch" --train.time_limit_min="$limit" "${trident_args[@]}")" ||

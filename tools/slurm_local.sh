@@ -36,6 +36,9 @@
 #   SLURM_LOCAL_CPUS      CPUs the node advertises (default 8)
 #   SLURM_LOCAL_CRED_EXPIRE  AuthInfo cred_expire in seconds (default 20, Slurm's is 120). It is
 #                         also the time a requeued job waits before it can start again.
+#   SLURM_LOCAL_PREEMPT   REQUEUE or CANCEL: partition-priority preemption with that PreemptMode
+#                         and a second partition "urgent" whose jobs preempt those of "debug"
+#                         (e.g. `sbatch -p urgent -n 8 --exclusive --wrap "sleep 5"`); unset: none.
 set -euo pipefail
 
 prog="slurm_local.sh"
@@ -45,6 +48,11 @@ timeout_s="${SLURM_LOCAL_TIMEOUT:-60}"
 port="${SLURM_LOCAL_PORT:-6817}"
 cpus="${SLURM_LOCAL_CPUS:-8}"
 cred_expire="${SLURM_LOCAL_CRED_EXPIRE:-20}"
+preempt="${SLURM_LOCAL_PREEMPT:-}"
+case "$preempt" in
+  ""|REQUEUE|CANCEL) ;;
+  *) echo "$prog: error: SLURM_LOCAL_PREEMPT='$preempt' (expected REQUEUE or CANCEL)" >&2; exit 2 ;;
+esac
 
 say() { echo "$prog: $*" >&2; }
 die() { echo "$prog: error: $*" >&2; exit 1; }
@@ -284,8 +292,16 @@ SlurmdTimeout=60
 InactiveLimit=0
 KillWait=10
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES PriorityTier=1
 EOF
+if [ -n "$preempt" ]; then
+  cat >> "$conf" <<EOF
+# SLURM_LOCAL_PREEMPT: jobs of "urgent" preempt jobs of "debug" that hold the CPUs they need.
+PreemptType=preempt/partition_prio
+PreemptMode=$preempt
+PartitionName=urgent Nodes=localhost MaxTime=INFINITE State=UP OverSubscribe=NO PriorityTier=10
+EOF
+fi
 chmod 0644 "$conf"
 export SLURM_CONF="$conf"
 

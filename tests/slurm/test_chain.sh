@@ -23,11 +23,11 @@ ids="$(TRIDENT_BIN="$TRIDENT" TRIDENT_DECK="$WORK/job.ini" \
 check "chain.sh printed 8 job ids" test "$(wc -w <<<"$ids")" -eq 8
 last="$(tail -n 1 <<<"$ids")"
 for _ in $(seq 1200); do
-  [ -f "$WORK/chain-$last.out" ] && grep -q "trident exited with status" "$WORK/chain-$last.out" && break
+  [ -f "$WORK/chain-$last.out" ] && grep -q "\] srun exited with status" "$WORK/chain-$last.out" && break
   sleep 0.25
 done
 out="$(cat "$WORK"/chain-*.out 2>/dev/null)"
-check "all 8 jobs ran and exited 0" test "$(grep -c "trident exited with status 0" <<<"$out")" -eq 8
+check "all 8 jobs ran and exited 0" test "$(grep -c "\] srun exited with status 0" <<<"$out")" -eq 8
 check "at least two jobs stopped on the time limit with a checkpoint" \
   test "$(grep -c "time_limit_min = 0.07 is near" <<<"$out")" -ge 2
 check "later jobs resumed the run" grep -qE "resumed from .*step_0*[1-9][0-9]*\.h5" <<<"$out"
