@@ -50,7 +50,8 @@ sed -i 's/^max_steps = 6/max_steps = 100000/; s/^interval = 3/interval = 0/; s/^
 # kills it instead should it hang.)
 "$TRIDENT" train --config "$WORK/deck2.ini" > "$WORK/int2.out" 2>&1 &
 pid=$!
-( sleep 120; kill -KILL "$pid" 2>/dev/null ) &
+# (It polls instead of sleeping 120 s: a sleeping child would keep ctest's pipe open.)
+( for _ in $(seq 1200); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.1; done; kill -KILL "$pid" ) >/dev/null 2>&1 &
 watchdog=$!
 check "the second run trains some steps" wait_rows "$WORK/run2/metrics.csv" 3
 kill -INT "$pid"; sleep 0.1; kill -INT "$pid"
