@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include "core/error.hpp"
+#include "core/host_copy.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint_file.hpp"
@@ -82,17 +83,15 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
 template <class T>
 std::vector<T> Trainer<T>::master_copy() const {
   const ZeroEngine<T>& z = state_.engine();
-  return std::vector<T>(z.master(), z.master() + z.local_size());
+  return to_host_vector(View1<const T>(z.master(), static_cast<size_t>(z.local_size())));
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_copy() const {
-  const auto& b = state_.engine().optimizer().exp_avg();
-  return std::vector<T>(b.data(), b.data() + b.size());
+  return to_host_vector(View1<const T>(state_.engine().optimizer().exp_avg().all()));
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_sq_copy() const {
-  const auto& b = state_.engine().optimizer().exp_avg_sq();
-  return std::vector<T>(b.data(), b.data() + b.size());
+  return to_host_vector(View1<const T>(state_.engine().optimizer().exp_avg_sq().all()));
 }
 template <class T>
 std::int64_t Trainer<T>::comm_bytes() const {

@@ -16,13 +16,16 @@
 
 namespace trident {
 namespace {
+using test::device_array;
 using test::expect_gradient;
+using test::host;
 using test::random_buffer;
 using test::v1;
 using test::v2;
 
 /// Objective sum(out * R): its gradient wrt out is R, which becomes backward's dout.
-double dot(const Buffer<double>& a, const Buffer<double>& b) {
+double dot(const Buffer<double>& a_dev, const Buffer<double>& b_dev) {
+  const auto a = host(a_dev), b = host(b_dev);
   double s = 0;
   for (size_t i = 0; i < a.extent(0); ++i) s += a(i) * b(i);
   return s;
@@ -39,17 +42,18 @@ TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
   loss();
   Buffer<double> dinp("dinp", N * C), dw("dw", C), db("db", C);
   layernorm_backward<double>(v2(dinp, N, C), v1(dw), v1(db), v2(R, N, C), v2(inp, N, C), v1(w), v1(mean), v1(rstd));
-  expect_gradient("layernorm dinp", inp.data(), dinp.data(), N * C, loss);
-  expect_gradient("layernorm dweight", w.data(), dw.data(), C, loss);
-  expect_gradient("layernorm dbias", b.data(), db.data(), C, loss);
+  expect_gradient("layernorm dinp", v1(inp), v1(dinp), loss);
+  expect_gradient("layernorm dweight", v1(w), v1(dw), loss);
+  expect_gradient("layernorm dbias", v1(b), v1(db), loss);
 }
 
 TEST(Kernels, LayerNormForwardNormalises) {
   const int N = 3, C = 16;
   auto inp = random_buffer(N * C, 5, 3.0);
-  Buffer<double> out("out", N * C), mean("mean", N), rstd("rstd", N), w("w", C);
+  Buffer<double> out_dev("out", N * C), mean("mean", N), rstd("rstd", N), w("w", C);
   Kokkos::deep_copy(w, 1.0);
-  layernorm_forward<double>(v2(out, N, C), v1(mean), v1(rstd), v2(inp, N, C), v1(w), View1<const double>());
+  layernorm_forward<double>(v2(out_dev, N, C), v1(mean), v1(rstd), v2(inp, N, C), v1(w), View1<const double>());
+  const auto out = host(out_dev);
   for (int n = 0; n < N; ++n) {
     double m = 0, v = 0;
     for (int c = 0; c < C; ++c) m += out(n * C + c) / C;
@@ -70,17 +74,20 @@ TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
   };
   loss();
   // Reference forward value from the definition.
-  for (int n = 0; n < N; ++n)
-    for (int o = 0; o < OC; ++o) {
-      double s = b(o);
-      for (int c = 0; c < C; ++c) s += inp(n * C + c) * W(o * C + c);
-      EXPECT_NEAR(out(n * OC + o), s, 1e-12);
-    }
+  {
+    const auto inp_h = host(inp), W_h = host(W), b_h = host(b), out_h = host(out);
+    for (int n = 0; n < N; ++n)
+      for (int o = 0; o < OC; ++o) {
+        double s = b_h(o);
+        for (int c = 0; c < C; ++c) s += inp_h(n * C + c) * W_h(o * C + c);
+        EXPECT_NEAR(out_h(n * OC + o), s, 1e-12);
+      }
+  }
   Buffer<double> dinp("dinp", N * C), dW("dW", OC * C), db("db", OC);
   linear_backward<double>(v2(dinp, N, C), v2(dW, OC, C), v1(db), v2(R, N, OC), v2(inp, N, C), v2(W, OC, C));
-  expect_gradient("linear dinp", inp.data(), dinp.data(), N * C, loss);
-  expect_gradient("linear dweight", W.data(), dW.data(), OC * C, loss);
-  expect_gradient("linear dbias", b.data(), db.data(), OC, loss);
+  expect_gradient("linear dinp", v1(inp), v1(dinp), loss);
+  expect_gradient("linear dweight", v1(W), v1(dW), loss);
+  expect_gradient("linear dbias", v1(b), v1(db), loss);
 }
 
 struct AttentionCase {
@@ -116,14 +123,15 @@ void check_attention(double p, bool fast) {
     return dot(a.out, a.R);
   };
   loss();
+  const auto att = host(a.att);
   for (int r = 0; r < B * NH * T; ++r) {
     const int t = r % T;
     double s = 0;
     for (int t2 = 0; t2 < T; ++t2) {
       if (t2 > t) {
-        EXPECT_EQ(a.att(r * T + t2), 0.0);
+        EXPECT_EQ(att(r * T + t2), 0.0);
       }
-      s += a.att(r * T + t2);
+      s += att(r * T + t2);
     }
     EXPECT_NEAR(s, 1.0, 1e-12);
   }
@@ -134,8 +142,7 @@ void check_attention(double p, bool fast) {
   else
     attention_backward_ref<double>(v2(dqkv, B * T, 3 * C), v1(dpre), v2(a.R, B * T, C), v2(a.qkv, B * T, 3 * C),
                                    v1(a.att), B, T, NH, a.drop);
-  expect_gradient(fast ? "attention (gemm) dqkv" : "attention (ref) dqkv", a.qkv.data(), dqkv.data(),
-                  B * T * 3 * C, loss);
+  expect_gradient(fast ? "attention (gemm) dqkv" : "attention (ref) dqkv", v1(a.qkv), v1(dqkv), loss);
 }
 
 TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
@@ -174,7 +181,8 @@ TEST(Kernels, AttentionGemmEqualsReference) {
                                 cm(qkv, B * T, 3 * C), f1, B, T, NH, drop);
   attention_backward<float>(m(d2, B * T, 3 * C), View1<float>(pre.data(), pre.extent(0)), cm(dout, B * T, C),
                             cm(qkv, B * T, 3 * C), f2, B, T, NH, drop, s);
-  auto max_rel = [](const Buffer<float>& x, const Buffer<float>& y) {
+  auto max_rel = [](const Buffer<float>& x_dev, const Buffer<float>& y_dev) {
+    const auto x = host(x_dev), y = host(y_dev);
     double d = 0, mx = 0;
     for (size_t i = 0; i < x.extent(0); ++i) {
       d = std::max(d, static_cast<double>(std::fabs(x(i) - y(i))));
@@ -196,47 +204,48 @@ TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
     return dot(y, R);
   };
   loss();
-  EXPECT_NEAR(y(0), 0.5 * x(0) * (1 + std::erf(x(0) / std::sqrt(2.0))), 1e-15);
+  const double x0 = host(x)(0), y0 = host(y)(0);
+  EXPECT_NEAR(y0, 0.5 * x0 * (1 + std::erf(x0 / std::sqrt(2.0))), 1e-15);
   gelu_backward<double>(v1(dx), v1(R), v1(x));
-  expect_gradient("gelu", x.data(), dx.data(), n, loss);
+  expect_gradient("gelu", v1(x), v1(dx), loss);
 }
 
 TEST(Kernels, CrossEntropyMatchesDefinitionAndFiniteDifferences) {
   const int N = 4, V = 7;
   auto logits = random_buffer(N * V, 41, 2.0);
-  Kokkos::View<token_t*> tgt("tgt", N);
-  tgt(0) = 3;
-  tgt(1) = 0;
-  tgt(2) = -1;  // no loss at this position
-  tgt(3) = 6;
+  const std::vector<token_t> tgt = {3, 0, -1, 6};  // -1: no loss at this position
+  const Buffer<token_t> tgt_dev = device_array(tgt);
+  const View1<const token_t> tgtv(tgt_dev.data(), N);
   Buffer<double> losses("losses", N);
   const double dloss = 0.25;
   auto loss = [&] {
-    return dloss * cross_entropy_forward<double>(v1(losses), v2(logits, N, V), View1<const token_t>(tgt.data(), N));
+    return dloss * cross_entropy_forward<double>(v1(losses), v2(logits, N, V), tgtv);
   };
   loss();
-  for (int n = 0; n < N; ++n) {
-    double z = 0;
-    for (int v = 0; v < V; ++v) z += std::exp(logits(n * V + v));
-    const double want = tgt(n) < 0 ? 0.0 : std::log(z) - logits(n * V + tgt(n));
-    EXPECT_NEAR(losses(n), want, 1e-12);
+  {
+    const auto logits_h = host(logits), losses_h = host(losses);
+    for (int n = 0; n < N; ++n) {
+      double z = 0;
+      for (int v = 0; v < V; ++v) z += std::exp(logits_h(n * V + v));
+      const double want = tgt[n] < 0 ? 0.0 : std::log(z) - logits_h(n * V + tgt[n]);
+      EXPECT_NEAR(losses_h(n), want, 1e-12);
+    }
   }
   Buffer<double> dlogits("dlogits", N * V);
-  cross_entropy_backward<double>(v2(dlogits, N, V), v2(logits, N, V), View1<const token_t>(tgt.data(), N), dloss);
-  expect_gradient("cross entropy dlogits", logits.data(), dlogits.data(), N * V, loss);
+  cross_entropy_backward<double>(v2(dlogits, N, V), v2(logits, N, V), tgtv, dloss);
+  expect_gradient("cross entropy dlogits", v1(logits), v1(dlogits), loss);
   // In place gives the same result.
   Buffer<double> copy("copy", N * V);
   Kokkos::deep_copy(copy, logits);
-  cross_entropy_backward<double>(v2(copy, N, V), v2(copy, N, V), View1<const token_t>(tgt.data(), N), dloss);
-  for (int i = 0; i < N * V; ++i) EXPECT_EQ(copy(i), dlogits(i));
+  cross_entropy_backward<double>(v2(copy, N, V), v2(copy, N, V), tgtv, dloss);
+  const auto copy_h = host(copy), dlogits_h = host(dlogits);
+  for (int i = 0; i < N * V; ++i) EXPECT_EQ(copy_h(i), dlogits_h(i));
 }
 
 TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
   const int B = 2, T = 3, C = 4, V = 5, Tmax = 4;
   auto wte = random_buffer(V * C, 51), wpe = random_buffer(Tmax * C, 52), R = random_buffer(B * T * C, 53);
-  Kokkos::View<token_t*> tok("tok", B * T);
-  const token_t ids[] = {1, 4, 1, 0, 1, 3};  // repeated ids exercise the accumulation
-  for (int i = 0; i < B * T; ++i) tok(i) = ids[i];
+  const Buffer<token_t> tok = device_array<token_t>({1, 4, 1, 0, 1, 3});  // repeated ids exercise the accumulation
   Buffer<double> out("out", B * T * C);
   auto loss = [&] {
     embedding_forward<double>(v2(out, B * T, C), View1<const token_t>(tok.data(), B * T), v2(wte, V, C), 0, V,
@@ -247,15 +256,16 @@ TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
   Buffer<double> dwte("dwte", V * C), dwpe("dwpe", Tmax * C);
   embedding_backward<double>(v2(dwte, V, C), v2(dwpe, Tmax, C), v2(R, B * T, C),
                              View1<const token_t>(tok.data(), B * T), 0, V, B, T);
-  expect_gradient("embedding dwte", wte.data(), dwte.data(), V * C, loss);
-  expect_gradient("embedding dwpe", wpe.data(), dwpe.data(), Tmax * C, loss);
+  expect_gradient("embedding dwte", v1(wte), v1(dwte), loss);
+  expect_gradient("embedding dwpe", v1(wpe), v1(dwpe), loss);
 }
 
 TEST(Kernels, AdamWMatchesReferenceFormula) {
   const int n = 6;
   auto p = random_buffer(n, 61), g = random_buffer(n, 62);
   Buffer<double> m("m", n), v("v", n);
-  std::vector<double> rp(p.data(), p.data() + n), rm(n, 0.0), rv(n, 0.0);
+  std::vector<double> rp = to_host_vector(v1(p)), rm(n, 0.0), rv(n, 0.0);
+  const std::vector<double> gh = to_host_vector(v1(g));
   AdamWStep s;
   s.lr = 0.01;
   s.beta1 = 0.9;
@@ -267,7 +277,7 @@ TEST(Kernels, AdamWMatchesReferenceFormula) {
     s.step = step;
     adamw_update<double>(v1(p), v1(g), v1(m), v1(v), s);
     for (int i = 0; i < n; ++i) {  // Loshchilov & Hutter, Algorithm 2, with PyTorch's bias correction
-      const double gi = g(i) * 0.5;
+      const double gi = gh[i] * 0.5;
       rp[i] *= 1 - s.lr * s.weight_decay;
       rm[i] = 0.9 * rm[i] + 0.1 * gi;
       rv[i] = 0.95 * rv[i] + 0.05 * gi * gi;
@@ -275,10 +285,11 @@ TEST(Kernels, AdamWMatchesReferenceFormula) {
       rp[i] -= s.lr * mhat / (std::sqrt(vhat) + s.eps);
     }
   }
+  const auto p_h = host(p), m_h = host(m), v_h = host(v);
   for (int i = 0; i < n; ++i) {
-    EXPECT_NEAR(p(i), rp[i], 1e-12);
-    EXPECT_NEAR(m(i), rm[i], 1e-15);
-    EXPECT_NEAR(v(i), rv[i], 1e-15);
+    EXPECT_NEAR(p_h(i), rp[i], 1e-12);
+    EXPECT_NEAR(m_h(i), rm[i], 1e-15);
+    EXPECT_NEAR(v_h(i), rv[i], 1e-15);
   }
 }
 
@@ -311,25 +322,22 @@ TEST(Kernels, FillNormalIsSplitInvariantAndHasRightMoments) {
   fill_normal<double>(v1(whole), 42, 7, 0, 0.02);
   fill_normal<double>(v1(a), 42, 7, 0, 0.02);
   fill_normal<double>(v1(b), 42, 7, n / 2, 0.02);
+  const auto whole_h = host(whole), a_h = host(a), b_h = host(b);
   double s = 0, ss = 0;
   for (int i = 0; i < n; ++i) {
-    ASSERT_EQ(whole(i), i < n / 2 ? a(i) : b(i - n / 2));
-    s += whole(i);
-    ss += whole(i) * whole(i);
+    ASSERT_EQ(whole_h(i), i < n / 2 ? a_h(i) : b_h(i - n / 2));
+    s += whole_h(i);
+    ss += whole_h(i) * whole_h(i);
   }
   EXPECT_NEAR(s / n, 0.0, 6 * 0.02 / std::sqrt(n));
   EXPECT_NEAR(std::sqrt(ss / n), 0.02, 0.02 * 0.03);  // relative error of a sample std ~ 1/sqrt(2n) = 0.5%
 }
 
 TEST(Kernels, SumSquaresAndFinite) {
-  Buffer<float> x("x", 4);
-  x(0) = 1;
-  x(1) = 2;
-  x(2) = -2;
-  x(3) = 4;
+  const Buffer<float> x = device_array<float>({1, 2, -2, 4});
   EXPECT_EQ(sum_squares<float>(View1<const float>(x.data(), 4)), 25.0);
   EXPECT_TRUE(all_finite<float>(View1<const float>(x.data(), 4)));
-  x(2) = std::nanf("");
+  Kokkos::deep_copy(Kokkos::subview(x, 2), std::nanf(""));
   EXPECT_FALSE(all_finite<float>(View1<const float>(x.data(), 4)));
 }
 
