@@ -1,12 +1,15 @@
 // Each kernel's backward against central finite differences in double (tests/fd.hpp gives the
 // tolerance argument), plus the invariants of the counter-based RNG and the AdamW formula.
+#include "core/error.hpp"
 #include "fd.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/gelu.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 
@@ -88,6 +91,95 @@ TEST(Kernels, LinearBackwardMatchesFiniteDifferences) {
   expect_gradient("linear dinp", v1(inp), v1(dinp), loss);
   expect_gradient("linear dweight", v1(W), v1(dW), loss);
   expect_gradient("linear dbias", v1(b), v1(db), loss);
+}
+
+/// C = alpha op(A) op(B) + beta C0 in double from the definition, with the inputs rounded through
+/// `round` first (identity, or bf16).
+template <class T, class Round>
+std::vector<double> gemm_reference(char ta, char tb, double alpha, const std::vector<T>& A, int a_cols,
+                                   const std::vector<T>& B, int b_cols, double beta, const std::vector<T>& C0, int M,
+                                   int N, int K, Round round) {
+  std::vector<double> C(static_cast<size_t>(M) * N);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) {
+        const double a = round(ta == 'N' ? A[m * a_cols + k] : A[k * a_cols + m]);
+        const double b = round(tb == 'N' ? B[k * b_cols + n] : B[n * b_cols + k]);
+        s += a * b;
+      }
+      C[m * N + n] = alpha * s + beta * static_cast<double>(C0[m * N + n]);
+    }
+  return C;
+}
+
+/// gemm() of every trans combination against the definition: (M, N, K) = (5, 3, 4), alpha 0.5,
+/// beta 2 (C is read), so rows and columns cannot be swapped unnoticed.
+template <class T>
+void check_gemm(GemmInputs inputs, double tol) {
+  const int M = 5, N = 3, K = 4;
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'}) {
+      const int ar = ta == 'N' ? M : K, ac = ta == 'N' ? K : M, br = tb == 'N' ? K : N, bc = tb == 'N' ? N : K;
+      std::vector<T> A(ar * ac), B(br * bc), C0(M * N);
+      for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<T>(std::sin(1.0 + i));
+      for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<T>(std::cos(2.0 + 3 * i));
+      for (size_t i = 0; i < C0.size(); ++i) C0[i] = static_cast<T>(0.1 * i);
+      const Buffer<T> a = device_array(A), b = device_array(B), c = device_array(C0);
+      gemm<T>(ta, tb, T(0.5), as_matrix<const T>(a.data(), ar, ac), as_matrix<const T>(b.data(), br, bc), T(2),
+              as_matrix(c.data(), M, N), inputs);
+      const auto round = [inputs](T x) {
+        return inputs == GemmInputs::bf16 ? static_cast<double>(from_bf16(to_bf16(static_cast<float>(x))))
+                                          : static_cast<double>(x);
+      };
+      const std::vector<double> want = gemm_reference(ta, tb, 0.5, A, ac, B, bc, 2.0, C0, M, N, K, round);
+      const std::vector<T> got = to_host_vector(v1(c));
+      for (int i = 0; i < M * N; ++i) EXPECT_NEAR(got[i], want[i], tol) << "trans " << ta << tb << " element " << i;
+    }
+}
+
+TEST(Kernels, GemmMatchesDefinition) {
+  check_gemm<double>(GemmInputs::native, 1e-13);
+  check_gemm<float>(GemmInputs::native, 1e-5);  // |C| < 10: a few float ulps
+}
+
+TEST(Kernels, GemmRejectsWrongShapes) {
+  Buffer<float> a("a", 6), b("b", 6), c("c", 4);
+  EXPECT_THROW(gemm<float>('N', 'N', 1.f, as_matrix<const float>(a.data(), 2, 3), as_matrix<const float>(b.data(), 2, 3),
+                           0.f, as_matrix(c.data(), 2, 2)),
+               Error);
+  EXPECT_THROW(gemm<float>('X', 'N', 1.f, as_matrix<const float>(a.data(), 2, 3), as_matrix<const float>(b.data(), 3, 2),
+                           0.f, as_matrix(c.data(), 2, 2)),
+               Error);
+}
+
+// bf16 inputs: where the build has them, the result is the definition on bf16-rounded inputs with
+// fp32 accumulation (K = 4 products of |x| <= 1: error well under 1e-5); elsewhere an Error.
+TEST(Kernels, GemmBf16InputsRoundThenAccumulateInFloat) {
+  if (gemm_bf16_supported()) {
+    check_gemm<float>(GemmInputs::bf16, 1e-5);
+  } else {
+    Buffer<float> a("a", 4), b("b", 4), c("c", 4);
+    EXPECT_THROW(gemm<float>('N', 'N', 1.f, as_matrix<const float>(a.data(), 2, 2),
+                             as_matrix<const float>(b.data(), 2, 2), 0.f, as_matrix(c.data(), 2, 2), GemmInputs::bf16),
+                 Error);
+  }
+}
+
+TEST(Kernels, GemmBatchedEqualsOneGemmPerMatrix) {
+  const int batch = 3, M = 4, N = 5, K = 6;
+  Buffer<float> A("A", batch * M * K), B("B", batch * N * K), C1("C1", batch * M * N), C2("C2", batch * M * N);
+  fill_normal<float>(v1(A), 3, 1, 0, 1.0);
+  fill_normal<float>(v1(B), 3, 2, 0, 1.0);
+  fill_normal<float>(v1(C1), 3, 3, 0, 1.0);
+  Kokkos::deep_copy(C2, C1);
+  gemm_batched<float>('N', 'T', 0.5f, View3<const float>(A.data(), batch, M, K), View3<const float>(B.data(), batch, N, K),
+                      1.5f, View3<float>(C1.data(), batch, M, N));
+  for (int i = 0; i < batch; ++i)
+    gemm<float>('N', 'T', 0.5f, as_matrix<const float>(A.data() + i * M * K, M, K),
+                as_matrix<const float>(B.data() + i * N * K, N, K), 1.5f, as_matrix(C2.data() + i * M * N, M, N));
+  const std::vector<float> c1 = to_host_vector(v1(C1)), c2 = to_host_vector(v1(C2));
+  for (size_t i = 0; i < c1.size(); ++i) EXPECT_NEAR(c1[i], c2[i], 1e-5f * (1 + std::fabs(c2[i]))) << i;
 }
 
 struct AttentionCase {
