@@ -74,6 +74,7 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
+  gpt_.set_gemm_inputs(cfg.train.compute_dtype == Precision::bf16 ? GemmInputs::bf16 : GemmInputs::native);
   schedule_.lr = cfg.train.lr;
   schedule_.min_lr = cfg.train.min_lr;
   schedule_.warmup_steps = cfg.train.warmup_steps;
