@@ -11,15 +11,22 @@ if(NOT HDF5_IS_PARALLEL)
     "is serial. On Debian install libhdf5-mpich-dev (tools/install_deps.sh does).")
 endif()
 
-# Kokkos from Debian's Trilinos 13.2 packages. Its imported target points at a non-existent
-# /usr/lib/include; point it at the real header directory (see docs/design.md, "Toolchain").
+# Kokkos from Debian's Trilinos 13.2 packages (host only), or a site's Kokkos 4.x with CUDA given by
+# -DKokkos_ROOT (docs/gpu.md). Debian's imported target points at a non-existent /usr/lib/include;
+# point it at the real header directory (see docs/design.md, "Toolchain").
 find_package(Kokkos REQUIRED)
 if(TARGET Kokkos::kokkos AND Kokkos_INCLUDE_DIRS)
   set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
 endif()
-find_package(KokkosKernels REQUIRED)
+# A CUDA Kokkos: CUDA language, CUDA toolkit, trident_target_sources_cuda() (a no-op otherwise).
+include(${CMAKE_CURRENT_LIST_DIR}/TridentCuda.cmake)
+# GEMMs (kernels/gemm.hpp): KokkosBlas (OpenBLAS) on the host, cuBLAS in a CUDA build. Debian's
+# KokkosKernels is built against Debian's host-only Kokkos and cannot be mixed with another Kokkos.
+if(NOT TRIDENT_HAVE_CUDA)
+  find_package(KokkosKernels REQUIRED)
+endif()
 # Debian's KokkosKernels exports no Kokkos::kokkoskernels target: wrap its library in one.
-if(NOT TARGET trident_kokkoskernels)
+if(NOT TRIDENT_HAVE_CUDA AND NOT TARGET trident_kokkoskernels)
   add_library(trident_kokkoskernels INTERFACE)
   find_library(TRIDENT_KK_LIB NAMES trilinos_kokkoskernels REQUIRED)
   target_include_directories(trident_kokkoskernels SYSTEM INTERFACE ${KokkosKernels_INCLUDE_DIRS})
@@ -104,4 +111,13 @@ if(TRIDENT_HAVE_NCCL)
   message(STATUS "NCCL communicator backend: built (${_trident_nccl_why})")
 else()
   message(STATUS "NCCL communicator backend: not built (${_trident_nccl_why})")
+endif()
+
+# One line that says what this build computes with.
+if(TRIDENT_HAVE_CUDA)
+  message(STATUS "Trident build: Kokkos ${Kokkos_VERSION} (${Kokkos_DEVICES}), CUDA ${CUDAToolkit_VERSION} "
+                 "for sm_${CMAKE_CUDA_ARCHITECTURES}, GEMMs through cuBLAS, NCCL ${TRIDENT_HAVE_NCCL}")
+else()
+  message(STATUS "Trident build: Kokkos ${Kokkos_VERSION} (${Kokkos_DEVICES}), host only, GEMMs through "
+                 "KokkosBlas, NCCL ${TRIDENT_HAVE_NCCL}")
 endif()

@@ -92,6 +92,10 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     p.dp = opt.dp;  // 0: auto
     p.zero_stage = opt.zero_stage >= 0 ? opt.zero_stage : p.zero_stage;
     p.shard_group_size = opt.shard_group_size;
+    // Neither does the GEMM input type: the deck of a bf16 run on a GPU ([train] compute_dtype)
+    // reshards on a host build, and keeps its compute_dtype.
+    const Precision compute = cfg.train.compute_dtype;
+    cfg.train.compute_dtype = Precision::f32;
     // The micro-batch size does not change a checkpoint; keep it where the new dp allows it.
     Config trial = cfg;
     try {
@@ -102,6 +106,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
       validate(trial, world.size());
     }
     cfg = trial;
+    cfg.train.compute_dtype = compute;
   });
   res.to_layout = layout_text(cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.zero_stage);
   {

@@ -134,6 +134,9 @@ class Schema {
                "master weights and moments, kernels still compute in float)");
     add_choice("train", "reduce_dtype", &t.reduce_dtype, {Precision::f32, Precision::bf16},
                "type in which gradients are summed over dp: float or bf16");
+    add_choice("train", "compute_dtype", &t.compute_dtype, {Precision::f32, Precision::bf16},
+               "input type of every GEMM: float, or bf16 (inputs rounded to bf16, fp32 accumulation and output, "
+               "tensor cores; needs a CUDA build and dtype = float)");
     add_choice("train", "activation_checkpointing", &t.activation_checkpointing, {Recompute::none, Recompute::block},
                "none, or block: keep only each block's input and recompute its forward during backward");
     add("train", "peak_tflops", &t.peak_tflops,
@@ -580,6 +583,11 @@ void validate(Config& c, int world_size) {
   require_at_least(t.peak_tflops, 0.0, "train", "peak_tflops");
   require_config((t.param_dtype == Precision::f32 && t.reduce_dtype == Precision::f32) || t.dtype == Precision::f32,
                  "[train] param_dtype/reduce_dtype = bf16 needs [train] dtype = float");
+  require_config(t.compute_dtype == Precision::f32 || t.dtype == Precision::f32,
+                 "[train] compute_dtype = bf16 needs [train] dtype = float");
+  require_config(t.compute_dtype == Precision::f32 || TRIDENT_HAVE_CUDA,
+                 "[train] compute_dtype = bf16: this is a host build, whose GEMMs (OpenBLAS) have no bf16 path; "
+                 "bf16 GEMMs need a CUDA build (docs/gpu.md). Use compute_dtype = float here");
 
   require_config(!c.data.path.empty(), "[data] path is not set: give the HDF5 token file written by `trident prep`");
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");

@@ -1,9 +1,8 @@
 #include "kernels/attention.hpp"
 
 #include "core/kmath.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/instantiate.hpp"
-
-#include <KokkosBlas3_gemm.hpp>
 
 namespace trident {
 
@@ -42,30 +41,30 @@ void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len
       });
 }
 
-/// Row-major (rows, cols) view of block `i` of a flat array of equal blocks.
+/// A flat array of `heads` equal row-major (rows, cols) blocks as a batch of matrices.
 template <class T>
-View2<T> block(const View1<T>& v, std::int64_t i, std::int64_t rows, std::int64_t cols) {
-  return as_matrix(v.data() + i * rows * cols, rows, cols);
+View3<T> batch(const View1<T>& v, long heads, std::int64_t rows, std::int64_t cols) {
+  return View3<T>(v.data(), static_cast<size_t>(heads), static_cast<size_t>(rows), static_cast<size_t>(cols));
 }
 template <class T>
-View2<const T> cblock(const View1<T>& v, std::int64_t i, std::int64_t rows, std::int64_t cols) {
-  return as_matrix<const T>(v.data() + i * rows * cols, rows, cols);
+View3<const T> cbatch(const View1<T>& v, long heads, std::int64_t rows, std::int64_t cols) {
+  return View3<const T>(v.data(), static_cast<size_t>(heads), static_cast<size_t>(rows), static_cast<size_t>(cols));
 }
 
 }  // namespace
 
 template <class T>
 void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
-                       const AttentionDropout& drop, const AttentionScratch<T>& ws) {
+                       const AttentionDropout& drop, const AttentionScratch<T>& ws, GemmInputs inputs) {
   const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
   const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
   pack_heads<T>(ws.q, qkv, 0, B, Tn, C, NH);
   pack_heads<T>(ws.k, qkv, C, B, Tn, C, NH);
   pack_heads<T>(ws.v, qkv, 2 * C, B, Tn, C, NH);
-  for (long bh = 0; bh < heads; ++bh)  // S = scale Q K^T
-    KokkosBlas::gemm("N", "T", scale, cblock(ws.q, bh, Tn, HS), cblock(ws.k, bh, Tn, HS), T(0),
-                     block(att, bh, Tn, Tn));
+  // S = scale Q K^T, all (sequence, head) pairs in one batched GEMM
+  gemm_batched<T>('N', 'T', scale, cbatch(ws.q, heads, Tn, HS), cbatch(ws.k, heads, Tn, HS), T(0),
+                  batch(att, heads, Tn, Tn), inputs);
   // Causal softmax of every row in place; the probabilities stay in att for backward.
   Kokkos::parallel_for(
       "trident::attention_softmax", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn), KOKKOS_LAMBDA(const long r) {
@@ -95,14 +94,16 @@ void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, in
         });
     p = pd;
   }
-  for (long bh = 0; bh < heads; ++bh)  // Y = P V
-    KokkosBlas::gemm("N", "N", T(1), cblock(p, bh, Tn, Tn), cblock(ws.v, bh, Tn, HS), T(0), block(ws.y, bh, Tn, HS));
+  // Y = P V
+  gemm_batched<T>('N', 'N', T(1), cbatch(p, heads, Tn, Tn), cbatch(ws.v, heads, Tn, HS), T(0),
+                  batch(ws.y, heads, Tn, HS), inputs);
   unpack_heads<T>(out, ws.y, 0, B, Tn, C, NH);
 }
 
 template <class T>
 void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
-                        int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws) {
+                        int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws,
+                        GemmInputs inputs) {
   const int C = static_cast<int>(dout.extent(1)), HS = C / NH, Tn = seq_len;
   const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
@@ -124,13 +125,11 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
         });
     p = View1<const T>(pd.data(), pd.extent(0));
   }
-  for (long bh = 0; bh < heads; ++bh) {
-    // dP = dY V^T; dV = P^T dY
-    KokkosBlas::gemm("N", "T", T(1), cblock(ws.y, bh, Tn, HS), cblock(ws.v, bh, Tn, HS), T(0),
-                     block(dpre, bh, Tn, Tn));
-    KokkosBlas::gemm("T", "N", T(1), as_matrix<const T>(p.data() + bh * Tn * Tn, Tn, Tn), cblock(ws.y, bh, Tn, HS),
-                     T(0), block(ws.dv, bh, Tn, HS));
-  }
+  // dP = dY V^T; dV = P^T dY
+  gemm_batched<T>('N', 'T', T(1), cbatch(ws.y, heads, Tn, HS), cbatch(ws.v, heads, Tn, HS), T(0),
+                  batch(dpre, heads, Tn, Tn), inputs);
+  gemm_batched<T>('T', 'N', T(1), View3<const T>(p.data(), static_cast<size_t>(heads), Tn, Tn),
+                  cbatch(ws.y, heads, Tn, HS), T(0), batch(ws.dv, heads, Tn, HS), inputs);
   // Softmax backward per row: dS = P * (dP - sum(P * dP)), with dP through the dropout mask.
   Kokkos::parallel_for(
       "trident::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn),
@@ -147,13 +146,11 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
         for (int t2 = 0; t2 <= t; ++t2) d[t2] = a[t2] * (d[t2] - dot);
         for (int t2 = t + 1; t2 < Tn; ++t2) d[t2] = 0;
       });
-  for (long bh = 0; bh < heads; ++bh) {
-    // dQ = scale dS K; dK = scale dS^T Q
-    KokkosBlas::gemm("N", "N", scale, cblock(dpre, bh, Tn, Tn), cblock(ws.k, bh, Tn, HS), T(0),
-                     block(ws.dq, bh, Tn, HS));
-    KokkosBlas::gemm("T", "N", scale, cblock(dpre, bh, Tn, Tn), cblock(ws.q, bh, Tn, HS), T(0),
-                     block(ws.dk, bh, Tn, HS));
-  }
+  // dQ = scale dS K; dK = scale dS^T Q
+  gemm_batched<T>('N', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.k, heads, Tn, HS), T(0),
+                  batch(ws.dq, heads, Tn, HS), inputs);
+  gemm_batched<T>('T', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.q, heads, Tn, HS), T(0),
+                  batch(ws.dk, heads, Tn, HS), inputs);
   unpack_heads<T>(dqkv, ws.dq, 0, B, Tn, C, NH);
   unpack_heads<T>(dqkv, ws.dk, C, B, Tn, C, NH);
   unpack_heads<T>(dqkv, ws.dv, 2 * C, B, Tn, C, NH);
@@ -161,9 +158,9 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
 
 #define TRIDENT_INST(T)                                                                                       \
   template void attention_forward<T>(View2<T>, View1<T>, View2<const T>, int, int, int, const AttentionDropout&, \
-                                     const AttentionScratch<T>&);                                             \
+                                     const AttentionScratch<T>&, GemmInputs);                                 \
   template void attention_backward<T>(View2<T>, View1<T>, View2<const T>, View2<const T>, View1<const T>, int, \
-                                      int, int, const AttentionDropout&, const AttentionScratch<T>&);
+                                      int, int, const AttentionDropout&, const AttentionScratch<T>&, GemmInputs);
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
 #undef TRIDENT_INST
 

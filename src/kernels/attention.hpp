@@ -7,8 +7,9 @@
 // backward scratch. C, NH are this rank's (tensor-parallel local) sizes.
 //
 // Two implementations with the same contract (HPCG style: the reference validates the fast one):
-//  - attention_forward / attention_backward: per head, S = Q K^T, Y = P V and the four backward
-//    products are GEMMs through KokkosBlas on head-major packed copies of q, k, v
+//  - attention_forward / attention_backward: S = Q K^T, Y = P V and the four backward products
+//    are batched GEMMs over all (sequence, head) pairs (kernels/gemm.hpp: one strided-batched
+//    cuBLAS call on CUDA, a loop of sgemm on the host) on head-major packed copies of q, k, v
 //    (AttentionScratch); softmax, masking and dropout are element-wise kernels.
 //  - attention_forward_ref / attention_backward_ref: one thread per query (or key) row with
 //    explicit loops; simple, allocation-free, used by the tests as the second oracle.
@@ -16,6 +17,7 @@
 
 #include "core/types.hpp"
 #include "kernels/dropout.hpp"
+#include "kernels/gemm.hpp"
 
 namespace trident {
 
@@ -50,14 +52,17 @@ struct AttentionScratch {
   }
 };
 
+/// `inputs`: how the GEMMs (two forward, four backward) round their inputs (kernels/gemm.hpp); softmax and dropout stay in T.
 template <class T>
 void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
-                       const AttentionDropout& drop, const AttentionScratch<T>& ws);
+                       const AttentionDropout& drop, const AttentionScratch<T>& ws,
+                       GemmInputs inputs = GemmInputs::native);
 
 /// dqkv = gradient wrt qkv (overwritten). Uses att saved by forward and the same dropout.
 template <class T>
 void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
-                        int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws);
+                        int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws,
+                        GemmInputs inputs = GemmInputs::native);
 
 /// Reference implementations (same contract, no scratch).
 template <class T>

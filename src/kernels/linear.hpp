@@ -1,5 +1,5 @@
 // kernels/linear.hpp: fully connected layer y = x W^T + b (PyTorch nn.Linear convention), GEMMs
-// through KokkosBlas::gemm (OpenBLAS on the host, cuBLAS on NVIDIA GPUs).
+// through the GEMM seam (kernels/gemm.hpp: OpenBLAS on the host, cuBLAS on NVIDIA GPUs).
 //
 // Layer: kernels. Local. Shapes: inp (N, C), weight (OC, C), bias (OC) or empty, out (N, OC).
 // These are also the local partitions of Megatron-LM's column/row-parallel linears (Shoeybi et al.
@@ -7,18 +7,21 @@
 #pragma once
 
 #include "core/types.hpp"
+#include "kernels/gemm.hpp"
 
 namespace trident {
 
-/// out = inp * weight^T + bias.
+/// out = inp * weight^T + bias. `inputs`: how the GEMM rounds its inputs (kernels/gemm.hpp).
 template <class T>
-void linear_forward(View2<T> out, View2<const T> inp, View2<const T> weight, View1<const T> bias);
+void linear_forward(View2<T> out, View2<const T> inp, View2<const T> weight, View1<const T> bias,
+                    GemmInputs inputs = GemmInputs::native);
 
 /// dinp = dout * weight (+= when accumulate_dinp), dweight += dout^T * inp, dbias += sum_rows(dout).
 /// dinp may be empty (0 x 0) to skip it (the first layer needs no input gradient); dbias may be empty.
+/// `inputs` applies to both GEMMs (the bias sum is in T).
 template <class T>
 void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
-                     View2<const T> weight, bool accumulate_dinp = false);
+                     View2<const T> weight, bool accumulate_dinp = false, GemmInputs inputs = GemmInputs::native);
 
 /// out[n, :] += bias (the bias of a row-parallel linear, added once after the all-reduce).
 template <class T>

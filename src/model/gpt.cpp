@@ -275,18 +275,18 @@ void Gpt<T>::block_forward(Stash& s, int ll, const BlockW& bw) {
   // Attention: column-parallel QKV (this rank's heads), local attention, row-parallel projection
   // whose partial sums are all-reduced over tp before the (replicated) bias.
   layernorm_forward<T>(mat(a.ln1, C), a.ln1_mean, a.ln1_rstd, mat(s.res[ll], C), bw.ln1_w, bw.ln1_b);
-  linear_forward<T>(mat(a.qkv, 3 * Cl), mat(a.ln1, C), bw.attn_w, bw.attn_b);
-  attention_forward<T>(mat(a.atty, Cl), a.att, mat(a.qkv, 3 * Cl), s.B, s.seq, NHl_, adrop, attn_ws_);
-  linear_forward<T>(mat(proj_, C), mat(a.atty, Cl), bw.proj_w, View1<const T>());
+  linear_forward<T>(mat(a.qkv, 3 * Cl), mat(a.ln1, C), bw.attn_w, bw.attn_b, gemm_);
+  attention_forward<T>(mat(a.atty, Cl), a.att, mat(a.qkv, 3 * Cl), s.B, s.seq, NHl_, adrop, attn_ws_, gemm_);
+  linear_forward<T>(mat(proj_, C), mat(a.atty, Cl), bw.proj_w, View1<const T>(), gemm_);
   tp_sum(sub(proj_, C));
   add_bias<T>(mat(proj_, C), bw.proj_b);
   dropout_apply<T>(sub(proj_, C), key(s, site(gl, kSiteAttnResid)));
   residual_forward<T>(sub(a.res_mid, C), sub(s.res[ll], C), sub(proj_, C));
   // MLP: column-parallel up-projection (4C / tp), GELU, row-parallel down-projection, all-reduce.
   layernorm_forward<T>(mat(a.ln2, C), a.ln2_mean, a.ln2_rstd, mat(a.res_mid, C), bw.ln2_w, bw.ln2_b);
-  linear_forward<T>(mat(a.fch, 4 * Cl), mat(a.ln2, C), bw.fc_w, bw.fc_b);
+  linear_forward<T>(mat(a.fch, 4 * Cl), mat(a.ln2, C), bw.fc_w, bw.fc_b, gemm_);
   gelu_forward<T>(sub(a.fch_gelu, 4 * Cl), sub(a.fch, 4 * Cl));
-  linear_forward<T>(mat(proj_, C), mat(a.fch_gelu, 4 * Cl), bw.fcp_w, View1<const T>());
+  linear_forward<T>(mat(proj_, C), mat(a.fch_gelu, 4 * Cl), bw.fcp_w, View1<const T>(), gemm_);
   tp_sum(sub(proj_, C));
   add_bias<T>(mat(proj_, C), bw.fcp_b);
   dropout_apply<T>(sub(proj_, C), key(s, site(gl, kSiteMlpResid)));
@@ -303,23 +303,27 @@ void Gpt<T>::block_backward(Stash& s, int ll, const BlockW& bw, const BlockW& bg
   LayerActs& a = acts(s, ll);
   Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
   dropout_apply<T>(sub(dproj_, C), key(s, site(gl, kSiteMlpResid)));
-  linear_backward<T>(mat(dfch_, 4 * Cl), bg.fcp_w, bg.fcp_b, mat(dproj_, C), mat(a.fch_gelu, 4 * Cl), bw.fcp_w);
+  linear_backward<T>(mat(dfch_, 4 * Cl), bg.fcp_w, bg.fcp_b, mat(dproj_, C), mat(a.fch_gelu, 4 * Cl), bw.fcp_w,
+                     /*accumulate_dinp=*/false, gemm_);
   gelu_backward<T>(sub(dfch_, 4 * Cl), sub(dfch_, 4 * Cl), sub(a.fch, 4 * Cl));
-  linear_backward<T>(mat(dln_, C), bg.fc_w, bg.fc_b, mat(dfch_, 4 * Cl), mat(a.ln2, C), bw.fc_w);
+  linear_backward<T>(mat(dln_, C), bg.fc_w, bg.fc_b, mat(dfch_, 4 * Cl), mat(a.ln2, C), bw.fc_w,
+                     /*accumulate_dinp=*/false, gemm_);
   tp_sum(sub(dln_, C));  // column-parallel: the input gradient is a sum over tp partitions
   layernorm_backward<T>(mat(dres_, C), bg.ln2_w, bg.ln2_b, mat(dln_, C), mat(a.res_mid, C), bw.ln2_w, a.ln2_mean,
                         a.ln2_rstd);
   Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
   dropout_apply<T>(sub(dproj_, C), key(s, site(gl, kSiteAttnResid)));
-  linear_backward<T>(mat(datty_, Cl), bg.proj_w, bg.proj_b, mat(dproj_, C), mat(a.atty, Cl), bw.proj_w);
+  linear_backward<T>(mat(datty_, Cl), bg.proj_w, bg.proj_b, mat(dproj_, C), mat(a.atty, Cl), bw.proj_w,
+                     /*accumulate_dinp=*/false, gemm_);
   AttentionDropout adrop;
   adrop.sample_offset = s.ctx.sample_offset;
   adrop.n_head_total = m_.n_head;
   adrop.head_offset = tp_rank_ * NHl_;
   adrop.key = key(s, site(gl, kSiteAttn));
   attention_backward<T>(mat(dqkv_, 3 * Cl), dpre_, mat(datty_, Cl), mat(a.qkv, 3 * Cl), a.att, s.B, s.seq, NHl_, adrop,
-                        attn_ws_);
-  linear_backward<T>(mat(dln_, C), bg.attn_w, bg.attn_b, mat(dqkv_, 3 * Cl), mat(a.ln1, C), bw.attn_w);
+                        attn_ws_, gemm_);
+  linear_backward<T>(mat(dln_, C), bg.attn_w, bg.attn_b, mat(dqkv_, 3 * Cl), mat(a.ln1, C), bw.attn_w,
+                     /*accumulate_dinp=*/false, gemm_);
   tp_sum(sub(dln_, C));
   layernorm_backward<T>(mat(dres_, C), bg.ln1_w, bg.ln1_b, mat(dln_, C), mat(s.res[ll], C), bw.ln1_w, a.ln1_mean,
                         a.ln1_rstd);
@@ -370,7 +374,7 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
   const T* Eb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wte_)].unit)];
   layernorm_forward<T>(mat(s.lnf, C), s.lnf_mean, s.lnf_rstd, mat(s.res[static_cast<size_t>(n_local_)], C),
                        vec(Hb, t_lnf_w_), vec(Hb, t_lnf_b_));
-  linear_forward<T>(mat(s.logits, Vp_), mat(s.lnf, C), mat2(Eb, t_wte_), View1<const T>());
+  linear_forward<T>(mat(s.logits, Vp_), mat(s.lnf, C), mat2(Eb, t_wte_), View1<const T>(), gemm_);
   double loss = 0.0;
   if (targets.extent(0) > 0) {
     // Vocab-parallel cross entropy: global row max, then sums of exp and the target logit.
@@ -411,7 +415,8 @@ void Gpt<T>::backward(UnitProvider<T>& p, T dloss, int stash) {
     View1<const T> rmax(s.row_max.data(), static_cast<size_t>(BT)), sumexp(s.stats.data(), static_cast<size_t>(BT));
     cross_entropy_backward_split<T>(mat(s.logits, Vp_), mat(s.logits, Vp_), rmax, sumexp, s.targets, vocab_start_,
                                     vocab_rows_, dloss);
-    linear_backward<T>(mat(dln_, C), mat2(gE, t_wte_), View1<T>(), mat(s.logits, Vp_), mat(s.lnf, C), mat2(Eb, t_wte_));
+    linear_backward<T>(mat(dln_, C), mat2(gE, t_wte_), View1<T>(), mat(s.logits, Vp_), mat(s.lnf, C), mat2(Eb, t_wte_),
+                       /*accumulate_dinp=*/false, gemm_);
     tp_sum(sub(dln_, C));
     fill<T>(sub(dres_, C), T(0));
     layernorm_backward<T>(mat(dres_, C), vec(gH, t_lnf_w_), vec(gH, t_lnf_b_), mat(dln_, C),

@@ -33,6 +33,7 @@
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/dropout.hpp"
+#include "kernels/gemm.hpp"
 #include "model/param_layout.hpp"
 #include "parallel/communicator.hpp"
 
@@ -143,6 +144,12 @@ class Gpt {
   /// which overwrites them). With tp = 1 these are all logits.
   View2<const T> logits(int stash = 0) const;
 
+  /// How every GEMM of this model (linears, attention, the tied head) treats its inputs: native,
+  /// or bf16 inputs with fp32 accumulation ([train] compute_dtype = bf16; kernels/gemm.hpp). The
+  /// element-wise kernels, activations, parameters and gradients stay in T. Local.
+  void set_gemm_inputs(GemmInputs inputs) { gemm_ = inputs; }
+  GemmInputs gemm_inputs() const { return gemm_; }
+
   const GptSchedule& schedule() const { return sched_; }
   int stashes() const { return static_cast<int>(stash_.size()); }
   /// Bytes of activations and scratch held by this model.
@@ -203,6 +210,7 @@ class Gpt {
   int t_wte_, t_wpe_, t_lnf_w_, t_lnf_b_;
   std::vector<std::array<int, 12>> t_block_;
   std::vector<const T*> held_;  // per unit: acquired parameter base, or nullptr
+  GemmInputs gemm_ = GemmInputs::native;
 };
 
 }  // namespace trident

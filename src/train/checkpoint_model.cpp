@@ -28,7 +28,7 @@ CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& 
     out.tokenizer_model = meta.run.tokenizer_model;
     const ParamLayout layout = ParamLayout::gpt(out.cfg.model);
     out.store = std::make_unique<ParamStore<float>>(layout);
-    auto p_h = Kokkos::create_mirror_view(out.store->params().view());
+    auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), out.store->params().view());  // zeros where no tensor reads
     // Whole tensors (tp = 1, one stage), reassembled from whatever layout wrote the file.
     for (const TensorSpec& t : layout.tensors())
       read_tp_partition(rd, "param", checkpoint_tensor(t), 1, 0, 0, t.numel, DataType::f32, p_h.data() + t.offset);

@@ -150,9 +150,11 @@ RunState ModelState<T>::load(const std::string& path) {
     // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
     // put them (the index maps tensors to shards; read_tp_partition maps tp partitions), so any
     // dp x tp x pp layout and ZeRO stage can resume any other.
-    auto p_h = Kokkos::create_mirror_view(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
-    auto m_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg().view());
-    auto v_h = Kokkos::create_mirror_view(zero.optimizer().exp_avg_sq().view());
+    // Mirrors that start as copies of the live arrays: the elements no piece covers (a unit's
+    // padding) go back unchanged, as on a host build where the mirror is the array itself.
+    auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
+    auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg().view());
+    auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg_sq().view());
     for (const Piece& p : zero.owned())
       for (const TensorSpec& t : layout_.tensors()) {
         const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);

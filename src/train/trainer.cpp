@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include "core/error.hpp"
+#include "core/host_copy.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint_file.hpp"
@@ -73,6 +74,7 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
+  gpt_.set_gemm_inputs(cfg.train.compute_dtype == Precision::bf16 ? GemmInputs::bf16 : GemmInputs::native);
   schedule_.lr = cfg.train.lr;
   schedule_.min_lr = cfg.train.min_lr;
   schedule_.warmup_steps = cfg.train.warmup_steps;
@@ -82,17 +84,15 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
 template <class T>
 std::vector<T> Trainer<T>::master_copy() const {
   const ZeroEngine<T>& z = state_.engine();
-  return std::vector<T>(z.master(), z.master() + z.local_size());
+  return to_host_vector(View1<const T>(z.master(), static_cast<size_t>(z.local_size())));
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_copy() const {
-  const auto& b = state_.engine().optimizer().exp_avg();
-  return std::vector<T>(b.data(), b.data() + b.size());
+  return to_host_vector(View1<const T>(state_.engine().optimizer().exp_avg().all()));
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_sq_copy() const {
-  const auto& b = state_.engine().optimizer().exp_avg_sq();
-  return std::vector<T>(b.data(), b.data() + b.size());
+  return to_host_vector(View1<const T>(state_.engine().optimizer().exp_avg_sq().all()));
 }
 template <class T>
 std::int64_t Trainer<T>::comm_bytes() const {

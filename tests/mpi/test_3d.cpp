@@ -7,7 +7,9 @@
 //    losses of a single rank within 1e-5 relative and the same global gradient norm within 1e-6.
 //  - Pipeline*: GPipe and 1F1B with 1, 2, 3, 4 and 8 micro-batches (also fewer than stages) finish
 //    with the serial losses; the tied embedding's two copies stay bitwise equal after every step.
+#include "core/host_copy.hpp"
 #include "data/token_dataset.hpp"
+#include "kernels/elementwise.hpp"
 #include "model/gpt.hpp"
 #include "model/param_store.hpp"
 #include "parallel/process_grid.hpp"
@@ -41,12 +43,15 @@ void check_tensor_parallel_model(int vocab) {
   const int P = tp.size(), r = tp.rank();
   const ModelConfig m = tp_model(vocab);
   const int B = 2, T = 5;
-  Kokkos::View<token_t*> tok("tok", B * T), tgt("tgt", B * T);
+  std::vector<token_t> tok_h(B * T), tgt_h(B * T);
   for (int i = 0; i < B * T; ++i) {
-    tok(i) = (i * 7 + 3) % vocab;
-    tgt(i) = (i * 5 + 1) % vocab;
+    tok_h[i] = (i * 7 + 3) % vocab;
+    tgt_h[i] = (i * 5 + 1) % vocab;
   }
-  tgt(3) = -1;
+  tgt_h[3] = -1;
+  Buffer<token_t> tok("tok", B * T), tgt("tgt", B * T);
+  copy_to_device(View1<token_t>(tok.data(), B * T), tok_h.data());
+  copy_to_device(View1<token_t>(tgt.data(), B * T), tgt_h.data());
   View1<const token_t> tv(tok.data(), B * T), gv(tgt.data(), B * T);
   ForwardContext ctx;
   ctx.seed = 9;
@@ -59,13 +64,13 @@ void check_tensor_parallel_model(int vocab) {
   const ParamLayout full = ParamLayout::gpt(m);
   ParamStore<double> fs(full);
   fs.initialize(3);
-  for (std::int64_t i = 0; i < full.numel(); ++i) fs.params().data()[i] *= 5.0;  // gradients well above rounding
+  scale<double>(fs.params().all(), 5.0);  // gradients well above rounding
   Gpt<double> ref(m, full, B, T);
   FlatProvider<double> fp(full, fs.params().data(), fs.grads().data());
   const double ref_loss = ref.forward(fp, tv, gv, B, T, ctx);
   // A real copy: backward overwrites the logits in place (a host mirror would alias them).
   const auto rl = ref.logits();
-  std::vector<double> ref_logits(rl.data(), rl.data() + rl.extent(0) * rl.extent(1));
+  const std::vector<double> ref_logits = to_host_vector(View1<const double>(rl.data(), rl.extent(0) * rl.extent(1)));
   const auto V = static_cast<std::int64_t>(rl.extent(1));
   ref.backward(fp, dloss);
 
@@ -76,7 +81,7 @@ void check_tensor_parallel_model(int vocab) {
   const ParamLayout lay = ParamLayout::gpt(m, 1, part);
   ParamStore<double> ps(lay);
   ps.initialize(3);
-  for (std::int64_t i = 0; i < lay.numel(); ++i) ps.params().data()[i] *= 5.0;
+  scale<double>(ps.params().all(), 5.0);
   Gpt<double> gpt(m, lay, &tp, B, T, false, 1);
   FlatProvider<double> pp(lay, ps.params().data(), ps.grads().data());
   const double loss = gpt.forward(pp, tv, gv, B, T, ctx);
@@ -90,20 +95,21 @@ void check_tensor_parallel_model(int vocab) {
       max_logit_err = std::max(max_logit_err, std::fabs(lg(n, v) - ref_logits[static_cast<size_t>(n * V + r * Vp + v)]));
   EXPECT_LE(max_logit_err, 1e-12);
   gpt.backward(pp, dloss);
+  const std::vector<double> pg = to_host_vector(ps.grads().all()), fg = to_host_vector(fs.grads().all());
   // Every gradient element of every piece, at its global position.
   for (const TensorSpec& t : lay.tensors()) {
     const TensorSpec& g = full.tensors()[static_cast<size_t>(full.at(t.name))];
     double err = 0, mx = 0;
     for (const Run& run : tp_runs(t.global_shape, t.split_dim, t.split_groups, P, r))
       for (std::int64_t i = 0; i < run.count; ++i) {
-        const double a = ps.grads().data()[t.offset + run.local + i], b = fs.grads().data()[g.offset + run.global + i];
+        const double a = pg[static_cast<size_t>(t.offset + run.local + i)], b = fg[static_cast<size_t>(g.offset + run.global + i)];
         err = std::max(err, std::fabs(a - b));
         mx = std::max(mx, std::fabs(b));
       }
     EXPECT_LE(err, 1e-10 * std::max(mx, 1.0)) << t.name << " at tp = " << P;
     EXPECT_GT(mx, 0.0) << t.name << " has no gradient: the comparison would prove nothing";
     // Padding rows of the vocabulary piece get no gradient.
-    for (std::int64_t i = t.valid; i < t.numel; ++i) EXPECT_EQ(ps.grads().data()[t.offset + i], 0.0) << t.name;
+    for (std::int64_t i = t.valid; i < t.numel; ++i) EXPECT_EQ(pg[static_cast<size_t>(t.offset + i)], 0.0) << t.name;
   }
 }
 
@@ -139,7 +145,7 @@ Trace run(Communicator& comm, const Config& cfg, int steps, bool check_tied = fa
       std::vector<float> mine;
       if (u >= 0) {
         const Piece& p = t.engine().owned()[static_cast<size_t>(u)];
-        mine.assign(t.engine().master() + p.local_offset, t.engine().master() + p.local_offset + p.count);
+        mine = to_host_vector(View1<const float>(t.engine().master() + p.local_offset, static_cast<size_t>(p.count)));
       }
       const int last = grid.pp_size() - 1;
       auto n = static_cast<std::int64_t>(mine.size());

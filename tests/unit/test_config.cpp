@@ -133,6 +133,24 @@ TEST(Config, CommBackendIsAChoiceParsedOnce) {
             std::string::npos);
 }
 
+// [train] compute_dtype = bf16 (bf16 GEMM inputs) exists only where the GEMMs have a bf16 path: a
+// CUDA build accepts it, a host build refuses it at validation, naming the key and the way out.
+TEST(Config, ComputeDtypeBf16NeedsACudaBuild) {
+  Config c = parse_deck_text(kDeck, "t", {"--train.compute_dtype=bf16"});
+  EXPECT_EQ(c.train.compute_dtype, Precision::bf16);
+  const std::string err = error_of(kDeck, 1, {"--train.compute_dtype=bf16"});
+  if (TRIDENT_HAVE_CUDA) {
+    EXPECT_EQ(err, "");
+  } else {
+    EXPECT_NE(err.find("[train] compute_dtype = bf16"), std::string::npos) << err;
+    EXPECT_NE(err.find("CUDA build"), std::string::npos) << err;
+  }
+  EXPECT_NE(error_of(kDeck, 1, {"--train.compute_dtype=bf16", "--train.dtype=double"}).find("needs [train] dtype = float"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.compute_dtype=double"}).find("expected float or bf16"), std::string::npos);
+  EXPECT_EQ(parse_deck_text(kDeck, "t").train.compute_dtype, Precision::f32);
+}
+
 TEST(Config, GradientAccumulationCount) {
   Config c = parse_deck_text(kDeck, "t", {"--train.micro_batch_size=2"});
   validate(c, 2);
@@ -164,7 +182,7 @@ TEST(Config, HelpListsEveryKey) {
   for (const char* k : {"n_layer", "n_head", "n_embd", "block_size", "bias", "dropout", "dp", "tp", "pp",
                         "global_batch_size", "micro_batch_size", "max_steps", "stop_at_step", "time_limit_min", "lr",
                         "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip", "eval_interval",
-                        "eval_iters", "seed", "out_dir", "path", "interval", "keep", "comm_backend"})
+                        "eval_iters", "seed", "out_dir", "compute_dtype", "path", "interval", "keep", "comm_backend"})
     EXPECT_NE(h.find(std::string(k) + " = "), std::string::npos) << k;
 }
 

@@ -1,6 +1,7 @@
 // The whole GPT's gradient against central finite differences in double on a tiny config with
 // biases and dropout on (the masks are counter-based, hence identical in every evaluation).
 #include "fd.hpp"
+#include "kernels/elementwise.hpp"
 #include "model/gpt.hpp"
 #include "model/param_store.hpp"
 
@@ -27,14 +28,15 @@ void check_model_gradient(bool bias, double dropout) {
   ParamStore<double> store(layout);
   store.initialize(3);
   // Larger weights than GPT-2's 0.02 so that every path carries gradient well above the FD noise.
-  for (std::int64_t i = 0; i < layout.numel(); ++i) store.params().data()[i] *= 10.0;
+  scale<double>(store.params().all(), 10.0);
   const int B = 2, T = 5;
-  Kokkos::View<token_t*> tok("tok", B * T), tgt("tgt", B * T);
+  std::vector<token_t> tok_h(B * T), tgt_h(B * T);
   for (int i = 0; i < B * T; ++i) {
-    tok(i) = (i * 7 + 3) % m.vocab_size;
-    tgt(i) = (i * 5 + 1) % m.vocab_size;
+    tok_h[i] = (i * 7 + 3) % m.vocab_size;
+    tgt_h[i] = (i * 5 + 1) % m.vocab_size;
   }
-  tgt(4) = -1;  // a position without loss
+  tgt_h[4] = -1;  // a position without loss
+  const Buffer<token_t> tok = test::device_array(tok_h), tgt = test::device_array(tgt_h);
   Gpt<double> gpt(m, layout, B, m.block_size);
   FlatProvider<double> flat(layout, store.params().data(), store.grads().data());
   ForwardContext ctx;
@@ -51,8 +53,7 @@ void check_model_gradient(bool bias, double dropout) {
   gpt.backward(flat, scale);
   for (size_t i = 0; i < layout.tensors().size(); ++i) {
     const TensorSpec& t = layout.tensors()[i];
-    test::expect_gradient(t.name, store.param(static_cast<int>(i)).data(), store.grad(static_cast<int>(i)).data(), t.numel,
-                    loss, 1e-6, 64);
+    test::expect_gradient(t.name, store.param(static_cast<int>(i)), store.grad(static_cast<int>(i)), loss, 1e-6, 64);
   }
 }
 

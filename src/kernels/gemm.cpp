@@ -1,0 +1,30 @@
+// kernels/gemm.cpp: what both GEMM backends share (the shape checks).
+#include "kernels/gemm.hpp"
+
+#include "core/error.hpp"
+
+#include <string>
+
+namespace trident::detail {
+
+GemmDims gemm_dims(const char* what, char transA, char transB, std::int64_t a_rows, std::int64_t a_cols,
+                   std::int64_t b_rows, std::int64_t b_cols, std::int64_t c_rows, std::int64_t c_cols) {
+  auto shape = [](std::int64_t r, std::int64_t c) { return "(" + std::to_string(r) + ", " + std::to_string(c) + ")"; };
+  if ((transA != 'N' && transA != 'T') || (transB != 'N' && transB != 'T'))
+    throw Error(std::string(what) + ": trans must be 'N' or 'T', got '" + transA + "', '" + transB + "'");
+  const bool ta = transA == 'T', tb = transB == 'T';
+  const GemmDims d{ta ? a_cols : a_rows, tb ? b_rows : b_cols, ta ? a_rows : a_cols};
+  const std::int64_t kb = tb ? b_cols : b_rows;
+  if (kb != d.k || c_rows != d.m || c_cols != d.n)
+    throw Error(std::string(what) + ": shapes do not agree: op(A) " + shape(d.m, d.k) + ", op(B) " + shape(kb, d.n) +
+                ", C " + shape(c_rows, c_cols) + " (trans " + transA + transB + ")");
+  return d;
+}
+
+void check_batch_sizes(std::int64_t a, std::int64_t b, std::int64_t c) {
+  if (a != c || b != c)
+    throw Error("gemm_batched: batch sizes differ (A " + std::to_string(a) + ", B " + std::to_string(b) + ", C " +
+                std::to_string(c) + ")");
+}
+
+}  // namespace trident::detail

@@ -1,0 +1,75 @@
+// kernels/gemm.hpp: the one GEMM seam of Trident. Every matrix product of the model (linear
+// layers, attention scores and values, the GEMM probe of the MFU log) goes through gemm() or
+// gemm_batched(); the build decides the backend:
+//  - host builds (Debian's Kokkos 3.4): KokkosBlas::gemm, i.e. OpenBLAS sgemm/dgemm
+//    (kernels/gemm_kokkosblas.cpp);
+//  - CUDA builds (a Kokkos 4.x with CUDA): cuBLAS on Kokkos' CUDA stream (kernels/gemm_cublas.cpp).
+//
+// Layer: kernels. Local. All matrices are row-major (LayoutRight) device views, as everywhere in
+// Trident (core/types.hpp); op(X) is X ('N') or X^T ('T'), as in BLAS.
+// Invariants: a host build computes exactly what KokkosBlas::gemm computes (same calls, same
+// order), so its results are bitwise those of the code before this seam.
+#pragma once
+
+#include "core/types.hpp"
+
+namespace trident {
+
+/// How a GEMM treats its inputs. native: in the operand type (sgemm / dgemm). bf16: both inputs
+/// rounded to bfloat16 (nearest even), products accumulated and C written in fp32 (cuBLAS
+/// CUBLAS_COMPUTE_32F on tensor cores; the mixed precision of Micikevicius et al. 2018, sec. 3,
+/// and of PyTorch's bf16 autocast). bf16 needs float operands and a CUDA build.
+enum class GemmInputs { native, bf16 };
+
+/// A batch of equal row-major matrices stored back to back: (batch, rows, cols).
+template <class T>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+
+/// True where gemm() accepts GemmInputs::bf16 (a CUDA build). Local.
+bool gemm_bf16_supported();
+
+/// C = alpha op(A) op(B) + beta C. Local; asynchronous on the device like any Kokkos kernel.
+/// Shapes: op(A) (M, K), op(B) (K, N), C (M, N); K = 0 gives C = beta C. Throws Error for a
+/// trans character other than 'N'/'T', inconsistent shapes, GemmInputs::bf16 where it is not
+/// supported or with double operands, and on a cuBLAS failure (naming the call and its status).
+template <class T>
+void gemm(char transA, char transB, T alpha, View2<const T> A, View2<const T> B, T beta, View2<T> C,
+          GemmInputs inputs = GemmInputs::native);
+
+/// For every i of the batch: C_i = alpha op(A_i) op(B_i) + beta C_i (A, B, C of equal batch size).
+/// One strided-batched call on CUDA (cublasGemmStridedBatchedEx), a loop of gemm() on the host.
+/// Local; errors as gemm().
+template <class T>
+void gemm_batched(char transA, char transB, T alpha, View3<const T> A, View3<const T> B, T beta, View3<T> C,
+                  GemmInputs inputs = GemmInputs::native);
+
+namespace detail {
+
+/// The (M, N, K) of a GEMM whose operands have these (rows, cols), checked. Throws Error naming
+/// `what` and the shapes when op(A) (M, K), op(B) (K, N) and C (M, N) do not agree.
+struct GemmDims {
+  std::int64_t m, n, k;
+};
+/// Throws Error unless a batched GEMM's A, B and C hold equally many matrices.
+void check_batch_sizes(std::int64_t a, std::int64_t b, std::int64_t c);
+GemmDims gemm_dims(const char* what, char transA, char transB, std::int64_t a_rows, std::int64_t a_cols,
+                   std::int64_t b_rows, std::int64_t b_cols, std::int64_t c_rows, std::int64_t c_cols);
+
+/// gemm_dims() of one matrix of each batch, after checking that A, B and C hold equally many.
+template <class T>
+GemmDims gemm_batched_dims(char transA, char transB, const View3<const T>& A, const View3<const T>& B,
+                           const View3<T>& C) {
+  check_batch_sizes(A.extent(0), B.extent(0), C.extent(0));
+  return gemm_dims("gemm_batched", transA, transB, A.extent(1), A.extent(2), B.extent(1), B.extent(2), C.extent(1),
+                   C.extent(2));
+}
+
+}  // namespace detail
+
+// The explicit instantiations of gemm() and gemm_batched() for one scalar type; each backend file
+// instantiates them for float and double (kernels/instantiate.hpp).
+#define TRIDENT_GEMM_INSTANTIATE(T)                                                                   \
+  template void gemm<T>(char, char, T, View2<const T>, View2<const T>, T, View2<T>, GemmInputs);       \
+  template void gemm_batched<T>(char, char, T, View3<const T>, View3<const T>, T, View3<T>, GemmInputs);
+
+}  // namespace trident
