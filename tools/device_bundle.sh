@@ -12,7 +12,9 @@
 # hydra_pmi_proxy), lib/ (every shared library ldd lists for them except the C runtime and the
 # CUDA/NCCL/cuBLAS libraries, which the GPU machine provides and which must match its driver),
 # lib/ucx/ (UCX transport modules MPICH loads at run time), data/tinyshakespeare.h5 (made with
-# the build's own `trident prep` from ../shared/data/tinyshakespeare.txt, or from $TRIDENT_TEXT).
+# the host build's `trident prep` from ../shared/data/tinyshakespeare.txt, or from $TRIDENT_TEXT),
+# xdev/ (a host run of the example deck: its step-5 checkpoint and metrics.csv to step 10, for
+# the cross-device resume). The host build is build/bin/trident, or $TRIDENT_HOST_BIN.
 # Nothing is compiled here: the bundle is what the build already holds.
 set -euo pipefail
 source "$(dirname "$0")/script_help.sh"
@@ -63,6 +65,16 @@ if ! "$host_trident" prep --tokenizer char --output "$stage/data/tinyshakespeare
   echo "device_bundle.sh: cannot prep $text with $host_trident (set TRIDENT_TEXT or TRIDENT_HOST_BIN to a host build)" >&2
   exit 1
 fi
+# Checkpoints across devices: a run of the example deck on this (host) build, 10 steps with a
+# checkpoint at 5; the GPU resumes step 5 and must continue as the host did (device_check.sh 5).
+xdeck=(train --config "$root/input/shakespeare_char.ini" --data.path="$stage/data/tinyshakespeare.h5"
+       --train.max_steps=10 --train.eval_interval=0 --train.eval_iters=1 --checkpoint.interval=5
+       --checkpoint.keep=5 --train.peak_tflops=1 --train.out_dir="$stage/xdev")
+if ! "$host_trident" "${xdeck[@]}" >/dev/null 2>&1; then
+  echo "device_bundle.sh: the host run for the cross-device check failed ($host_trident ${xdeck[*]})" >&2
+  exit 1
+fi
+rm -f "$stage/xdev/checkpoints/step_00000010.h5" "$stage/xdev/.trident.lock"
 {
   echo "built from: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet 2>/dev/null || echo -dirty)"
   echo "build dir: $build"

@@ -18,7 +18,11 @@
 #      (T = 1024) tokens/s eager and with torch.compile (tools/torch_gpu_peer.py);
 #   4. Trident trains input/gpt2_124m.ini (T = 1024) for N steps at 1 rank with NCCL and at
 #      2 ranks sharing the GPU with the MPI backend, bf16 compute, and prints tokens/s, MFU against
-#      the GEMM peak measured in 3, and the peak device memory (nvidia-smi, sampled).
+#      the GEMM peak measured in 3, and the peak device memory (nvidia-smi, sampled);
+#   5. checkpoints across devices: the GPU resumes a checkpoint the host build wrote (the example
+#      deck at step 5), trains to step 10 and must give the host's losses (within 1e-4, fp32 on
+#      both sides) and a checkpoint that verifies; that checkpoint goes to $OUT/xdev_step10.h5 so
+#      the host build can resume it in turn (`trident train --resume $OUT/xdev_step10.h5 ...`).
 # Results: $OUT (the device tool's output folder) or ./device-check-out: device_check.log (all of
 # it), summary.txt (the lines for docs/performance.md), peer.json, and the runs' metrics.csv.
 # Exit status: 0 when every step passed, 1 otherwise (the summary says which failed).
@@ -149,6 +153,28 @@ trident_run() {  # trident_run NAME RANKS BACKEND
 }
 trident_run nccl_1rank 1 nccl
 [ $quick = 1 ] || trident_run mpi_2ranks 2 mpi
+
+# ---- 5. checkpoints across devices ---------------------------------------------------------------
+if [ -d "$dev/xdev/checkpoints" ]; then
+  xrun=(train --config input/shakespeare_char.ini --data.path="$data" --train.max_steps=10 --train.eval_interval=0
+        --train.eval_iters=1 --checkpoint.interval=5 --train.peak_tflops=1 --train.out_dir="$dev/xdev" --resume)
+  if step "resume a host checkpoint on the GPU (steps 6-10)" 120 mpiexec -n 1 "$dev/bin/trident" "${xrun[@]}"      && step "verify the GPU's checkpoint" 60 mpiexec -n 1 "$dev/bin/trident" ckpt verify "$dev/xdev/checkpoints/step_00000010.h5"; then
+    cp "$dev/xdev/checkpoints/step_00000010.h5" "$out/xdev_step10.h5"
+    # metrics.csv now holds the host's rows 1-5 and the GPU's 6-10; the host's 6-10 are in
+    # metrics.superseded.csv (set aside by the resume).
+    worst=$(awk -F, 'FNR == 1 {next} FILENAME ~ /superseded/ {h[$1] = $2; next} $1 > 5 && ($1 in h) {
+                       d = ($2 - h[$1]) / h[$1]; if (d < 0) d = -d; if (d > w) w = d; n++}
+                     END {if (n < 5) print "missing"; else printf "%.2e", w}'               "$dev/xdev/metrics.superseded.csv" "$dev/xdev/metrics.csv")
+    if [ "$worst" != missing ] && awk -v w="$worst" 'BEGIN {exit !(w <= 1e-4)}'; then
+      note "checkpoints across devices: host step 5 -> GPU steps 6-10, losses within $worst of the host's; GPU checkpoint verifies ($out/xdev_step10.h5)"
+    else
+      note "checkpoints across devices: FAILED (largest relative loss difference: $worst)"
+      failed+=("cross-device resume")
+    fi
+  else
+    note "checkpoints across devices: FAILED (see device_check.log)"
+  fi
+fi
 
 # ---- summary -------------------------------------------------------------------------------------
 if [ ${#failed[@]} -eq 0 ]; then note "device check: all steps passed"; else note "device check: FAILED: ${failed[*]}"; fi
