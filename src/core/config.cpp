@@ -6,7 +6,10 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cfloat>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <deque>
@@ -60,6 +63,29 @@ struct Key {
   std::string section, key, help, type;
   std::function<std::string()> print;
 };
+
+/// A boolean deck value. Program_options' own bool parser takes an empty value for true, so
+/// "bias =" in a deck or --model.bias= on the command line would turn biases on; this one accepts
+/// the same words (true/false, yes/no, on/off, 1/0, any case) and refuses anything else, the empty
+/// value included.
+struct DeckBool {
+  bool value = false;
+};
+
+/// Program_options' hook for DeckBool (found by argument-dependent lookup). Throws
+/// invalid_option_value for an empty or unknown word.
+void validate(boost::any& v, const std::vector<std::string>& xs, DeckBool*, int) {
+  po::validators::check_first_occurrence(v);
+  std::string s = po::validators::get_single_string(xs, /*allow_empty=*/true);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (s == "true" || s == "yes" || s == "on" || s == "1") {
+    v = DeckBool{true};
+  } else if (s == "false" || s == "no" || s == "off" || s == "0") {
+    v = DeckBool{false};
+  } else {
+    throw po::invalid_option_value(s);
+  }
+}
 
 /// "a or b", "a, b or c".
 template <class E>
@@ -205,7 +231,15 @@ class Schema {
   template <class T>
   void add(const char* section, const char* key, T* field, const char* help) {
     const std::string name = std::string(section) + "." + key;
-    desc_.add_options()(name.c_str(), po::value<T>(field)->default_value(*field, format_value(*field)), help);
+    if constexpr (std::is_same_v<T, bool>) {
+      desc_.add_options()(name.c_str(),
+                          po::value<DeckBool>()
+                              ->default_value(DeckBool{*field}, format_value(*field))
+                              ->notifier([field](const DeckBool& b) { *field = b.value; }),
+                          help);
+    } else {
+      desc_.add_options()(name.c_str(), po::value<T>(field)->default_value(*field, format_value(*field)), help);
+    }
     keys_.push_back({section, key, help, type_name<T>(), [field] { return format_value(*field); }});
   }
 
@@ -374,9 +408,13 @@ Config parse_impl(std::istream& in_stream, const std::string& source, const std:
     const std::string name = strip_dashes(e.get_option_name());
     const Key* k = schema.find(name);
     const int line = in_deck ? line_of_key(text, name) : 0;
+    // Program_options leaves the value out of its message when it is empty: "the argument for
+    // option 'model.bias' is invalid" (else "the argument ('x') for option ...").
+    const std::string what = e.what();
+    const bool empty = what.find("the argument for option") != std::string::npos;
     throw ConfigError((in_deck ? source + (line > 0 ? ", line " + std::to_string(line) : std::string()) + ": "
                                : std::string("command line: ")) +
-                      "bad value for " + describe_key(name) + ": " + e.what() +
+                      "bad value for " + describe_key(name) + ": " + (empty ? std::string("the value is empty") : what) +
                       (k ? std::string("; expected ") + k->type : std::string()));
   } catch (const po::invalid_config_file_syntax& e) {
     std::string bad;
@@ -485,6 +523,50 @@ template <class T>
 void require_at_least(T v, T lo, const char* section, const char* key) {
   require_config(v >= lo, kv(section, key, format_value(v)) + " must be >= " + format_value(lo));
 }
+
+/// With [train] dtype = float, `v` must survive the conversion to float that AdamW's kernel makes
+/// (kernels/adamw.cpp casts the step size lr / (1 - beta1^t), eps and the betas to the compute
+/// type; late in a run the step size is about the learning rate): 0, or a magnitude in the
+/// normal range. Above FLT_MAX it becomes inf; below FLT_MIN it is a denormal that GPUs flush to 0
+/// (an eps of 0 divides by zero).
+void require_float(double v, const char* section, const char* key) {
+  require_config(v == 0.0 || (std::fabs(v) >= FLT_MIN && std::fabs(v) <= FLT_MAX),
+                 kv(section, key, format_value(v)) + " is outside the range of float (" + format_value(double(FLT_MIN)) +
+                     " .. " + format_value(double(FLT_MAX)) + "), the compute type of [train] dtype = float");
+}
+
+/// Values that parse and pass their own range but that the run cannot represent: float overflow
+/// and underflow in AdamW (its scalars, the first step size, the decay term), betas that round to
+/// 1, step and token counters beyond their integer types. Local, deterministic.
+void validate_representable(const Config& c) {
+  const TrainConfig& t = c.train;
+  if (t.dtype == Precision::f32) {
+    require_float(t.lr, "train", "lr");
+    require_float(t.min_lr, "train", "min_lr");
+    require_float(t.eps, "train", "eps");
+    for (const auto& [key, beta] : {std::pair<const char*, double>{"beta1", t.beta1}, {"beta2", t.beta2}})
+      require_config(static_cast<float>(beta) < 1.0f,
+                     kv("train", key, format_value(beta)) +
+                         " rounds to 1 in float, the compute type of [train] dtype = float: the moment would "
+                         "never change (at most 0.99999994, or dtype = double)");
+    // AdamW's largest step size is at step 1: lr / (1 - beta1), cast to float.
+    require_config(t.lr / (1.0 - t.beta1) <= FLT_MAX, "[train] lr / (1 - beta1) = " +
+                                                          format_value(t.lr / (1.0 - t.beta1)) +
+                                                          ", AdamW's first step size, overflows float");
+    // The decay factor 1 - lr * weight_decay, cast to float.
+    require_config(t.lr * t.weight_decay <= FLT_MAX, "[train] lr * weight_decay = " +
+                                                         format_value(t.lr * t.weight_decay) +
+                                                         ", AdamW's decay term, overflows float");
+  }
+  // Dropout masks and the data permutation take the step and the epoch as 32-bit keys.
+  constexpr std::int64_t kMaxSteps = 4294967295;
+  require_config(t.max_steps <= kMaxSteps, kv("train", "max_steps", format_value(t.max_steps)) +
+                                               " is larger than 4294967295 (steps are 32-bit keys of the dropout masks)");
+  // Samples and tokens of the run are counted in int64 (consumed_samples, window offsets).
+  const double tokens = double(t.max_steps) * double(t.global_batch_size) * double(c.model.block_size);
+  require_config(tokens < 9.2e18, "[train] max_steps * global_batch_size * [model] block_size = " +
+                                      format_value(tokens) + " tokens, more than an int64 counts");
+}
 }  // namespace
 
 void validate(Config& c, int world_size) {
@@ -588,6 +670,7 @@ void validate(Config& c, int world_size) {
   require_config(t.compute_dtype == Precision::f32 || TRIDENT_HAVE_CUDA,
                  "[train] compute_dtype = bf16: this is a host build, whose GEMMs (OpenBLAS) have no bf16 path; "
                  "bf16 GEMMs need a CUDA build (docs/gpu.md). Use compute_dtype = float here");
+  validate_representable(c);
 
   require_config(!c.data.path.empty(), "[data] path is not set: give the HDF5 token file written by `trident prep`");
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");

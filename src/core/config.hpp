@@ -137,6 +137,11 @@ Config parse_deck_text(const std::string& text, const std::string& deck_name,
                        const std::vector<std::string>& overrides = {});
 
 /// Checks every value and resolves dp (auto) and micro_batch_size (0) for `world_size` ranks.
+/// Besides each key's own range, a value must be representable where the run uses it: with
+/// [train] dtype = float, lr, min_lr and eps 0 or within float's normal range, beta1 and beta2
+/// below 1 after rounding to float, lr / (1 - beta1) (AdamW's first step size) and
+/// lr * weight_decay (its decay term) finite in float; max_steps <= 2^32 - 1; max_steps *
+/// global_batch_size * block_size tokens within int64.
 /// Local but deterministic: every rank reaches the same verdict. Throws ConfigError naming the key.
 void validate(Config& cfg, int world_size);
 

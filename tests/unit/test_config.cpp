@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 namespace trident {
 namespace {
 
@@ -166,6 +168,79 @@ TEST(Config, ResolvedDeckRoundTrips) {
   EXPECT_EQ(d.train.lr, 3e-4);
   EXPECT_TRUE(d.model.bias);
   EXPECT_EQ(d.parallel.dp, 2);
+}
+
+/// Every boolean key of the deck, found in the resolved deck (its value prints as true/false), so
+/// a boolean key added later is covered without editing this test.
+std::vector<std::string> boolean_keys() {
+  Config c = parse_deck_text(kDeck, "t");
+  validate(c, 1);
+  std::istringstream in(c.to_ini());
+  std::string line, section;
+  std::vector<std::string> keys;
+  while (std::getline(in, line)) {
+    if (line.rfind("[", 0) == 0) section = line.substr(1, line.find(']') - 1);
+    const auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    const std::string value = line.substr(eq + 3);
+    if (value == "true" || value == "false") keys.push_back(section + "." + line.substr(0, eq));
+  }
+  return keys;
+}
+
+TEST(Config, AnEmptyBooleanIsRefusedNamingTheKey) {
+  const std::vector<std::string> keys = boolean_keys();
+  ASSERT_GE(keys.size(), 8u);  // bias, prefetch, overlap_reduce, sample_log, save_final, async, file_locking, verify_on_resume
+  for (const std::string& k : keys) {
+    const std::string section = k.substr(0, k.find('.')), key = k.substr(k.find('.') + 1);
+    // On the command line ("--model.bias=") and in a deck ("bias =" under its section).
+    std::string e = error_of(kDeck, 1, {"--" + k + "="});
+    EXPECT_NE(e.find("command line: bad value for '" + key + "' in section [" + section + "]: the value is empty"),
+              std::string::npos)
+        << k << ": " << e;
+    EXPECT_NE(e.find("expected a boolean"), std::string::npos) << e;
+    e = error_of(std::string(kDeck) + "[" + section + "]\n" + key + " =\n", 1);
+    EXPECT_NE(e.find("deck 't', line 15: bad value for '" + key + "' in section [" + section + "]: the value is empty"),
+              std::string::npos)
+        << k << ": " << e;
+    EXPECT_NE(error_of(kDeck, 1, {"--" + k + "=maybe"}).find("'" + key + "'"), std::string::npos) << k;
+  }
+  // The words a boolean takes, in any case; an empty string value is still fine.
+  for (const char* yes : {"true", "TRUE", "yes", "on", "1"})
+    EXPECT_TRUE(parse_deck_text(kDeck, "t", {std::string("--model.bias=") + yes}).model.bias) << yes;
+  for (const char* no : {"false", "False", "no", "off", "0"})
+    EXPECT_FALSE(parse_deck_text(kDeck, "t", {"--model.bias=true", std::string("--model.bias=") + no}).model.bias) << no;
+  EXPECT_EQ(error_of(kDeck, 1, {"--train.out_dir="}), "");
+}
+
+TEST(Config, RefusesValuesTheRunCannotRepresent) {
+  // With dtype = float, the scalars AdamW casts to float must stay finite, non-zero and below 1.
+  EXPECT_NE(error_of(kDeck, 1, {"--train.lr=1e39"}).find("[train] lr = 1e+39 is outside the range of float"),
+            std::string::npos)
+      << error_of(kDeck, 1, {"--train.lr=1e39"});
+  EXPECT_NE(error_of(kDeck, 1, {"--train.eps=1e-45"}).find("[train] eps = 1e-45 is outside the range of float"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.min_lr=1e-40"}).find("[train] min_lr"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.beta2=0.999999999"}).find("[train] beta2 = 0.999999999 rounds to 1 in float"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.beta1=0.9999999999"}).find("[train] beta1"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.lr=1e36", "--train.beta1=0.999"}).find("lr / (1 - beta1)"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.lr=1e30", "--train.weight_decay=1e10"}).find("lr * weight_decay"),
+            std::string::npos);
+  // In double the same values are representable.
+  for (const char* v : {"--train.lr=1e39", "--train.eps=1e-45", "--train.beta2=0.999999999"})
+    EXPECT_EQ(error_of(kDeck, 1, {"--train.dtype=double", "--train.min_lr=0", v}), "") << v;
+  // Limits that do not depend on the dtype: the 32-bit step key, int64 token counts.
+  EXPECT_EQ(error_of(kDeck, 1, {"--train.max_steps=4294967295"}), "");
+  EXPECT_NE(error_of(kDeck, 1, {"--train.max_steps=4294967296"}).find("[train] max_steps = 4294967296 is larger"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.max_steps=4000000000", "--train.global_batch_size=100000000000"})
+                .find("tokens, more than an int64"),
+            std::string::npos);
+  // Values past the integer type are refused by the parser, naming the key.
+  EXPECT_NE(error_of(kDeck, 1, {"--model.n_layer=99999999999"}).find("'n_layer' in section [model]"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.max_steps=99999999999999999999"}).find("'max_steps' in section [train]"),
+            std::string::npos);
 }
 
 TEST(Config, MissingDeckFile) {
