@@ -167,6 +167,10 @@ class Schema {
                "none, or block: keep only each block's input and recompute its forward during backward");
     add("train", "peak_tflops", &t.peak_tflops,
         "peak TFLOP/s per rank for MFU; 0 = measure with a GEMM probe at start-up");
+    add("train", "allow_changed", &t.allow_changed,
+        "keys (comma separated, section.key or a key only one section has, e.g. max_steps,data.path) that "
+        "--resume may change although they differ from the checkpoint's deck and would be refused (the LR "
+        "schedule, the seed, the data path); empty = none. Never the model's shape");
     add("data", "path", &c.data.path, "HDF5 token file written by `trident prep`");
     add("data", "cache_max_mb", &c.data.cache_max_mb,
         "splits up to this many MiB are held in memory; larger ones are read on demand");
@@ -458,21 +462,80 @@ Config parse_deck_text(const std::string& text, const std::string& deck_name,
   return parse_impl(in, "deck '" + deck_name + "'", deck_name, overrides);
 }
 
-std::string Config::to_ini() const {
-  Config copy = *this;
+namespace {
+struct KeyValue {
+  std::string section, key, value;
+};
+
+/// Every key of `c` with its value as the resolved deck writes it, in deck order.
+std::vector<KeyValue> key_values(const Config& c) {
+  Config copy = c;
   Schema schema(copy);
-  schema.dp_text() = parallel.dp > 0 ? std::to_string(parallel.dp) : "auto";
+  schema.dp_text() = c.parallel.dp > 0 ? std::to_string(c.parallel.dp) : "auto";
+  std::vector<KeyValue> kv;
+  for (const Key& k : schema.keys())
+    kv.push_back({k.section, k.key, k.section == "parallel" && k.key == "dp" ? schema.dp_text() : k.print()});
+  return kv;
+}
+}  // namespace
+
+std::string Config::to_ini() const {
   std::ostringstream out;
   out << "# Trident input deck (resolved)\n";
   std::string section;
-  for (const Key& k : schema.keys()) {
+  for (const KeyValue& k : key_values(*this)) {
     if (k.section != section) {
       out << (section.empty() ? "" : "\n") << "[" << k.section << "]\n";
       section = k.section;
     }
-    out << k.key << " = " << (k.section == "parallel" && k.key == "dp" ? schema.dp_text() : k.print()) << "\n";
+    out << k.key << " = " << k.value << "\n";
   }
   return out.str();
+}
+
+std::vector<DeckDifference> deck_differences(const Config& before, const Config& after) {
+  const std::vector<KeyValue> a = key_values(before), b = key_values(after);
+  std::vector<DeckDifference> d;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].value != b[i].value) d.push_back({a[i].section, a[i].key, a[i].value, b[i].value});
+  return d;
+}
+
+std::string resolve_deck_key(const std::string& name) {
+  Config cfg;
+  Schema schema(cfg);
+  if (name.find('.') != std::string::npos) {
+    if (schema.find(name) == nullptr)
+      throw ConfigError("'" + name + "' is not a deck key" + did_you_mean(schema, name) +
+                        " (`trident train --help` lists every key)");
+    return name;
+  }
+  std::vector<std::string> found;
+  for (const Key& k : schema.keys())
+    if (k.key == name) found.push_back(k.section + "." + k.key);
+  if (found.size() == 1) return found[0];
+  if (found.empty())
+    throw ConfigError("'" + name + "' is not a deck key" + did_you_mean(schema, name) +
+                      " (`trident train --help` lists every key)");
+  std::string all;
+  for (const auto& f : found) all += (all.empty() ? "" : " or ") + f;
+  throw ConfigError("'" + name + "' is a key of several sections: give " + all);
+}
+
+std::vector<std::string> allowed_changes(const TrainConfig& t) {
+  std::vector<std::string> keys;
+  std::string item;
+  std::istringstream in(t.allow_changed);
+  while (std::getline(in, item, ',')) {
+    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    try {
+      keys.push_back(resolve_deck_key(item.substr(b, e - b + 1)));
+    } catch (const ConfigError& err) {
+      throw ConfigError("[train] allow_changed = " + t.allow_changed + ": " + err.what());
+    }
+  }
+  return keys;
 }
 
 std::vector<int> stage_layers(const ModelConfig& m, const ParallelConfig& p) {
@@ -671,6 +734,7 @@ void validate(Config& c, int world_size) {
                  "[train] compute_dtype = bf16: this is a host build, whose GEMMs (OpenBLAS) have no bf16 path; "
                  "bf16 GEMMs need a CUDA build (docs/gpu.md). Use compute_dtype = float here");
   validate_representable(c);
+  allowed_changes(t);  // every name a deck key
 
   require_config(!c.data.path.empty(), "[data] path is not set: give the HDF5 token file written by `trident prep`");
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");

@@ -95,6 +95,7 @@ struct TrainConfig {
   Precision compute_dtype = Precision::f32; ///< float | bf16: GEMM inputs (bf16: fp32 accumulation; CUDA builds only)
   Recompute activation_checkpointing = Recompute::none;  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
+  std::string allow_changed;    ///< deck keys a resume may change against the checkpoint's deck (allowed_changes())
 };
 
 struct DataConfig {
@@ -141,9 +142,33 @@ Config parse_deck_text(const std::string& text, const std::string& deck_name,
 /// [train] dtype = float, lr, min_lr and eps 0 or within float's normal range, beta1 and beta2
 /// below 1 after rounding to float, lr / (1 - beta1) (AdamW's first step size) and
 /// lr * weight_decay (its decay term) finite in float; max_steps <= 2^32 - 1; max_steps *
-/// global_batch_size * block_size tokens within int64.
+/// global_batch_size * block_size tokens within int64; [train] allow_changed naming deck keys.
 /// Local but deterministic: every rank reaches the same verdict. Throws ConfigError naming the key.
 void validate(Config& cfg, int world_size);
+
+/// A deck key whose value differs between two decks.
+struct DeckDifference {
+  std::string section, key;   ///< e.g. "train", "lr"
+  std::string before, after;  ///< the values as Config::to_ini writes them
+  /// "section.key".
+  std::string name() const { return section + "." + key; }
+};
+
+/// Every key whose value differs between `before` and `after`, in deck order (as `trident train
+/// --help` lists them). Values are compared as the resolved deck writes them (numbers as their
+/// shortest round-trip text), so compare two validated decks for resolved values (dp, out_dir,
+/// micro_batch_size). Local, pure.
+std::vector<DeckDifference> deck_differences(const Config& before, const Config& after);
+
+/// "section.key" for a deck key given as "section.key", or as a bare key that one section alone
+/// has ("seed" -> "train.seed"). Local. Throws ConfigError naming `name` when no key matches (with
+/// the nearest key) or several sections have it.
+std::string resolve_deck_key(const std::string& name);
+
+/// The keys [train] allow_changed names (comma separated), resolved by resolve_deck_key, in the
+/// order given; empty items are skipped. Local. Throws ConfigError naming allow_changed and the
+/// item that is not a deck key.
+std::vector<std::string> allowed_changes(const TrainConfig& t);
 
 /// Human-readable list of every deck key with its default and meaning, for `trident train --help`.
 std::string deck_help();

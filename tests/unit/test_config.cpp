@@ -243,6 +243,52 @@ TEST(Config, RefusesValuesTheRunCannotRepresent) {
             std::string::npos);
 }
 
+TEST(Config, DeckDifferencesListEveryChangedKeyInDeckOrder) {
+  Config a = parse_deck_text(kDeck, "t");
+  validate(a, 2);
+  EXPECT_TRUE(deck_differences(a, a).empty());
+  Config b = parse_deck_text(kDeck, "t", {"--train.lr=3e-4", "--model.bias=true", "--data.path=other.h5",
+                                          "--train.micro_batch_size=4"});
+  validate(b, 2);
+  const std::vector<DeckDifference> d = deck_differences(a, b);
+  ASSERT_EQ(d.size(), 4u);
+  EXPECT_EQ(d[0].name(), "model.bias");
+  EXPECT_EQ(d[0].before, "false");
+  EXPECT_EQ(d[0].after, "true");
+  EXPECT_EQ(d[1].name(), "train.micro_batch_size");  // resolved: 16 / dp = 8 before
+  EXPECT_EQ(d[1].before, "8");
+  EXPECT_EQ(d[1].after, "4");
+  EXPECT_EQ(d[2].name(), "train.lr");
+  EXPECT_EQ(std::stod(d[2].before), 1e-3);  // the shortest text that round-trips
+  EXPECT_EQ(std::stod(d[2].after), 3e-4);
+  EXPECT_EQ(d[3].name(), "data.path");
+  EXPECT_EQ(d[3].after, "other.h5");
+  // A deck written and read back has no differences (what a checkpoint stores).
+  EXPECT_TRUE(deck_differences(b, parse_deck_text(b.to_ini(), "t")).empty());
+  // The resolved dp is compared as a number.
+  Config c = parse_deck_text(kDeck, "t");
+  validate(c, 4);
+  const auto dc = deck_differences(a, c);
+  ASSERT_GE(dc.size(), 1u);
+  EXPECT_EQ(dc[0].name(), "parallel.dp");
+  EXPECT_EQ(dc[0].before + ">" + dc[0].after, "2>4");
+}
+
+TEST(Config, AllowChangedNamesDeckKeys) {
+  EXPECT_EQ(resolve_deck_key("seed"), "train.seed");
+  EXPECT_EQ(resolve_deck_key("data.path"), "data.path");
+  EXPECT_EQ(resolve_deck_key("path"), "data.path");
+  TrainConfig t;
+  t.allow_changed = " max_steps, data.path ,,lr";
+  EXPECT_EQ(allowed_changes(t), (std::vector<std::string>{"train.max_steps", "data.path", "train.lr"}));
+  std::string e = error_of(kDeck, 1, {"--train.allow_changed=max_step"});
+  EXPECT_NE(e.find("[train] allow_changed = max_step: 'max_step' is not a deck key"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'max_steps' in section [train]?"), std::string::npos) << e;
+  EXPECT_NE(error_of(kDeck, 1, {"--train.allow_changed=train.nope"}).find("'train.nope' is not a deck key"),
+            std::string::npos);
+  EXPECT_EQ(error_of(kDeck, 1, {"--train.allow_changed=max_steps,seed"}), "");
+}
+
 TEST(Config, MissingDeckFile) {
   try {
     parse_deck("/nonexistent/deck.ini");
@@ -257,7 +303,8 @@ TEST(Config, HelpListsEveryKey) {
   for (const char* k : {"n_layer", "n_head", "n_embd", "block_size", "bias", "dropout", "dp", "tp", "pp",
                         "global_batch_size", "micro_batch_size", "max_steps", "stop_at_step", "time_limit_min", "lr",
                         "min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip", "eval_interval",
-                        "eval_iters", "seed", "out_dir", "compute_dtype", "path", "interval", "keep", "comm_backend"})
+                        "eval_iters", "seed", "out_dir", "compute_dtype", "path", "interval", "keep", "comm_backend",
+                        "allow_changed"})
     EXPECT_NE(h.find(std::string(k) + " = "), std::string::npos) << k;
 }
 
