@@ -6,9 +6,11 @@
 #include "core/log.hpp"
 #include "parallel/agree.hpp"
 #include "train/model_schema.hpp"
+#include "train/resume_check.hpp"
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace trident {
 
@@ -136,15 +138,22 @@ RunState ModelState<T>::load(const std::string& path) {
     for (const std::string& kind : checkpoint_kinds())
       if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())
         throw CheckpointError("it holds no '" + kind + "' arrays");
-    if (rd.dtype() != dtype_of<T>())
+    // Every other key of the deck: listed when it differs, refused when it would change what the
+    // step or the data position mean (train/resume_check.hpp). Every rank compares the same texts.
+    std::optional<Config> stored;
+    try {
+      stored = meta.deck();
+    } catch (const ConfigError& e) {
+      log::warn("checkpoint '%s': its deck cannot be compared with this run's (%s)", path.c_str(), e.what());
+    }
+    if (stored) {
+      const ResumeChanges changes = compare_resume_decks(*stored, cfg_, meta.run.step, meta.run.consumed_samples);
+      changes.require_allowed();
+      changes.log();
+    } else if (rd.dtype() != dtype_of<T>()) {
       log::warn("checkpoint '%s' holds %s values; converting to this run's [train] dtype = %s (resume is not bitwise)",
                 path.c_str(), rd.dtype() == DataType::f64 ? "float64" : "float32", name_of(cfg_.train.dtype));
-    if (meta.seed != cfg_.train.seed)
-      log::warn("checkpoint seed %lld differs from [train] seed = %lld: data order and dropout continue with the new seed",
-                static_cast<long long>(meta.seed), static_cast<long long>(cfg_.train.seed));
-    if (meta.global_batch_size != cfg_.train.global_batch_size)
-      log::warn("[train] global_batch_size changed from %lld to %lld since the checkpoint",
-                static_cast<long long>(meta.global_batch_size), static_cast<long long>(cfg_.train.global_batch_size));
+    }
   });
   run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
     // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout

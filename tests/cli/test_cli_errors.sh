@@ -76,7 +76,9 @@ check "the refused resumes left the checkpoint intact" cmp -s "$ck" "$WORK/run/c
 # ---- findings of the first review, each a regression test ----------------------------------------
 expect_exit 2 "already holds checkpoints \(up to step 3\): pass --resume" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=3
-expect_exit 0 "resumed from .*step_00000003.h5" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=4 --resume "$WORK/run"
+expect_exit 2 "\[train\] max_steps 3 -> 4: refused" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=4 --resume "$WORK/run"
+expect_exit 0 "resumed from .*step_00000003.h5" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=4 \
+  --train.allow_changed=max_steps --resume "$WORK/run"
 expect_exit 2 "\[train\] lr = inf is not a finite number" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.lr=inf
 expect_exit 1 "not finite|diverged" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/nan" \
   --train.lr=1e30 --train.min_lr=0 --checkpoint.interval=1 --train.max_steps=3

@@ -36,7 +36,7 @@ check "latest names the final checkpoint" grep -qx "step_00000006.h5" "$WORK/b/c
 
 expect_exit 0 "already complete" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/a.ini" --resume
 expect_exit 0 "resumed from .*step_00000006.h5 at step 6" -- \
-  "$TRIDENT" train --config "$WORK/a.ini" --train.max_steps=8 --resume
+  "$TRIDENT" train --config "$WORK/a.ini" --train.max_steps=8 --train.allow_changed=max_steps --resume
 check "dp=2 checkpoint continued at dp=1 to step 8" test -f "$WORK/a/checkpoints/step_00000008.h5"
 
 # ZeRO-3 with bf16 working params and recomputation: the same CLI contract, bitwise resume.

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Deck values a run cannot use, and resumes with a deck that differs from the checkpoint's: an
+# empty boolean and values outside float are refused naming the key (exit 2); a resume lists every
+# changed key and what it does, refuses (exit 2, the key named, nothing written) the changes that
+# would change what the step or the data position mean, and takes them with [train] allow_changed.
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+tiny_deck "$WORK/deck.ini" "$WORK/run" "$WORK/tok.h5"
+
+# ---- values the run cannot represent ----------------------------------------------------------
+expect_exit 2 "command line: bad value for 'bias' in section \[model\]: the value is empty; expected a boolean" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --model.bias=
+sed 's/^bias = false$/bias =/' "$WORK/deck.ini" > "$WORK/empty_bool.ini"
+expect_exit 2 "deck '$WORK/empty_bool.ini', line 6: bad value for 'bias' in section \[model\]: the value is empty" -- \
+  "$TRIDENT" train --config "$WORK/empty_bool.ini"
+expect_exit 2 "bad value for 'async' in section \[checkpoint\]: the value is empty" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --checkpoint.async=
+expect_exit 2 "\[train\] lr = 1e\+39 is outside the range of float" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.lr=1e39
+expect_exit 2 "\[train\] beta2 = 0.999999999 rounds to 1 in float" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.beta2=0.999999999
+expect_exit 0 "lr = 1e\+39" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.lr=1e39 --train.dtype=double --print-config
+expect_exit 2 "\[train\] allow_changed = max_step: 'max_step' is not a deck key \(did you mean 'max_steps'" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.allow_changed=max_step
+expect_exit 0 "allow_changed" -- "$TRIDENT" train --help
+
+# ---- resumes with a changed deck ------------------------------------------------------------------
+expect_exit 0 "stopping after step 3" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.stop_at_step=3
+ck="$WORK/run/checkpoints/step_00000003.h5"
+cp "$ck" "$WORK/ck3.h5"
+# resume_from TAG ARGS...: resume the step-3 checkpoint into a run directory of its own.
+resume_from() { local tag="$1"; shift; "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/r_$tag" \
+  --train.stop_at_step=4 --resume "$ck" "$@"; }
+
+# Refused: the LR schedule (with the jump), the data, the seed; several at once, each named.
+expect_exit 2 "\[train\] max_steps 6 -> 8: refused; the LR schedule changes under the step counter: the LR of step 4 goes from [0-9.e-]+ to [0-9.e-]+ \(\+[0-9]+%\)" -- \
+  resume_from steps --train.max_steps=8
+expect_exit 2 "allow the change with --train.allow_changed=train.max_steps" -- resume_from steps --train.max_steps=8
+cp "$WORK/tok.h5" "$WORK/tok_copy.h5"
+expect_exit 2 "\[data\] path $WORK/tok.h5 -> $WORK/tok_copy.h5: refused; consumed_samples \(24\) would index another token file" -- \
+  resume_from data --data.path="$WORK/tok_copy.h5"
+expect_exit 2 "--train.allow_changed=train.lr,train.seed" -- resume_from two --train.lr=1e-3 --train.seed=5
+check "refused resumes wrote no checkpoint" test -z "$(ls "$WORK"/r_steps/checkpoints/*.h5 "$WORK"/r_data/checkpoints/*.h5 \
+  "$WORK"/r_two/checkpoints/*.h5 2>/dev/null)"
+check "the checkpoint is untouched" cmp -s "$ck" "$WORK/ck3.h5"
+# Every rank reaches the same verdict: one message, exit 2.
+out="$("$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/r_np2" --resume "$ck" \
+  --train.seed=5 2>&1)"; rc=$?
+check "two ranks refuse alike (exit $rc)" test "$rc" -eq 2
+check "... with the key named once" test "$(grep -c "\[train\] seed 1337 -> 5: refused" <<<"$out")" -eq 1
+
+# Allowed: the same changes pass with [train] allow_changed (command line or deck), with a warning.
+expect_exit 0 "warning: .*\[train\] max_steps 6 -> 8: takes effect \(allowed by \[train\] allow_changed\); .*the LR of step 4 goes from" -- \
+  resume_from steps_ok --train.max_steps=8 --train.allow_changed=max_steps
+expect_exit 0 "\[data\] path .* takes effect \(allowed by \[train\] allow_changed\)" -- \
+  resume_from data_ok --data.path="$WORK/tok_copy.h5" --train.allow_changed=data.path
+sed 's/^log_interval = 1$/log_interval = 1\nallow_changed = seed, lr/' "$WORK/deck.ini" > "$WORK/deck_allow.ini"
+expect_exit 0 "\[train\] seed 1337 -> 5: takes effect \(allowed" -- "$TRIDENT" train --config "$WORK/deck_allow.ini" \
+  --train.out_dir="$WORK/r_deck_ok" --train.stop_at_step=4 --resume "$ck" --train.seed=5 --train.lr=1e-3
+check "an allowed resume continues the run" test -f "$WORK/r_steps_ok/checkpoints/step_00000004.h5"
+
+# Warned: hyperparameters the restart state stays valid under.
+expect_exit 0 "warning: .*\[train\] eps 1e-08 -> 1e-06: takes effect; the optimisation changes from step 4" -- \
+  resume_from eps --train.eps=1e-6 --train.weight_decay=0.05
+expect_exit 0 "\[train\] global_batch_size 8 -> 16: takes effect; from step 4 each step takes 16 sequences; the data continues at sample 24" -- \
+  resume_from gbs --train.global_batch_size=16
+# Listed only: layout and run control; the same file named another way is no change of data.
+expect_exit 0 "without changing the training math: \[train\] micro_batch_size 8 -> 4" -- \
+  resume_from mb --train.micro_batch_size=4
+expect_exit 0 "without changing the training math: .*\[data\] path $WORK/tok.h5 -> $WORK/./tok.h5" -- \
+  resume_from same_file --data.path="$WORK/./tok.h5"
+# The model's shape: refused whatever allow_changed says (the tensors do not fit).
+expect_exit 1 "another model: \[model\] n_embd = 32 in the checkpoint, 64 in this run" -- \
+  resume_from shape --model.n_embd=64 --train.allow_changed=n_embd
+# No hyperparameter changed: nothing warned.
+out="$(resume_from same 2>&1)"; rc=$?
+check "a resume with only run control changed runs (exit $rc)" test "$rc" -eq 0
+check "... and warns of nothing" test -z "$(grep -E "warning|refused" <<<"$out")"
+
+echo "$FAILED failed"
+exit "$FAILED"
