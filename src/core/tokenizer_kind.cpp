@@ -9,6 +9,7 @@ const std::vector<TokenizerKindInfo>& tokenizer_kinds() {
       {TokenizerKind::byte, "byte", true, false, true, true},
       {TokenizerKind::gpt2, "gpt2", false, false, false, false},
       {TokenizerKind::bpe, "bpe", false, true, true, true},
+      {TokenizerKind::llama3, "llama3", false, false, false, false},
   };
   return kinds;
 }

@@ -16,8 +16,9 @@ namespace trident {
 enum class TokenizerKind {
   character,  ///< "char": nanoGPT's shakespeare_char, the sorted distinct code points of the text
   byte,       ///< "byte": each byte its own id (vocab 256, any input)
-  gpt2,       ///< "gpt2": llm.c token shards, already tokenised (Trident cannot encode or decode text)
+  gpt2,       ///< "gpt2": llm.c GPT-2 token shards, already tokenised (Trident cannot encode or decode text)
   bpe,        ///< "bpe": a byte-pair-encoding model SentencePiece trains on the text (prep --vocab-size N)
+  llama3,     ///< "llama3": llm.c llama-3 token shards (vocab 128256), already tokenised like gpt2
 };
 
 struct TokenizerKindInfo {
@@ -34,11 +35,11 @@ struct TokenizerKindInfo {
 const std::vector<TokenizerKindInfo>& tokenizer_kinds();
 /// The row of `kind`. Local.
 const TokenizerKindInfo& tokenizer_info(TokenizerKind kind);
-/// The name of `kind` ("char", "byte", "gpt2", "bpe"). Local.
+/// The name of `kind` ("char", "byte", "gpt2", "bpe", "llama3"). Local.
 const char* name_of(TokenizerKind kind);
 /// The kind called `name`, or nothing. Local.
 std::optional<TokenizerKind> parse_tokenizer_kind(const std::string& name);
-/// "char, byte, gpt2 or bpe": every kind, or only those whose `column` is true (e.g. "char, byte
+/// "char, byte, gpt2, bpe or llama3": every kind, or only those whose `column` is true (e.g. "char, byte
 /// or bpe" for &TokenizerKindInfo::from_text). Local.
 std::string tokenizer_kind_names(bool TokenizerKindInfo::*column = nullptr);
 

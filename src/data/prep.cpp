@@ -5,18 +5,101 @@
 #include "data/tokenizer.hpp"
 #include "io/token_file.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <optional>
+#include <functional>
 #include <sstream>
+#include <string_view>
 
 namespace trident {
 
 namespace {
-constexpr std::int32_t kLlmcMagic = 20240520;
-constexpr std::int32_t kLlmcVersion = 1;
-constexpr std::int64_t kGpt2Vocab = 50257;
+constexpr std::int64_t kLlmcHeaderBytes = 256 * 4;
+
+/// llm.c files that are no token shards, by the int32 magic their writers put first (llm.c
+/// train_gpt2.py, train_gpt2.cu, train_llama3.py, dev/data/data_common.py write_evalfile).
+struct LlmcOtherFile {
+  std::int32_t magic;
+  const char* what;
+};
+constexpr LlmcOtherFile kLlmcOtherFiles[] = {
+    {20240326, "an llm.c GPT-2 model checkpoint"},
+    {20240327, "an llm.c GPT-2 debug state file"},
+    {20240328, "an llm.c GPT-2 tokenizer file"},
+    {20240522, "an llm.c evaluation file (HellaSwag/MMLU examples)"},
+    {20240527, "an llm.c training state file"},
+    {20240803, "an llm.c llama-3 model or debug state file"},
+};
+
+/// Binary formats recognised by their first bytes, so they are named rather than tokenised.
+struct ByteMagic {
+  std::string_view magic;
+  const char* what;
+};
+constexpr ByteMagic kByteMagics[] = {
+    {std::string_view("\x89HDF\r\n\x1a\n", 8), "an HDF5 file (a Trident token file or checkpoint is one)"},
+    {std::string_view("\x93NUMPY", 6), "a NumPy .npy array"},
+    {std::string_view("\x1f\x8b", 2), "a gzip archive"},
+    {std::string_view("PK\x03\x04", 4), "a zip archive (also .npz and PyTorch .pt files)"},
+    {std::string_view("\x28\xb5\x2f\xfd", 4), "a zstd archive"},
+    {std::string_view("\xfd" "7zXZ\x00", 6), "an xz archive"},
+    {std::string_view("\x7f" "ELF", 4), "an ELF executable or library"},
+    {std::string_view("\x89PNG\r\n\x1a\n", 8), "a PNG image"},
+};
+
+/// The format of a file from `read(offset, length)` (fewer bytes at its end) and its size.
+InputFormat detect_format(const std::function<std::string(std::int64_t, std::int64_t)>& read, std::int64_t size) {
+  InputFormat f;
+  const std::string head = read(0, 12);
+  if (head.size() >= 4) {
+    std::int32_t word[3] = {0, 0, 0};
+    std::memcpy(word, head.data(), std::min<size_t>(head.size(), sizeof word));
+    for (const LlmcShardFormat& s : llmc_shard_formats()) {
+      if (word[0] != s.magic) continue;
+      f.kind = InputFormat::Kind::binary;
+      if (head.size() >= 8 && word[1] == s.version) {
+        f.kind = InputFormat::Kind::llmc_shard;
+        f.shard = s;
+        f.what = std::string("an llm.c ") + s.name + " token shard (version " + std::to_string(s.version) + ")";
+      } else {
+        f.what = std::string("an llm.c ") + s.name + " token shard of version " +
+                 (head.size() >= 8 ? std::to_string(word[1]) : std::string("?")) + ", which prep does not know (it reads version " +
+                 std::to_string(s.version) + ")";
+      }
+      return f;
+    }
+    for (const LlmcOtherFile& o : kLlmcOtherFiles)
+      if (word[0] == o.magic) {
+        f.kind = InputFormat::Kind::binary;
+        f.what = std::string(o.what) + ", not a token shard";
+        return f;
+      }
+  }
+  for (const ByteMagic& m : kByteMagics)
+    if (head.compare(0, m.magic.size(), m.magic) == 0) {
+      f.kind = InputFormat::Kind::binary;
+      f.what = m.what;
+      return f;
+    }
+  // bzip2: "BZh", a block size digit, then the block magic (the BCD digits of pi).
+  if (head.size() >= 10 && head.compare(0, 3, "BZh") == 0 && head[3] >= '1' && head[3] <= '9' &&
+      head.compare(4, 6, "1AY&SY") == 0) {
+    f.kind = InputFormat::Kind::binary;
+    f.what = "a bzip2 archive";
+    return f;
+  }
+  // HDF5 files may start with a user block: the superblock is then at 512, 1024, 2048, ...
+  for (std::int64_t off = 512; off + 8 <= size; off *= 2)
+    if (read(off, 8) == kByteMagics[0].magic) {
+      f.kind = InputFormat::Kind::binary;
+      f.what = kByteMagics[0].what;
+      return f;
+    }
+  return f;
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -26,28 +109,45 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::vector<std::int32_t> read_llmc_shard(const std::string& path) {
+std::string name_of_path(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+
+/// The token ids of llm.c shard `path` of format `f`. Throws IoError for a truncated or corrupt
+/// shard or a token outside f's vocabulary, ConfigError for a shard without tokens.
+std::vector<std::int32_t> read_llmc_shard(const std::string& path, const LlmcShardFormat& f) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot read input file '" + path + "'");
   std::int32_t header[256] = {};
   in.read(reinterpret_cast<char*>(header), sizeof header);
+  const std::string what = std::string("llm.c ") + f.name + " shard '" + path + "'";
   if (in.gcount() != static_cast<std::streamsize>(sizeof header))
-    throw IoError("llm.c shard '" + path + "' is truncated: shorter than its 1024-byte header");
-  if (header[0] != kLlmcMagic) throw IoError("'" + path + "' is not an llm.c token shard (bad magic number)");
-  if (header[1] != kLlmcVersion)
-    throw IoError("llm.c shard '" + path + "' has version " + std::to_string(header[1]) + "; only version 1 is supported");
+    throw IoError(what + " is truncated: shorter than its 1024-byte header");
   const std::int64_t n = header[2];
   const auto size = static_cast<std::int64_t>(std::filesystem::file_size(path));
-  if (n < 0 || size != 1024 + 2 * n)
-    throw IoError("llm.c shard '" + path + "' is truncated or corrupt: header says " + std::to_string(n) +
-                  " tokens, file has " + std::to_string((size - 1024) / 2));
-  std::vector<std::uint16_t> raw(static_cast<size_t>(n));
-  in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(2 * n));
-  std::vector<std::int32_t> ids(raw.begin(), raw.end());
-  for (std::int64_t i = 0; i < n; ++i)
-    if (ids[static_cast<size_t>(i)] >= kGpt2Vocab)
-      throw IoError("llm.c shard '" + path + "': token " + std::to_string(i) + " = " +
-                    std::to_string(ids[static_cast<size_t>(i)]) + " is outside the GPT-2 vocabulary");
+  const std::int64_t held = (size - kLlmcHeaderBytes) / f.token_bytes;
+  if (n < 0 || size != kLlmcHeaderBytes + f.token_bytes * n)
+    throw IoError(what + " is truncated or corrupt: its header says " + std::to_string(n) + " tokens of " +
+                  std::to_string(f.token_bytes) + " bytes, the file holds " + std::to_string(held) +
+                  (size - kLlmcHeaderBytes == held * f.token_bytes ? std::string() : " and a part"));
+  if (n == 0)
+    throw ConfigError(what + " holds no tokens (its header says 0): leave it out of the inputs");
+  std::vector<char> raw(static_cast<size_t>(n * f.token_bytes));
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  if (in.gcount() != static_cast<std::streamsize>(raw.size())) throw IoError("cannot read the tokens of " + what);
+  std::vector<std::int32_t> ids(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t v = 0;
+    if (f.token_bytes == 2) {
+      std::uint16_t u = 0;
+      std::memcpy(&u, raw.data() + 2 * i, 2);
+      v = u;
+    } else {
+      std::memcpy(&v, raw.data() + 4 * i, 4);
+    }
+    if (v >= static_cast<std::uint64_t>(f.vocab_size))
+      throw IoError(what + ": token " + std::to_string(i) + " = " + std::to_string(v) + " is outside the " + f.name +
+                    " vocabulary of " + std::to_string(f.vocab_size));
+    ids[static_cast<size_t>(i)] = static_cast<std::int32_t>(v);
+  }
   return ids;
 }
 
@@ -57,14 +157,68 @@ void split_tail(std::vector<std::int32_t>& all, double val_fraction, std::vector
   val.assign(all.begin() + n_train, all.end());
   all.resize(static_cast<size_t>(n_train));
 }
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+/// What prep reads, and how to take a file's bytes anyway.
+std::string binary_advice() {
+  std::string shards;
+  const auto& f = llmc_shard_formats();
+  for (size_t i = 0; i < f.size(); ++i)
+    shards += (i == 0 ? "" : i + 1 == f.size() ? " and " : ", ") + std::string(f[i].name) + " (version " +
+              std::to_string(f[i].version) + ")";
+  return "prep reads text files and llm.c " + shards +
+         " token shards; to train on a file's raw bytes, use --tokenizer byte --binary";
+}
 }  // namespace
 
-bool is_llmc_shard(const std::string& path) {
+const std::vector<LlmcShardFormat>& llmc_shard_formats() {
+  // llm.c dev/data/data_common.py HEADERS_INFO; vocabularies of GPT-2 (tiktoken "gpt2") and of
+  // Meta-Llama-3.1-8B's tokenizer, which llm.c's llama-3 scripts use.
+  static const std::vector<LlmcShardFormat> formats = {
+      {"GPT-2", 20240520, 1, 2, TokenizerKind::gpt2, 50257},
+      {"llama-3", 20240801, 7, 4, TokenizerKind::llama3, 128256},
+  };
+  return formats;
+}
+
+InputFormat detect_input_format(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot read input file '" + path + "'");
-  std::int32_t magic = 0;
-  in.read(reinterpret_cast<char*>(&magic), sizeof magic);
-  return in.gcount() == sizeof magic && magic == kLlmcMagic;
+  std::error_code ec;
+  const auto size = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
+  return detect_format(
+      [&](std::int64_t off, std::int64_t len) {
+        std::string buf(static_cast<size_t>(len), '\0');
+        in.clear();
+        in.seekg(off);
+        in.read(buf.data(), len);
+        buf.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+        return buf;
+      },
+      ec ? 0 : size);
+}
+
+std::string shard_split_by_name(const std::string& path) {
+  const std::string stem = lower(std::filesystem::path(path).stem().string());
+  bool val = false, train = false;
+  std::string word;
+  for (size_t i = 0; i <= stem.size(); ++i) {
+    if (i == stem.size() || stem[i] == '_' || stem[i] == '-' || stem[i] == '.') {
+      val = val || word == "val" || word == "validation";
+      train = train || word == "train";
+      word.clear();
+    } else {
+      word += stem[i];
+    }
+  }
+  if (val && train)
+    throw ConfigError("llm.c shard '" + path + "': its name says both train and val; rename it (llm.c names them " +
+                      "NAME_train.bin / NAME_val.bin or NAME_train_000001.bin / NAME_val_000000.bin)");
+  return val ? "val" : train ? "train" : "";
 }
 
 PrepResult prep_token_file(const PrepOptions& opt) {
@@ -90,49 +244,123 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       throw ConfigError("refusing to overwrite '" + opt.output +
                         "', which is not a Trident token file; remove it or choose another --output");
   }
-  int shards = 0;
-  for (const auto& p : opt.inputs) shards += is_llmc_shard(p) ? 1 : 0;
-  if (shards != 0 && shards != static_cast<int>(opt.inputs.size()))
-    throw ConfigError("inputs mix llm.c token shards and text files; give one kind only");
+  // The one place --tokenizer is interpreted (core/tokenizer_kind.hpp).
+  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(opt.tokenizer);
+  if (opt.binary && kind != TokenizerKind::byte)
+    throw ConfigError("--binary reads every input's raw bytes: it needs --tokenizer byte");
+
+  // What each input is. With --binary, everything is bytes (said once for a file of a known format).
+  std::vector<InputFormat> formats;
+  const LlmcShardFormat* shard_format = nullptr;
+  std::string shard_example, text_example;
+  for (const auto& p : opt.inputs) {
+    InputFormat f = detect_input_format(p);
+    if (opt.binary) {
+      if (f.kind != InputFormat::Kind::text)
+        log::warn("'%s' is %s; --binary reads its raw bytes", p.c_str(), f.what.c_str());
+      f = InputFormat{};
+    } else if (f.kind == InputFormat::Kind::binary) {
+      throw ConfigError("'" + p + "' is " + f.what + ": " + binary_advice());
+    } else if (f.kind == InputFormat::Kind::llmc_shard) {
+      if (shard_format != nullptr && shard_format->magic != f.shard->magic)
+        throw ConfigError("inputs mix llm.c " + std::string(shard_format->name) + " shards ('" + shard_example +
+                          "') and " + f.shard->name + " shards ('" + p + "'); give one format");
+      if (shard_format == nullptr) {
+        shard_example = p;
+        for (const LlmcShardFormat& s : llmc_shard_formats())
+          if (s.magic == f.shard->magic) shard_format = &s;
+      }
+    } else if (text_example.empty()) {
+      text_example = p;
+    }
+    formats.push_back(std::move(f));
+  }
+  if (shard_format != nullptr && !text_example.empty())
+    throw ConfigError("inputs mix llm.c token shards ('" + shard_example + "') and text files ('" + text_example +
+                      "'); give one kind only");
+  const bool shards = shard_format != nullptr;
 
   TokenFileInfo info;
   std::vector<std::int32_t> train, val;
   std::string source;
-  for (const auto& p : opt.inputs) source += (source.empty() ? "" : " ") + std::filesystem::path(p).filename().string();
+  for (const auto& p : opt.inputs) source += (source.empty() ? "" : " ") + name_of_path(p);
   info.source = source;
-  // The one place --tokenizer is interpreted (core/tokenizer_kind.hpp).
-  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(opt.tokenizer);
-  if (shards == 0 && !(kind && tokenizer_info(*kind).from_text))
+  if (!shards && !(kind && tokenizer_info(*kind).from_text))
     throw ConfigError("unknown --tokenizer '" + opt.tokenizer + "' (expected " +
                       tokenizer_kind_names(&TokenizerKindInfo::from_text) + ")");
-  const bool trained = shards == 0 && tokenizer_info(*kind).stores_model;
+  const bool trained = !shards && tokenizer_info(*kind).stores_model;
   if (trained && !opt.vocab_size)
     throw ConfigError("--tokenizer " + opt.tokenizer + " needs --vocab-size N, the number of tokens to learn (" +
                       std::to_string(Tokenizer::kBpeMinVocab) + " .. " + std::to_string(Tokenizer::kBpeMaxVocab) +
                       "; e.g. 4096 for a few MB of text)");
   if (!trained && opt.vocab_size)
     throw ConfigError("--vocab-size applies to --tokenizer " + tokenizer_kind_names(&TokenizerKindInfo::stores_model) +
-                      " only: the " + (shards > 0 ? std::string("gpt2") : opt.tokenizer) +
+                      " only: the " + (shards ? std::string(name_of(shard_format->tokenizer)) : opt.tokenizer) +
                       " vocabulary is set by the input");
-  if (shards > 0) {
+  PrepResult r;
+  if (shards) {
+    const char* shard_kind = name_of(shard_format->tokenizer);
     // "char" is the option's default, so it stands for "not given" with shards.
-    if (kind != TokenizerKind::character && kind != TokenizerKind::gpt2)
-      throw ConfigError("llm.c shards are GPT-2 tokenised; --tokenizer " + opt.tokenizer + " does not apply");
+    if (kind != TokenizerKind::character && kind != shard_format->tokenizer)
+      throw ConfigError("'" + shard_example + "' is an llm.c " + shard_format->name + " token shard, already " +
+                        shard_kind + "-tokenised: --tokenizer " + opt.tokenizer + " does not apply (leave it out" +
+                        (kind == TokenizerKind::byte ? std::string(", or add --binary to read the file's raw bytes)")
+                                                     : std::string(")")));
     bool any_val = false;
-    for (const auto& p : opt.inputs) {
-      const bool is_val = std::filesystem::path(p).filename().string().find("_val_") != std::string::npos;
+    log::info("inputs (llm.c shards: a word 'val' in the name means validation, as llm.c names them):");
+    for (size_t i = 0; i < opt.inputs.size(); ++i) {
+      const std::string& p = opt.inputs[i];
+      const std::string by_name = shard_split_by_name(p);
+      const bool is_val = by_name == "val";
       any_val = any_val || is_val;
-      auto ids = read_llmc_shard(p);
+      auto ids = read_llmc_shard(p, *shard_format);
+      PrepInput in;
+      in.path = p;
+      in.format = std::string("llm.c ") + shard_format->name + " token shard (version " +
+                  std::to_string(shard_format->version) + ")";
+      in.count = static_cast<std::int64_t>(ids.size());
+      in.split = is_val ? "val" : "train";
+      in.reason = is_val ? "'val' in its name" : by_name == "train" ? "'train' in its name" : "no 'val' in its name";
+      r.inputs.push_back(in);
       auto& dst = is_val ? val : train;
       dst.insert(dst.end(), ids.begin(), ids.end());
     }
-    if (!any_val) split_tail(train, opt.val_fraction, val);
-    if (train.empty()) throw ConfigError("no training shard (every input name contains _val_)");
-    info.tokenizer = name_of(TokenizerKind::gpt2);
-    info.vocab_size = kGpt2Vocab;
+    if (train.empty())
+      throw ConfigError("no training shard: every input is named as validation (a word 'val' in its name, as " +
+                        name_of_path(opt.inputs.front()) + "); add the NAME_train*.bin shards");
+    if (!any_val) {
+      log::warn("no input is named as a validation shard (llm.c names them NAME_val.bin or NAME_val_000000.bin): "
+                "/val takes the last %g%% of the training tokens",
+                100.0 * opt.val_fraction);
+      for (PrepInput& in : r.inputs) {
+        in.split = "train+val";
+        in.reason += "; no validation shard, so /val is the last " + log::format("%g", 100.0 * opt.val_fraction) +
+                     "% of the concatenation";
+      }
+      split_tail(train, opt.val_fraction, val);
+    }
+    info.tokenizer = shard_kind;
+    info.vocab_size = shard_format->vocab_size;
   } else {
     std::string text;
-    for (const auto& p : opt.inputs) text += read_file(p);
+    log::info("inputs (text: /train is the first %g%% of the tokens, /val the rest):", 100.0 * (1.0 - opt.val_fraction));
+    for (size_t i = 0; i < opt.inputs.size(); ++i) {
+      const std::string& p = opt.inputs[i];
+      std::string content = read_file(p);
+      // Binary data without a known header: a NUL byte does not occur in text.
+      const auto nul = content.find('\0');
+      if (!opt.binary && nul != std::string::npos)
+        throw ConfigError("'" + p + "' is a binary file (a NUL byte at offset " + std::to_string(nul) + "), not text: " +
+                          binary_advice());
+      PrepInput in;
+      in.path = p;
+      in.format = opt.binary ? "raw bytes (--binary)" : "text";
+      in.count = static_cast<std::int64_t>(content.size());
+      in.split = "train+val";
+      in.reason = "the tail of the concatenated text is /val";
+      r.inputs.push_back(in);
+      text += content;
+    }
     if (text.empty()) throw ConfigError("the input text is empty");
     Tokenizer tok = kind == TokenizerKind::character ? Tokenizer::build_char(text)
                     : kind == TokenizerKind::byte    ? Tokenizer::byte_level()
@@ -144,6 +372,9 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     info.vocab = tok.vocab();
     info.model = tok.model();
   }
+  for (const PrepInput& in : r.inputs)
+    log::info("  %s: %s, %lld %s -> %s (%s)", in.path.c_str(), in.format.c_str(), static_cast<long long>(in.count),
+              shards ? "tokens" : "bytes", in.split.c_str(), in.reason.c_str());
   // A training window of T tokens needs T + 1 of them (inputs and shifted targets): a split of
   // fewer than two tokens holds none, and training would only fail later, at its start.
   if (train.size() < 2)
@@ -159,7 +390,6 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     if (ec) throw IoError("cannot create directory '" + parent.string() + "' for --output: " + ec.message());
   }
   write_token_file(opt.output, info, train, val);
-  PrepResult r;
   r.tokenizer = info.tokenizer;
   r.vocab_size = info.vocab_size;
   r.n_train = static_cast<std::int64_t>(train.size());

@@ -1,10 +1,11 @@
-// data/tokenizer.hpp: the character, byte, (decode-less) GPT-2 and trained BPE tokenizers.
+// data/tokenizer.hpp: the character, byte, (decode-less) GPT-2 and llama-3, and trained BPE tokenizers.
 //
 // Layer: data. Local.
 // "char" is nanoGPT's shakespeare_char tokenizer: the sorted distinct characters (Unicode code
 // points of the UTF-8 input) of the training text, id = position in that list. "byte" maps each
-// byte to its value (vocab 256, any input). "gpt2" marks llm.c token shards: ids come tokenised,
-// vocab 50257, and Trident cannot turn them back into text (sampling prints ids). "bpe" is a
+// byte to its value (vocab 256, any input). "gpt2" and "llama3" mark llm.c token shards: ids come
+// tokenised (vocab 50257 and 128256), and Trident cannot turn them back into text (sampling prints
+// ids). "bpe" is a
 // byte-pair-encoding model (Sennrich et al. 2016) that SentencePiece (Kudo & Richardson 2018)
 // trains on the text: identity normalisation, no dummy prefix and no whitespace folding, so that
 // decode(encode(text)) == text for any UTF-8 text without U+2581 (which SentencePiece uses for the
@@ -49,7 +50,7 @@ class Tokenizer {
   /// high (5000). Please set it to a value <= 3210."), Error on invalid UTF-8.
   static Tokenizer train_bpe(const std::string& text, std::int64_t vocab_size);
 
-  /// The kind's name ("char", "byte", "gpt2", "bpe").
+  /// The kind's name ("char", "byte", "gpt2", "bpe", "llama3").
   std::string kind() const { return name_of(kind_); }
   TokenizerKind kind_id() const { return kind_; }
   std::int64_t vocab_size() const { return vocab_size_; }

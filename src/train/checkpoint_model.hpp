@@ -18,7 +18,7 @@ struct CheckpointModel {
   std::string path;                     ///< the checkpoint file read (a directory resolved to its latest)
   Config cfg;                           ///< the deck stored in the checkpoint (vocab_size resolved)
   std::int64_t step = 0;
-  std::string tokenizer;                ///< char | byte | gpt2 | bpe
+  std::string tokenizer;                ///< char | byte | gpt2 | bpe | llama3
   std::vector<std::int32_t> vocab;      ///< tokenizer vocabulary (char, byte)
   std::vector<std::uint8_t> tokenizer_model;  ///< serialized tokenizer model (bpe)
   std::unique_ptr<ParamStore<float>> store;  ///< all parameters, gathered from every shard

@@ -1,5 +1,5 @@
-// Data layer and schedule: tokenizers (char, byte, a trained bpe model), prep (text and llm.c
-// shards), token files, the sampler's permutation property and the LR schedule against nanoGPT's
+// Data layer and schedule: tokenizers (char, byte, a trained bpe model), prep (text, llm.c GPT-2
+// and llama-3 shards, their split by name, binary inputs refused by name), token files, the sampler's permutation property and the LR schedule against nanoGPT's
 // formula.
 #include "core/error.hpp"
 #include "data/prep.hpp"
@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <set>
 
 namespace trident {
@@ -217,15 +218,50 @@ TEST(Prep, TextSplitsNinetyTen) {
   EXPECT_THROW(ds.read("val", 5, 10, v.data()), IoError);
 }
 
-void write_shard(const std::string& path, const std::vector<std::uint16_t>& toks, std::int32_t claimed) {
+/// An llm.c shard as dev/data/data_common.py write_datafile writes it: 256 int32 (magic, version,
+/// token count `claimed`, zeros), then the tokens as uint16 (GPT-2) or uint32 (llama-3).
+void write_shard(const std::string& path, const std::vector<std::uint32_t>& toks, std::int32_t claimed,
+                 std::int32_t magic = 20240520, std::int32_t version = 1) {
   std::int32_t header[256] = {};
-  header[0] = 20240520;
-  header[1] = 1;
+  header[0] = magic;
+  header[1] = version;
   header[2] = claimed;
   std::ofstream f(path, std::ios::binary);
   f.write(reinterpret_cast<const char*>(header), sizeof header);
-  f.write(reinterpret_cast<const char*>(toks.data()), static_cast<std::streamsize>(toks.size() * 2));
+  for (std::uint32_t t : toks) {
+    if (magic == 20240801) {
+      f.write(reinterpret_cast<const char*>(&t), 4);
+    } else {
+      const auto u = static_cast<std::uint16_t>(t);
+      f.write(reinterpret_cast<const char*>(&u), 2);
+    }
+  }
 }
+void write_llama3_shard(const std::string& path, const std::vector<std::uint32_t>& toks) {
+  write_shard(path, toks, static_cast<std::int32_t>(toks.size()), 20240801, 7);
+}
+
+/// The message of the Error prep_token_file(o) throws (checking its kind), "" when it succeeds.
+template <class E>
+std::string prep_error(const PrepOptions& o) {
+  try {
+    prep_token_file(o);
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong kind of error: ") + e.what();
+  }
+  return "";
+}
+
+std::vector<std::int32_t> read_split(const std::string& path, const std::string& split) {
+  TokenDataset ds(path, 1.0);
+  std::vector<std::int32_t> t(static_cast<size_t>(ds.size(split)));
+  ds.read(split, 0, static_cast<std::int64_t>(t.size()), t.data());
+  return t;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(Prep, LlmcShards) {
   const std::string tr = scratch("fw_train_000001.bin"), va = scratch("fw_val_000000.bin"), out = scratch("fw.h5");
@@ -236,25 +272,185 @@ TEST(Prep, LlmcShards) {
   o.output = out;
   PrepResult r = prep_token_file(o);
   EXPECT_EQ(r.tokenizer, "gpt2");
+  EXPECT_EQ(r.vocab_size, 50257);
   EXPECT_EQ(r.n_train, 4);
   EXPECT_EQ(r.n_val, 2);
-  TokenDataset ds(out, 1.0);
-  std::vector<std::int32_t> t(4);
-  ds.read("train", 0, 4, t.data());
-  EXPECT_EQ(t, (std::vector<std::int32_t>{1, 2, 50256, 7}));
+  EXPECT_EQ(read_split(out, "train"), (std::vector<std::int32_t>{1, 2, 50256, 7}));
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_EQ(r.inputs[0].format, "llm.c GPT-2 token shard (version 1)");
+  EXPECT_EQ(r.inputs[0].split, "train");
+  EXPECT_EQ(r.inputs[1].split, "val");
+  EXPECT_EQ(r.inputs[1].count, 2);
   // A shard whose header claims more tokens than it holds is rejected by name.
   write_shard(tr, {1, 2}, 5);
-  try {
-    prep_token_file(o);
-    FAIL();
-  } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos);
-  }
+  EXPECT_TRUE(has(prep_error<IoError>(o), "truncated")) << prep_error<IoError>(o);
   // Text and shards mixed.
   const std::string txt = scratch("mixed.txt");
   std::ofstream(txt) << "hello";
   o.inputs = {va, txt};
-  EXPECT_THROW(prep_token_file(o), ConfigError);
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "inputs mix llm.c token shards")) << prep_error<ConfigError>(o);
+}
+
+TEST(Prep, Llama3ShardsKeepTheirIdsInAnInt32File) {
+  // Ids past uint16, up to the last of the 128256 of llama-3.
+  const std::string tr = scratch("tiny_shakespeare_train.bin"), va = scratch("tiny_shakespeare_val.bin"),
+                    out = scratch("l3.h5");
+  write_llama3_shard(tr, {128000, 9906, 65536, 70000, 128255, 0});
+  write_llama3_shard(va, {128000, 1, 2});
+  PrepOptions o;
+  o.inputs = {tr, va};
+  o.output = out;
+  const PrepResult r = prep_token_file(o);
+  EXPECT_EQ(r.tokenizer, "llama3");
+  EXPECT_EQ(r.vocab_size, 128256);
+  EXPECT_EQ(read_split(out, "train"), (std::vector<std::int32_t>{128000, 9906, 65536, 70000, 128255, 0}));
+  EXPECT_EQ(read_split(out, "val"), (std::vector<std::int32_t>{128000, 1, 2}));
+  EXPECT_EQ(TokenFileReader(out).info().tokenizer, "llama3");
+  ASSERT_EQ(r.inputs.size(), 2u);
+  EXPECT_EQ(r.inputs[0].format, "llm.c llama-3 token shard (version 7)");
+  EXPECT_EQ(r.inputs[1].split, "val");
+  EXPECT_EQ(r.inputs[1].reason, "'val' in its name");
+  // Naming the kind is allowed; another kind is refused by name, never tokenised as text or bytes.
+  o.tokenizer = "llama3";
+  EXPECT_EQ(prep_error<ConfigError>(o), "");
+  for (const char* k : {"byte", "gpt2", "bpe"}) {
+    o.tokenizer = k;
+    const std::string e = prep_error<ConfigError>(o);
+    EXPECT_TRUE(has(e, "is an llm.c llama-3 token shard, already llama3-tokenised: --tokenizer " + std::string(k) +
+                           " does not apply"))
+        << e;
+  }
+  // The explicit way to take the bytes anyway.
+  o.tokenizer = "byte";
+  o.binary = true;
+  const PrepResult b = prep_token_file(o);
+  EXPECT_EQ(b.tokenizer, "byte");
+  EXPECT_EQ(b.n_train + b.n_val, 2 * 1024 + 9 * 4);
+  EXPECT_EQ(b.inputs[0].format, "raw bytes (--binary)");
+  o.tokenizer = "char";
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "--binary reads every input's raw bytes: it needs --tokenizer byte"));
+  // A token outside the vocabulary, a shard shorter than its header says.
+  o.binary = false;
+  write_llama3_shard(tr, {1, 128256});
+  EXPECT_TRUE(has(prep_error<IoError>(o), "token 1 = 128256 is outside the llama-3 vocabulary of 128256"))
+      << prep_error<IoError>(o);
+  write_shard(tr, {1, 2}, 3, 20240801, 7);
+  EXPECT_TRUE(has(prep_error<IoError>(o), "header says 3 tokens of 4 bytes, the file holds 2")) << prep_error<IoError>(o);
+}
+
+TEST(Prep, ShardSplitFollowsLlmcNaming) {
+  for (const char* v : {"tiny_shakespeare_val.bin", "fineweb_val_000000.bin", "edu_fineweb_val_000000.bin",
+                        "TinyStories_val.bin", "/data/x/shard-VAL-3.bin", "owt_validation.bin", "val.bin"})
+    EXPECT_EQ(shard_split_by_name(v), "val") << v;
+  for (const char* t : {"tiny_shakespeare_train.bin", "fineweb_train_000001.bin", "TinyStories_train.bin"})
+    EXPECT_EQ(shard_split_by_name(t), "train") << t;
+  // "val" must be a word of the name: not a part of another word, not a directory.
+  for (const char* n : {"interval_data.bin", "x_values.bin", "eval_000.bin", "/val/shard_000.bin", "shard.bin"})
+    EXPECT_EQ(shard_split_by_name(n), "") << n;
+  EXPECT_THROW(shard_split_by_name("x_val_train.bin"), ConfigError);
+
+  // llm.c's own names (NAME_val.bin): the validation tokens are /val, exactly.
+  const std::string va = scratch("tinyshakespeare_val.bin"), tr = scratch("tinyshakespeare_train.bin"),
+                    out = scratch("ts.h5");
+  write_shard(va, {5, 6, 7}, 3);
+  write_shard(tr, {1, 2, 3, 4, 5, 6, 7, 8}, 8);
+  PrepOptions o;
+  o.inputs = {va, tr};  // the order llm.c writes them in
+  o.output = out;
+  const PrepResult r = prep_token_file(o);
+  EXPECT_EQ(read_split(out, "val"), (std::vector<std::int32_t>{5, 6, 7}));
+  EXPECT_EQ(read_split(out, "train"), (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(r.inputs[0].split, "val");
+  EXPECT_EQ(r.inputs[1].split, "train");
+  EXPECT_EQ(r.inputs[1].reason, "'train' in its name");
+
+  // No validation shard: /val is the tail of the training tokens, and each input says so.
+  const std::string a = scratch("corpus_000.bin"), b = scratch("corpus_001.bin");
+  write_shard(a, {1, 2, 3, 4, 5}, 5);
+  write_shard(b, {6, 7, 8, 9, 10}, 5);
+  o.inputs = {a, b};
+  const PrepResult s = prep_token_file(o);
+  EXPECT_EQ(s.n_train, 9);
+  EXPECT_EQ(s.n_val, 1);
+  EXPECT_EQ(s.inputs[0].split, "train+val");
+  EXPECT_TRUE(has(s.inputs[0].reason, "no validation shard")) << s.inputs[0].reason;
+
+  // Only validation shards: no training data, said so.
+  o.inputs = {va};
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "no training shard: every input is named as validation"));
+  o.inputs = {va, scratch("x_val_train.bin")};
+  write_shard(o.inputs[1], {1, 2}, 2);
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "its name says both train and val"));
+}
+
+TEST(Prep, AnEmptyShardIsRefusedByName) {
+  const std::string empty = scratch("fw_train_000002.bin"), va = scratch("fw_val_000000.bin");
+  write_shard(empty, {}, 0);
+  write_shard(va, {9, 8}, 2);
+  PrepOptions o;
+  o.inputs = {empty, va};
+  o.output = scratch("empty.h5");
+  const std::string e = prep_error<ConfigError>(o);
+  EXPECT_TRUE(has(e, "llm.c GPT-2 shard '" + empty + "' holds no tokens")) << e;
+  EXPECT_FALSE(has(e, "no training shard")) << e;
+  write_llama3_shard(empty, {});
+  o.inputs = {empty};
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "llm.c llama-3 shard '" + empty + "' holds no tokens"));
+}
+
+TEST(Prep, BinaryInputsAreNamedNotTokenised) {
+  PrepOptions o;
+  o.output = scratch("bin.h5");
+  // llm.c files that are no token shards, and shards of versions prep does not know.
+  const std::string f = scratch("hellaswag_val.bin");
+  write_shard(f, {1, 2}, 2, 20240522, 1);
+  for (const char* k : {"char", "byte"}) {
+    o.inputs = {f};
+    o.tokenizer = k;
+    const std::string e = prep_error<ConfigError>(o);
+    EXPECT_TRUE(has(e, "is an llm.c evaluation file (HellaSwag/MMLU examples), not a token shard")) << e;
+    EXPECT_TRUE(has(e, "--tokenizer byte --binary")) << e;
+  }
+  o.tokenizer = "char";
+  write_shard(f, {1, 2}, 2, 20240520, 2);
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "llm.c GPT-2 token shard of version 2, which prep does not know"));
+  write_shard(f, {1, 2}, 2, 20240801, 1);
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "llm.c llama-3 token shard of version 1"));
+  // Shards of both formats.
+  const std::string g = scratch("g_train.bin"), l = scratch("l_train.bin");
+  write_shard(g, {1, 2}, 2);
+  write_llama3_shard(l, {1, 2});
+  o.inputs = {g, l};
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "inputs mix llm.c GPT-2 shards")) << prep_error<ConfigError>(o);
+  // An HDF5 file (a token file) and NUL bytes in what looks like text.
+  TokenFileInfo info;
+  info.tokenizer = "byte";
+  info.vocab_size = 256;
+  const std::string h5 = scratch("tokens_as_input.h5");
+  write_token_file(h5, info, {1, 2, 3}, {4, 5});
+  o.inputs = {h5};
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "is an HDF5 file")) << prep_error<ConfigError>(o);
+  const std::string nul = scratch("nul.txt");
+  {
+    std::ofstream out(nul, std::ios::binary);
+    out << "some text";
+    out.put('\0');
+    out << "more";
+  }
+  for (const char* k : {"char", "byte", "bpe"}) {
+    o.inputs = {nul};
+    o.tokenizer = k;
+    o.vocab_size = std::string(k) == "bpe" ? std::optional<std::int64_t>(300) : std::nullopt;
+    EXPECT_TRUE(has(prep_error<ConfigError>(o), "is a binary file (a NUL byte at offset 9), not text")) << k;
+  }
+  o.vocab_size.reset();
+  o.tokenizer = "byte";
+  o.binary = true;
+  const PrepResult r = prep_token_file(o);  // 14 bytes: 12 train, 2 val
+  EXPECT_EQ(r.n_train, 12);
+  EXPECT_EQ(r.n_val, 2);
+  EXPECT_EQ(detect_input_format(nul).kind, InputFormat::Kind::text);  // by its header; the NUL is the reader's check
+  EXPECT_EQ(detect_input_format(h5).kind, InputFormat::Kind::binary);
 }
 
 TEST(TokenFile, RejectsMissingForeignAndBadIds) {
