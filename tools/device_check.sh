@@ -22,7 +22,8 @@
 #   5. checkpoints across devices: the GPU resumes a checkpoint the host build wrote (the example
 #      deck at step 5), trains to step 10 and must give the host's losses (within 1e-4, fp32 on
 #      both sides) and a checkpoint that verifies; that checkpoint goes to $OUT/xdev_step10.h5 so
-#      the host build can resume it in turn (`trident train --resume $OUT/xdev_step10.h5 ...`).
+#      the host build can resume it in turn (`trident train --resume $OUT/xdev_step10.h5
+#      --train.allow_changed=data.path ...`: the data is the same file at another path).
 # Results: $OUT (the device tool's output folder) or ./device-check-out: device_check.log (all of
 # it), summary.txt (the lines for docs/performance.md), peer.json, and the runs' metrics.csv.
 # Exit status: 0 when every step passed, 1 otherwise (the summary says which failed).
@@ -157,7 +158,8 @@ trident_run nccl_1rank 1 nccl
 # ---- 5. checkpoints across devices ---------------------------------------------------------------
 if [ -d "$dev/xdev/checkpoints" ]; then
   xrun=(train --config input/shakespeare_char.ini --data.path="$data" --train.max_steps=10 --train.eval_interval=0
-        --train.eval_iters=1 --checkpoint.interval=5 --train.peak_tflops=1 --train.out_dir="$dev/xdev" --resume)
+        --train.eval_iters=1 --checkpoint.interval=5 --train.peak_tflops=1 --train.out_dir="$dev/xdev" --resume
+        --train.allow_changed=data.path)  # the host wrote it with the bundle's path of the same data
   if step "resume a host checkpoint on the GPU (steps 6-10)" 120 mpiexec -n 1 "$dev/bin/trident" "${xrun[@]}"      && step "verify the GPU's checkpoint" 60 mpiexec -n 1 "$dev/bin/trident" ckpt verify "$dev/xdev/checkpoints/step_00000010.h5"; then
     cp "$dev/xdev/checkpoints/step_00000010.h5" "$out/xdev_step10.h5"
     # metrics.csv now holds the host's rows 1-5 and the GPU's 6-10; the host's 6-10 are in

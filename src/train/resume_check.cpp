@@ -27,7 +27,8 @@ std::optional<ChangeClass> change_class(const std::string& name) {
                     "train.peak_tflops", "train.allow_changed", "data.cache_max_mb", "data.sample_log"}))
     return ChangeClass::same_math;
   if (is_any(name, {"model.dropout", "train.global_batch_size", "train.weight_decay", "train.beta1", "train.beta2",
-                    "train.eps", "train.grad_clip", "train.dtype", "train.param_dtype", "train.reduce_dtype"}))
+                    "train.eps", "train.grad_clip", "train.dtype", "train.param_dtype", "train.reduce_dtype",
+                    "train.compute_dtype"}))
     return ChangeClass::takes_effect;
   if (is_any(name, {"train.lr", "train.min_lr", "train.warmup_steps", "train.max_steps", "train.seed", "data.path"}))
     return ChangeClass::refused;
@@ -74,8 +75,8 @@ ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, 
                  " (its bias correction assumes the new beta for all steps)";
     } else if (name == "train.dtype") {
       c.effect = "the checkpoint's values are converted (the resume is not bitwise)";
-    } else if (name == "train.param_dtype" || name == "train.reduce_dtype") {
-      c.effect = "rounding of the working parameters or gradient sums changes from " + next;
+    } else if (name == "train.param_dtype" || name == "train.reduce_dtype" || name == "train.compute_dtype") {
+      c.effect = "the rounding of the working parameters, gradient sums or GEMM inputs changes from " + next;
     } else if (c.cls == ChangeClass::takes_effect) {
       c.effect = "the optimisation changes from " + next;
     } else if (d.section == "parallel" || name == "train.micro_batch_size") {

@@ -9,7 +9,7 @@
 //    activation_checkpointing, stop_at_step, eval_*, log_interval, out_dir, [checkpoint], ...):
 //    takes effect; the training math is unchanged up to summation order (info line);
 //  - takes_effect: a hyperparameter of the optimisation that the restart state stays valid under
-//    (AdamW's betas, eps, weight_decay, grad_clip, dropout, global_batch_size, the precisions):
+//    (AdamW's betas, eps, weight_decay, grad_clip, dropout, global_batch_size, the dtypes):
 //    takes effect from the next step (warning);
 //  - refused: a change after which a restart counter means something else -- the step's place in
 //    the LR schedule (lr, min_lr, warmup_steps, max_steps, as Megatron-LM refuses a scheduler

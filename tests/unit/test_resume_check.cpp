@@ -64,7 +64,8 @@ TEST(ResumeCheck, EveryDeckKeyHasAClass) {
   for (const char* k : {"train.lr", "train.min_lr", "train.warmup_steps", "train.max_steps", "train.seed", "data.path"})
     EXPECT_EQ(change_class(k), ChangeClass::refused) << k;
   for (const char* k : {"train.global_batch_size", "train.beta1", "train.beta2", "train.eps", "train.weight_decay",
-                        "train.grad_clip", "model.dropout", "train.dtype", "train.param_dtype", "train.reduce_dtype"})
+                        "train.grad_clip", "model.dropout", "train.dtype", "train.param_dtype", "train.reduce_dtype",
+                        "train.compute_dtype"})
     EXPECT_EQ(change_class(k), ChangeClass::takes_effect) << k;
   for (const char* k : {"parallel.dp", "parallel.zero_stage", "train.micro_batch_size", "train.stop_at_step",
                         "train.time_limit_min", "train.out_dir", "checkpoint.interval", "data.cache_max_mb"})
