@@ -125,7 +125,7 @@ expect_exit 1 "out_dir '$WORK/afile' exists and is not a directory" -- \
 busy=$!
 for _ in $(seq 50); do [ -s "$WORK/busy/.trident.lock" ] && break; sleep 0.2; done
 expect_exit 1 "is in use by another Trident job \(host .* pid $busy\)" -- \
-  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --resume
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --train.max_steps=100000 --resume
 kill -9 "$busy" 2>/dev/null; wait "$busy" 2>/dev/null
 
 # ---- messages that pointed the wrong way (issue 16), each a regression test ------------------------
