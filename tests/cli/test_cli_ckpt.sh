@@ -279,13 +279,14 @@ for kind in ("param", "exp_avg", "exp_avg_sq"):
 print("round trip bitwise")
 EOF
 expect_exit 0 "round trip bitwise" -- "$PY" "$WORK/same_shards.py" "$t6" "$WORK/rdir/step_00000006.h5"
-# Resume at dp 2 (tp 1) from the original tp-2 file and from the offline resharded file: the same.
+# Resume at dp 2 (tp 1) from the original tp-2 file and from the offline resharded file: the same
+# (both extend the run from 6 to 9 steps, which a resume refuses unless allowed).
 for name in online offline; do
   tiny_deck "$WORK/$name.ini" "$WORK/$name" "$WORK/tok.h5"
   sed -i 's/^max_steps = 6/max_steps = 9/; s/^\[train\]/[parallel]\nzero_stage = 1\n[train]/' "$WORK/$name.ini"
 done
-expect_exit 0 "step +9/9" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/online.ini" --resume "$t6"
-expect_exit 0 "step +9/9" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/offline.ini" --resume "$WORK/r_dp2.h5"
+expect_exit 0 "step +9/9" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/online.ini" --train.allow_changed=train.max_steps --resume "$t6"
+expect_exit 0 "step +9/9" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/offline.ini" --train.allow_changed=train.max_steps --resume "$WORK/r_dp2.h5"
 check "reshard: resuming the resharded file = resuming the original at that layout (bitwise)" \
   cmp -s <(cut -d, -f1-5 "$WORK/online/metrics.csv") <(cut -d, -f1-5 "$WORK/offline/metrics.csv")
 # Bad input: each refused with a message, nothing written.

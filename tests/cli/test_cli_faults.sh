@@ -156,8 +156,10 @@ deck "$WORK/kb.ini" "$WORK/kb"
 sed -i 's/^keep = 2/keep = 10/' "$WORK/kb.ini"
 mkdir -p "$WORK/kb" && cp -r "$WORK/ref/checkpoints" "$WORK/ref/metrics.csv" "$WORK/kb/"
 TRIDENT_FAULT=ckpt.written:1 TRIDENT_FAULT_RANK=1 run --config "$WORK/kb.ini" --resume "$WORK/kb/checkpoints/step_00000006.h5" \
-  --checkpoint.interval=1 --train.lr=0.01 >/dev/null 2>&1
-check "lineage: the dead branch wrote a row of step 7" test "$(grep -c "^7," "$WORK/kb/metrics.csv")" -ge 1
+  --checkpoint.interval=1 --train.lr=0.01 --train.allow_changed=train.lr >/dev/null 2>&1
+# Its own row: the same step as the reference's row 7, with the branch's learning rate (column 4).
+check "lineage: the dead branch wrote a row of step 7" \
+  test "$(awk -F, '$1 == 7 { print $4 }' "$WORK/kb/metrics.csv")" != "$(awk -F, '$1 == 7 { print $4 }' "$WORK/ref/metrics.csv")"
 expect_exit 0 "the run is already complete: step 8" -- run --config "$WORK/kb.ini" --resume
 check "lineage: metrics.csv is the old line's history again" \
   cmp -s <(cut -d, -f1-5 "$WORK/ref/metrics.csv") <(cut -d, -f1-5 "$WORK/kb/metrics.csv")
