@@ -28,6 +28,8 @@ std::string CkptShard::name() const {
 namespace {
 
 constexpr std::size_t kNameLen = 128;
+/// The buffer verify() hashes a dataset through (64 MiB: large reads, bounded memory).
+constexpr std::size_t kVerifyPieceBytes = std::size_t{64} << 20;
 
 struct TensorRow {
   char name[kNameLen];
@@ -121,18 +123,6 @@ h5::Dataset create_dataset(hid_t file, const std::string& path, hid_t type, std:
   h5::check(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
   h5::Plist lcpl = lcpl_intermediate();
   return h5::Dataset(H5Dcreate2(file, path.c_str(), type, sp, lcpl, dcpl, H5P_DEFAULT), "creating " + path);
-}
-
-/// Writes rows [first, first + n) of a 1-D dataset (or all columns of rows of a 2-D one).
-void write_rows(hid_t dset, hid_t memtype, hsize_t first, hsize_t n, hsize_t cols, const void* data,
-                const std::string& what) {
-  if (n == 0) return;
-  h5::Space fs(H5Dget_space(dset), "H5Dget_space");
-  const int nd = H5Sget_simple_extent_ndims(fs);
-  hsize_t start[2] = {first, 0}, count[2] = {n, cols};
-  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr), "H5Sselect_hyperslab");
-  h5::Space ms(H5Screate_simple(nd, count, nullptr), "H5Screate_simple");
-  h5::check(H5Dwrite(dset, memtype, ms, fs, H5P_DEFAULT, data), "writing " + what);
 }
 
 struct Failure {
@@ -315,35 +305,34 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
         r.split_dim = w.tensors[i].split_dim;
         r.split_groups = w.tensors[i].split_groups;
       }
-      write_rows(d_tensors, tensor_type(), 0, rows.size(), 1, rows.data(), "/index/tensors");
-      write_rows(d_shards, shard_type(), 0, shards.size(), 1, shards.data(), "/index/shards");
+      h5::write_rows(d_tensors, tensor_type(), 0, rows.size(), rows.data(), "/index/tensors");
+      h5::write_rows(d_shards, shard_type(), 0, shards.size(), shards.data(), "/index/shards");
       for (const auto& [name, text] : w.texts) {
         h5::Type st = h5::string_type(text.size() + 1);
         h5::check(H5Dwrite(d_texts[name], st, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.c_str()), "writing /" + name);
       }
       for (const auto& [name, arr] : w.int_arrays)
-        write_rows(d_ints[name], H5T_NATIVE_INT32, 0, arr.size(), 1, arr.data(), "/" + name);
+        h5::write_rows(d_ints[name], H5T_NATIVE_INT32, 0, arr.size(), arr.data(), "/" + name);
       for (const auto& [name, arr] : w.byte_arrays)
-        write_rows(d_bytes[name], H5T_NATIVE_UINT8, 0, arr.size(), 1, arr.data(), "/" + name);
+        h5::write_rows(d_bytes[name], H5T_NATIVE_UINT8, 0, arr.size(), arr.data(), "/" + name);
     }
     std::vector<SegmentRow> seg(w.segments.size());
     for (size_t i = 0; i < seg.size(); ++i) {
       const CkptSegment& s = w.segments[i];
       seg[i] = SegmentRow{s.tensor, s.tp_rank, me, 0, s.tensor_offset, s.shard_offset, s.count};
     }
-    write_rows(d_segments, segment_type(), static_cast<hsize_t>(my_first_segment), seg.size(), 1, seg.data(),
-               "/index/segments");
+    h5::write_rows(d_segments, segment_type(), static_cast<hsize_t>(my_first_segment), seg.size(), seg.data(),
+                   "/index/segments");
     std::vector<std::uint64_t> sums(K);
     const std::size_t bytes = static_cast<std::size_t>(w.shard.length) * dtype_size(w.dtype);
     for (size_t k = 0; k < K; ++k) {
       sums[k] = XXH64(w.arrays[k], bytes, 0);
-      write_rows(my_arrays[k], h5_native(w.dtype), 0, static_cast<hsize_t>(w.shard.length), 1, w.arrays[k],
-                 "/shards/" + w.kinds[k] + "/" + shard_name(me));
+      h5::write_rows(my_arrays[k], h5_native(w.dtype), 0, static_cast<hsize_t>(w.shard.length), w.arrays[k],
+                     "/shards/" + w.kinds[k] + "/" + shard_name(me));
     }
-    write_rows(d_checksums, H5T_NATIVE_UINT64, static_cast<hsize_t>(me), 1, K, sums.data(), "/index/checksums");
+    h5::write_rows(d_checksums, H5T_NATIVE_UINT64, static_cast<hsize_t>(me), 1, sums.data(), "/index/checksums");
     if (!w.rank_state.empty())
-      write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.size(), w.rank_state.data(),
-                 "/rank_state");
+      h5::write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.data(), "/rank_state");
   });
   fault_point("ckpt.written");
   // Phase 3 (collective): close every object, flush to stable storage, close the file.
@@ -444,8 +433,7 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
       if (!h5::exists(f, name)) throw CheckpointError("checkpoint '" + path + "' has no " + std::string(name));
       h5::Dataset d(H5Dopen2(f, name, H5P_DEFAULT), std::string("opening ") + name);
       rows.resize(static_cast<size_t>(h5::extent_1d(d, name)));
-      if (!rows.empty())
-        h5::check(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), std::string("reading ") + name);
+      h5::read_all(d, type, rows.data(), name);
     };
     std::vector<TensorRow> trows;
     std::vector<ShardRow> srows;
@@ -517,7 +505,7 @@ std::vector<std::int32_t> CheckpointReader::int_array(const std::string& name) c
   if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no " + p);
   h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
   std::vector<std::int32_t> v(static_cast<size_t>(h5::extent_1d(d, p)));
-  if (!v.empty()) h5::check(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "reading " + p);
+  h5::read_all(d, H5T_NATIVE_INT32, v.data(), p);
   return v;
 }
 
@@ -527,7 +515,7 @@ std::vector<std::uint8_t> CheckpointReader::byte_array(const std::string& name) 
   if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no " + p);
   h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
   std::vector<std::uint8_t> v(static_cast<size_t>(h5::extent_1d(d, p)));
-  if (!v.empty()) h5::check(H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "reading " + p);
+  h5::read_all(d, H5T_NATIVE_UINT8, v.data(), p);
   if (!h5::has_attr(d, "xxh64")) throw CheckpointError("checkpoint '" + path_ + "': " + p + " has no xxh64 attribute");
   const std::string stored = h5::read_attr_string(d, "xxh64"), actual = xxh64_hex(v);
   if (stored != actual)
@@ -550,10 +538,12 @@ std::vector<std::int64_t> CheckpointReader::rank_state(int shard_row) const {
   if (K == 0) return v;
   h5::Dataset d(H5Dopen2(impl_->file, "/rank_state", H5P_DEFAULT), "opening /rank_state");
   h5::Space fs(H5Dget_space(d), "H5Dget_space");
-  hsize_t start[2] = {static_cast<hsize_t>(shard_row), 0}, count[2] = {1, K};
-  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr), "H5Sselect_hyperslab");
-  h5::Space ms(H5Screate_simple(2, count, nullptr), "H5Screate_simple");
-  h5::check(H5Dread(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, v.data()), "reading /rank_state");
+  hsize_t dims[2] = {0, 0};
+  if (H5Sget_simple_extent_ndims(fs) != 2 || H5Sget_simple_extent_dims(fs, dims, nullptr) != 2 || dims[1] != K ||
+      shard_row < 0 || static_cast<hsize_t>(shard_row) >= dims[0])
+    throw CheckpointError("checkpoint '" + path_ + "': /rank_state has no row " + std::to_string(shard_row) + " of " +
+                          std::to_string(K) + " columns");
+  h5::read_rows(d, H5T_NATIVE_INT64, static_cast<hsize_t>(shard_row), 1, v.data(), "/rank_state");
   return v;
 }
 
@@ -578,13 +568,10 @@ void CheckpointReader::read(const std::string& kind, int tensor, int tp_rank, st
         if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no dataset " + p);
         dit = impl_->open.emplace(key, h5::Dataset(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p)).first;
       }
-      h5::Space fs(H5Dget_space(dit->second), "H5Dget_space");
-      hsize_t start = static_cast<hsize_t>(s.shard_offset + (a - s.tensor_offset)), n = static_cast<hsize_t>(b - a);
-      h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &n, nullptr), "H5Sselect_hyperslab");
-      h5::Space ms(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
-      h5::check(H5Dread(dit->second, h5_native(out_type), ms, fs, H5P_DEFAULT,
-                        static_cast<char*>(out) + static_cast<std::size_t>(a - offset) * es),
-                "reading " + kind + " of " + tensors_.at(tensor).name + " from '" + path_ + "'");
+      const hsize_t start = static_cast<hsize_t>(s.shard_offset + (a - s.tensor_offset)), n = static_cast<hsize_t>(b - a);
+      h5::read_rows(dit->second, h5_native(out_type), start, n,
+                    static_cast<char*>(out) + static_cast<std::size_t>(a - offset) * es,
+                    kind + " of " + tensors_.at(tensor).name + " from '" + path_ + "'");
       covered += b - a;
     }
   }
@@ -616,9 +603,13 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
         throw CheckpointError("/index/checksums does not have one row per shard and one column per kind (" +
                               std::to_string(shards_.size()) + " x " + std::to_string(K) + ")");
     }
-    if (!want.empty())
-      h5::check(H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), "reading /index/checksums");
+    h5::read_all(d, H5T_NATIVE_UINT64, want.data(), "/index/checksums");
+    // Each dataset is hashed as it streams through one buffer of at most kVerifyPieceBytes (and
+    // io_max_call_bytes()), so verifying needs neither a shard-sized buffer nor one huge read.
+    const std::size_t piece = std::max<std::size_t>(es, std::min(kVerifyPieceBytes, io_max_call_bytes()) / es * es);
     std::vector<char> buf;
+    std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(), &XXH64_freeState);
+    if (!state) throw Error("XXH64_createState: out of memory");
     for (size_t s = static_cast<size_t>(comm.rank()); s < shards_.size(); s += static_cast<size_t>(comm.size())) {
       for (size_t k = 0; k < K; ++k) {
         const std::string p = "/shards/" + kinds_[k] + "/" + shards_[s].name();
@@ -626,12 +617,16 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
           if (!h5::exists(impl_->file, p)) throw CheckpointError(p + " is missing");
           h5::Dataset ds(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
           if (h5::extent_1d(ds, p) != shards_[s].length) throw CheckpointError(p + " has the wrong length");
-          buf.resize(static_cast<size_t>(shards_[s].length) * es);
-          if (!buf.empty())
-            h5::check(H5Dread(ds, dtype_ == DataType::f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
-                              H5P_DEFAULT, buf.data()),
-                      "reading " + p);
-          if (XXH64(buf.data(), buf.size(), 0) != want[s * K + k]) throw CheckpointError(p + " fails its checksum");
+          const std::int64_t length = shards_[s].length;
+          const std::int64_t per_read = static_cast<std::int64_t>(piece / es);
+          buf.resize(static_cast<size_t>(std::min(length, per_read)) * es);
+          XXH64_reset(state.get(), 0);
+          for (std::int64_t first = 0; first < length; first += per_read) {
+            const std::int64_t n = std::min(per_read, length - first);
+            h5::read_rows(ds, h5_native(dtype_), static_cast<hsize_t>(first), static_cast<hsize_t>(n), buf.data(), p);
+            XXH64_update(state.get(), buf.data(), static_cast<size_t>(n) * es);
+          }
+          if (XXH64_digest(state.get()) != want[s * K + k]) throw CheckpointError(p + " fails its checksum");
         } catch (const std::exception& e) {
           note(e.what());
         }
