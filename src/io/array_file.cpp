@@ -49,7 +49,7 @@ void write_arrays(const std::string& path, const std::vector<NamedArray>& arrays
       throw IoError("write_arrays('" + path + "'): array '" + a.name + "' has " + std::to_string(a.data.size()) +
                     " elements but its shape holds " + std::to_string(n));
   }
-  h5::File f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "cannot create array file '" + path + "'");
+  h5::File f = h5::create_serial_file(path, "cannot create array file");
   h5::write_attr(f, "format", std::string("trident-arrays"));
   h5::write_attr(f, "format_version", kArrayFormatVersion);
   h5::Plist lcpl(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate");

@@ -8,6 +8,8 @@
 #include <xxhash.h>
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -170,13 +173,44 @@ void reserve_space(const std::string& path, std::int64_t bytes) {
                   std::strerror(err));
 }
 
-}  // namespace
 
-void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w) {
+/// HDF5_USE_FILE_LOCKING=FALSE (or 0) in the environment: HDF5 then ignores the locking of every
+/// file access list, and Trident takes it as [checkpoint] file_locking = false for MPI-IO too.
+bool environment_disables_locking() {
+  const char* v = std::getenv("HDF5_USE_FILE_LOCKING");
+  return v != nullptr && (std::string(v) == "FALSE" || std::string(v) == "0");
+}
+
+/// The file access list of every checkpoint write and of the start-up probe: MPI-IO on `comm`,
+/// collective metadata, and without locks the ROMIO hints of checkpoint_romio_hints().
+h5::Plist checkpoint_fapl(Communicator& comm, bool file_locking) {
+  h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  MPI_Info info = MPI_INFO_NULL;
+  const auto hints = checkpoint_romio_hints(file_locking);
+  if (!hints.empty()) {
+    MPI_Info_create(&info);
+    for (const auto& [key, value] : hints) MPI_Info_set(info, key.c_str(), value.c_str());
+  }
+  const herr_t set = H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), info);  // HDF5 keeps a duplicate of info
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  h5::check(set, "H5Pset_fapl_mpio");
+  h5::check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
+  h5::check(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
+  if (!checkpoint_file_locking(file_locking))
+    h5::check(H5Pset_file_locking(fapl, false, true), "H5Pset_file_locking");
+  return fapl;
+}
+
+/// write_checkpoint_file(); `inject_faults` = false for the start-up probe, whose writes must not
+/// count as visits of the fault-injection points (core/fault.hpp) that tests aim at real saves.
+void write_file(const std::string& path, Communicator& comm, const CheckpointWrite& w, bool inject_faults) {
   h5::quiet_errors();
   // HDF5 is not thread-safe here: an asynchronous save holds the lock for the whole file.
   std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
-  fault_point("ckpt.begin");
+  auto fault = [&](const char* point) {
+    if (inject_faults) fault_point(point);
+  };
+  fault("ckpt.begin");
   const int R = comm.size(), me = comm.rank();
   const std::size_t K = w.kinds.size();
   Failure fail;
@@ -246,11 +280,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
   std::map<std::string, h5::Dataset> d_texts, d_ints, d_bytes;
   // Phase 1 (collective): create the file and every object, in the same order on every rank.
   fail.run([&] {
-    h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-    h5::check(H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), MPI_INFO_NULL), "H5Pset_fapl_mpio");
-    h5::check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
-    h5::check(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
-    if (!w.file_locking) h5::check(H5Pset_file_locking(fapl, false, true), "H5Pset_file_locking");
+    h5::Plist fapl = checkpoint_fapl(comm, w.file_locking);
     file = h5::File(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "cannot create checkpoint file '" + path + "'");
     h5::write_attr(file, "format", std::string("trident-checkpoint"));
     h5::write_attr(file, "format_version", kCheckpointFormatVersion);
@@ -290,7 +320,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     }
   });
   agree_or_throw(comm, fail, "cannot create checkpoint '" + path + "'");
-  fault_point("ckpt.created");
+  fault("ckpt.created");
 
   // Phase 2 (independent): every rank writes its own rows and shards; rank 0 the global tables.
   fail.run([&] {
@@ -334,7 +364,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     if (!w.rank_state.empty())
       h5::write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.data(), "/rank_state");
   });
-  fault_point("ckpt.written");
+  fault("ckpt.written");
   // Phase 3 (collective): close every object, flush to stable storage, close the file.
   Failure close_fail;
   close_fail.run([&] {
@@ -353,8 +383,21 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     }
   });
   if (fail.ok && !close_fail.ok) fail = close_fail;
-  fault_point("ckpt.closed");
+  fault("ckpt.closed");
   agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
+}
+
+}  // namespace
+
+bool checkpoint_file_locking(bool file_locking) { return file_locking && !environment_disables_locking(); }
+
+std::vector<std::pair<std::string, std::string>> checkpoint_romio_hints(bool file_locking) {
+  if (checkpoint_file_locking(file_locking)) return {};
+  return {{"romio_ds_write", "disable"}, {"romio_ds_read", "disable"}};
+}
+
+void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w) {
+  write_file(path, comm, w, /*inject_faults=*/true);
 }
 
 std::optional<double> peek_checkpoint_attr_double(const std::string& path, const std::string& name) {
@@ -372,23 +415,107 @@ std::optional<double> peek_checkpoint_attr_double(const std::string& path, const
   }
 }
 
-void probe_checkpoint_dir(const std::string& dir, bool file_locking) {
-  h5::quiet_errors();
-  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+namespace {
+
+/// errno of an exclusive, non-blocking flock() of `fd`, 0 when it was granted (and released).
+int try_flock(int fd) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return errno;
+  ::flock(fd, LOCK_UN);
+  return 0;
+}
+
+/// errno of a write lock on bytes [0, 4096) of `fd` taken with F_SETLKW, as ROMIO takes them, 0
+/// when it was granted (and released).
+int try_fcntl_lock(int fd) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 4096;
+  int rc;
+  do rc = ::fcntl(fd, F_SETLKW, &fl);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) return errno;
+  fl.l_type = F_UNLCK;
+  ::fcntl(fd, F_SETLK, &fl);
+  return 0;
+}
+
+}  // namespace
+
+LockSupport probe_lock_support(const std::string& dir) {
+  const std::string path = dir + "/.trident_lock_probe";
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (fd < 0) throw IoError("cannot write checkpoints in '" + dir + "': cannot create a file there: " + std::strerror(errno));
+  LockSupport s;
+  s.flock_errno = try_flock(fd);
+  s.fcntl_errno = try_fcntl_lock(fd);
+  struct statfs st {};
+  s.nfs = ::fstatfs(fd, &st) == 0 && st.f_type == kNfsSuperMagic;
+  ::close(fd);
+  ::unlink(path.c_str());
+  return s;
+}
+
+void probe_checkpoint_dir(const std::string& dir, Communicator& comm, bool file_locking) {
+  const bool locking = checkpoint_file_locking(file_locking);
+  // Layer 1: the kernel's record locks, on one rank (a property of the mount). ROMIO aborts the
+  // whole job (MPI_Abort) when a lock it needs is refused, so this must be known before any
+  // MPI-IO write is tried.
+  run_agreed(comm, "cannot write checkpoints in '" + dir + "'", [&] {
+    if (comm.rank() != 0) return;
+    const LockSupport s = probe_lock_support(dir);
+    if (s.fcntl_errno == 0) return;
+    const std::string why = std::string("this file system refuses fcntl record locks (") + std::strerror(s.fcntl_errno) + ")";
+    if (s.nfs)
+      throw ConfigError(why + ". It is NFS, where MPI-IO (ROMIO's NFS driver) locks every read and write of a "
+                        "checkpoint whatever the settings, so no checkpoint could be saved: run the NFS lock "
+                        "service (lockd/rpc.statd) on the server and every node, mount with -o local_lock=all when "
+                        "the job runs on a single node, or put [train] out_dir on another file system");
+    if (locking)
+      throw ConfigError(why + ": MPI-IO would abort the job at the first save (ROMIO locks byte ranges when it "
+                        "writes HDF5's metadata). Set [checkpoint] file_locking = false or HDF5_USE_FILE_LOCKING=FALSE "
+                        "(no HDF5 file locking, and the ROMIO hints romio_ds_write = disable, romio_ds_read = "
+                        "disable that need no locks), or "
+                        "put [train] out_dir on a file system with locks (NFS: run lockd; Lustre: mount with -o flock)");
+  });
+  // Layer 2: a small checkpoint written and read back by every rank exactly as a save writes one
+  // (write_file with the same access list, hints, transfer calls and collective metadata flush).
   const std::string path = dir + "/.trident_probe.h5";
-  h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-  if (!file_locking) H5Pset_file_locking(fapl, false, true);
-  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  if (f < 0) {
-    const std::string why = h5::last_error();
-    const bool lock = why.find("lock") != std::string::npos;
-    throw IoError("cannot write checkpoints in '" + dir + "': " + why +
-                  (lock ? "; this file system does not support HDF5 file locking: set HDF5_USE_FILE_LOCKING=FALSE "
-                          "in the environment or [checkpoint] file_locking = false in the deck"
-                        : ""));
+  const int R = comm.size(), me = comm.rank();
+  constexpr std::int64_t n = 1024;
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = static_cast<float>(me * n + i);
+  CheckpointWrite w;
+  w.tensors = {CkptTensor{"probe", {R * n}, -1, 1}};
+  w.kinds = {"param"};
+  w.texts = {{"config", "[checkpoint]\n"}};
+  w.rank_state_columns = {"rank"};
+  w.rank_state = {me};
+  w.shard = CkptShard{me, 0, me, 0, n};
+  w.segments = {CkptSegment{0, 0, 0, me * n, 0, n}};
+  w.arrays = {mine.data()};
+  w.file_locking = file_locking;
+  try {
+    write_file(path, comm, w, /*inject_faults=*/false);
+    CheckpointReader rd(path, comm);
+    std::vector<std::string> problems = rd.verify(comm);
+    run_agreed(comm, "reading it back", [&] {
+      const int other = (me + 1) % R;
+      std::vector<float> back(static_cast<size_t>(n));
+      rd.read("param", 0, 0, other * n, n, DataType::f32, back.data());
+      for (std::int64_t i = 0; i < n; ++i)
+        if (back[static_cast<size_t>(i)] != static_cast<float>(other * n + i))
+          throw IoError("rank " + std::to_string(other) + "'s data read back differs");
+      if (!problems.empty()) throw IoError(problems.front());
+    });
+  } catch (const Error& e) {
+    if (me == 0) std::remove(path.c_str());
+    if (dynamic_cast<const ConfigError*>(&e)) throw;
+    throw IoError("cannot write checkpoints in '" + dir + "': " + e.what(), /*collective=*/true);
   }
-  H5Fclose(f);
-  std::remove(path.c_str());
+  comm.barrier();
+  if (me == 0) std::remove(path.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------

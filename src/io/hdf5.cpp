@@ -1,6 +1,7 @@
 #include "io/hdf5.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <mutex>
 
 namespace trident::h5 {
@@ -34,6 +35,21 @@ std::string last_error() {
   std::string s = msgs.back();
   if (msgs.size() > 1 && msgs.front() != s) s = msgs.front() + " (" + s + ")";
   return s;
+}
+
+File create_serial_file(const std::string& path, const std::string& what) {
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f >= 0) return File(f);
+  const std::string why = last_error();
+  // HDF5's serial driver opens with O_CREAT | O_TRUNC before it locks: a refused lock leaves an
+  // empty file, which a retry (e.g. `trident prep`, which overwrites only token files) would refuse.
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) == 0 && !ec)
+    std::filesystem::remove(path, ec);
+  throw IoError(what + " '" + path + "': " + why +
+                (why.find("lock") != std::string::npos
+                     ? "; this file system refuses file locks: set HDF5_USE_FILE_LOCKING=FALSE in the environment"
+                     : ""));
 }
 
 Type string_type(std::size_t n) {

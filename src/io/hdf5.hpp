@@ -86,6 +86,12 @@ using Type = Handle<H5Tclose>;
 using Plist = Handle<H5Pclose>;
 using Attr = Handle<H5Aclose>;
 
+/// Creates (truncates) a file at `path` with the serial driver and HDF5's default file locking,
+/// for files one process writes (token files, array files). Local. Throws IoError("<what> '<path>':
+/// <HDF5 message>"), adding what to set when the file system refuses the lock
+/// (HDF5_USE_FILE_LOCKING=FALSE); a failed create leaves no empty file behind.
+File create_serial_file(const std::string& path, const std::string& what);
+
 /// Fixed-length, NUL-terminated string type of `n` bytes (n >= 1).
 Type string_type(std::size_t n);
 

@@ -9,7 +9,7 @@
 //
 // The limit is 1 GiB unless the environment variable TRIDENT_IO_MAX_CALL_BYTES gives another
 // number of bytes (read once, at the first transfer); tests lower it to a few KiB so that the
-// split path runs on small files (tests/mpi/test_io_limits.cpp, tests/cli/test_cli_io.sh).
+// split path runs on small files (tests/mpi/test_io_limits.cpp, tests/cli/test_cli_io_limits.sh).
 // Invariant: every call of the io layer's transfer helpers moves at most io_max_call_bytes()
 // bytes (a single element larger than the limit is the only exception).
 #pragma once

@@ -28,7 +28,7 @@ void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>&
 void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
                       const std::vector<std::int32_t>& val) {
   h5::quiet_errors();
-  h5::File f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "cannot create token file '" + path + "'");
+  h5::File f = h5::create_serial_file(path, "cannot create token file");
   h5::write_attr(f, "format", std::string("trident-tokens"));
   h5::write_attr(f, "format_version", kTokenFormatVersion);
   h5::write_attr(f, "tokenizer", info.tokenizer);
