@@ -67,8 +67,9 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
       const fs::path run = dir.parent_path();
       if (world.rank() == 0 && dir.filename() == "checkpoints" && fs::exists(run / ".trident.lock", ec)) {
         try {
-          lock = std::make_unique<RunLock>(run.string(), "reshard into another directory or a *.h5 file");
-        } catch (const IoError& e) {
+          lock = std::make_unique<RunLock>(run.string(), "reshard into another directory or a *.h5 file",
+                                           "reshard into a *.h5 file and move it there once no job runs");
+        } catch (const ConfigError& e) {
           throw ConfigError(std::string("--output: ") + e.what());  // a usage error: exit 2
         }
       }
@@ -109,6 +110,13 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     cfg.train.compute_dtype = compute;
   });
   res.to_layout = layout_text(cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.zero_stage);
+  // The output's file system takes a checkpoint the way the save below writes one (a file system
+  // without the locks MPI-IO needs is refused with advice, exit 2), before the input is loaded.
+  const std::string out_dir = to_dir ? out : fs::absolute(fs::path(out)).parent_path().string();
+  run_agreed(world, "ckpt reshard", [&] {
+    if (world.rank() == 0) fs::create_directories(out_dir);
+  });
+  run_agreed(world, "ckpt reshard", [&] { probe_checkpoint_dir(out_dir, world, cfg.checkpoint.file_locking); });
   {
     // Exactly a resume at the target layout, then a save (the same code as a training run).
     ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});

@@ -31,6 +31,7 @@ const char* name_of(Precision v) {
 }
 const char* name_of(Recompute v) { return v == Recompute::block ? "block" : "none"; }
 const char* name_of(OnSaveError v) { return v == OnSaveError::keep_training ? "continue" : "stop"; }
+const char* name_of(RunLockMode v) { return v == RunLockMode::off ? "off" : "required"; }
 const char* name_of(CommBackend v) {
   switch (v) {
     case CommBackend::mpi: return "mpi";
@@ -191,8 +192,14 @@ class Schema {
                "when a save fails (disk full, I/O error): stop (exit 1) or continue training; the previous "
                "checkpoint is intact either way");
     add("checkpoint", "file_locking", &c.checkpoint.file_locking,
-        "HDF5 file locking when writing; false for file systems without lock support (as "
-        "HDF5_USE_FILE_LOCKING=FALSE)");
+        "file locks when writing checkpoints; false for file systems without lock support (NFS without "
+        "lockd, Lustre without -o flock): no HDF5 file locking and the MPI-IO hints romio_ds_write = "
+        "disable, romio_ds_read = disable, which need no fcntl locks (HDF5_USE_FILE_LOCKING=FALSE does "
+        "the same); the start-up probe says when it is needed");
+    add_choice("checkpoint", "run_lock", &c.checkpoint.run_lock, {RunLockMode::required, RunLockMode::off},
+               "own [train] out_dir exclusively: required (a second job on it, or a file system that grants "
+               "no lock, is refused with exit status 2 before any work) or off (no lock is taken: nothing stops "
+               "two jobs from writing the same directory; a warning says so)");
     add("checkpoint", "verify_on_resume", &c.checkpoint.verify_on_resume,
         "verify checksums before resuming and fall back to the newest checkpoint that is complete");
   }

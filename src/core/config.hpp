@@ -27,6 +27,10 @@ enum class Precision { f32, f64, bf16 };
 enum class Recompute { none, block };
 /// What a failed checkpoint save does to the run: stop (exit 1) or keep training.
 enum class OnSaveError { stop, keep_training };
+/// Whether a run must own its out_dir (an exclusive lock, checkpoint/run_lock.hpp) before it
+/// starts: required (refused when another job holds it or the file system grants no lock) or off
+/// (no lock taken; the user answers for one job per directory).
+enum class RunLockMode { required, off };
 /// Library of the grid's axis collectives (dp, tp, pp, mp): NCCL when the build has it, Kokkos
 /// computes on a CUDA GPU and every rank has its own GPU (automatic), or MPI / NCCL as asked
 /// (parallel/comm_backend.hpp decides; the world communicator is always MPI).
@@ -37,6 +41,7 @@ const char* name_of(PipelineScheduleKind v);
 const char* name_of(Precision v);
 const char* name_of(Recompute v);
 const char* name_of(OnSaveError v);
+const char* name_of(RunLockMode v);
 const char* name_of(CommBackend v);
 
 /// GPT-2 model shape (Radford et al. 2019; nanoGPT's GPTConfig).
@@ -111,7 +116,8 @@ struct CheckpointConfig {
   bool save_final = true;     ///< write a checkpoint at the end of the run and on an early stop
   bool async = false;         ///< write checkpoints in a background thread while training goes on
   OnSaveError on_error = OnSaveError::stop;  ///< a failed save: stop (exit 1) or continue training
-  bool file_locking = true;   ///< HDF5 file locking while writing (false for file systems without flock)
+  bool file_locking = true;   ///< HDF5 file locking and MPI-IO data sieving while writing (false: file systems without locks)
+  RunLockMode run_lock = RunLockMode::required;  ///< own out_dir exclusively (required) or take no lock (off)
   bool verify_on_resume = true;  ///< check checksums before resuming; fall back to an older checkpoint
 };
 

@@ -49,7 +49,7 @@ void write_arrays(const std::string& path, const std::vector<NamedArray>& arrays
       throw IoError("write_arrays('" + path + "'): array '" + a.name + "' has " + std::to_string(a.data.size()) +
                     " elements but its shape holds " + std::to_string(n));
   }
-  h5::File f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "cannot create array file '" + path + "'");
+  h5::File f = h5::create_serial_file(path, "cannot create array file");
   h5::write_attr(f, "format", std::string("trident-arrays"));
   h5::write_attr(f, "format_version", kArrayFormatVersion);
   h5::Plist lcpl(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate");
@@ -61,9 +61,7 @@ void write_arrays(const std::string& path, const std::vector<NamedArray>& arrays
                  "dataspace of '" + a.name + "'");
     h5::Dataset d(H5Dcreate2(f, a.name.c_str(), H5T_IEEE_F64LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT),
                   "creating '" + a.name + "' in " + path);
-    if (!a.data.empty())
-      h5::check(H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()),
-                "writing '" + a.name + "' to " + path);
+    if (!a.data.empty()) h5::write_all(d, H5T_NATIVE_DOUBLE, a.data.data(), "'" + a.name + "' to " + path);
   }
   f.close("closing array file '" + path + "'");
 }
@@ -99,9 +97,7 @@ std::vector<NamedArray> read_arrays(const std::string& path) {
       n *= static_cast<std::int64_t>(x);
     }
     a.data.resize(static_cast<size_t>(n));
-    if (n > 0)
-      h5::check(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, a.data.data()),
-                "reading '" + name + "' from " + path);
+    if (n > 0) h5::read_all(d, H5T_NATIVE_DOUBLE, a.data.data(), "'" + name + "' from " + path);
     out.push_back(std::move(a));
   }
   return out;

@@ -8,6 +8,8 @@
 #include <xxhash.h>
 
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -28,6 +31,8 @@ std::string CkptShard::name() const {
 namespace {
 
 constexpr std::size_t kNameLen = 128;
+/// The buffer verify() hashes a dataset through (64 MiB: large reads, bounded memory).
+constexpr std::size_t kVerifyPieceBytes = std::size_t{64} << 20;
 
 struct TensorRow {
   char name[kNameLen];
@@ -123,18 +128,6 @@ h5::Dataset create_dataset(hid_t file, const std::string& path, hid_t type, std:
   return h5::Dataset(H5Dcreate2(file, path.c_str(), type, sp, lcpl, dcpl, H5P_DEFAULT), "creating " + path);
 }
 
-/// Writes rows [first, first + n) of a 1-D dataset (or all columns of rows of a 2-D one).
-void write_rows(hid_t dset, hid_t memtype, hsize_t first, hsize_t n, hsize_t cols, const void* data,
-                const std::string& what) {
-  if (n == 0) return;
-  h5::Space fs(H5Dget_space(dset), "H5Dget_space");
-  const int nd = H5Sget_simple_extent_ndims(fs);
-  hsize_t start[2] = {first, 0}, count[2] = {n, cols};
-  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr), "H5Sselect_hyperslab");
-  h5::Space ms(H5Screate_simple(nd, count, nullptr), "H5Screate_simple");
-  h5::check(H5Dwrite(dset, memtype, ms, fs, H5P_DEFAULT, data), "writing " + what);
-}
-
 struct Failure {
   bool ok = true;
   std::string msg;
@@ -180,13 +173,44 @@ void reserve_space(const std::string& path, std::int64_t bytes) {
                   std::strerror(err));
 }
 
-}  // namespace
 
-void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w) {
+/// HDF5_USE_FILE_LOCKING=FALSE (or 0) in the environment: HDF5 then ignores the locking of every
+/// file access list, and Trident takes it as [checkpoint] file_locking = false for MPI-IO too.
+bool environment_disables_locking() {
+  const char* v = std::getenv("HDF5_USE_FILE_LOCKING");
+  return v != nullptr && (std::string(v) == "FALSE" || std::string(v) == "0");
+}
+
+/// The file access list of every checkpoint write and of the start-up probe: MPI-IO on `comm`,
+/// collective metadata, and without locks the ROMIO hints of checkpoint_romio_hints().
+h5::Plist checkpoint_fapl(Communicator& comm, bool file_locking) {
+  h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+  MPI_Info info = MPI_INFO_NULL;
+  const auto hints = checkpoint_romio_hints(file_locking);
+  if (!hints.empty()) {
+    MPI_Info_create(&info);
+    for (const auto& [key, value] : hints) MPI_Info_set(info, key.c_str(), value.c_str());
+  }
+  const herr_t set = H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), info);  // HDF5 keeps a duplicate of info
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  h5::check(set, "H5Pset_fapl_mpio");
+  h5::check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
+  h5::check(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
+  if (!checkpoint_file_locking(file_locking))
+    h5::check(H5Pset_file_locking(fapl, false, true), "H5Pset_file_locking");
+  return fapl;
+}
+
+/// write_checkpoint_file(); `inject_faults` = false for the start-up probe, whose writes must not
+/// count as visits of the fault-injection points (core/fault.hpp) that tests aim at real saves.
+void write_file(const std::string& path, Communicator& comm, const CheckpointWrite& w, bool inject_faults) {
   h5::quiet_errors();
   // HDF5 is not thread-safe here: an asynchronous save holds the lock for the whole file.
   std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
-  fault_point("ckpt.begin");
+  auto fault = [&](const char* point) {
+    if (inject_faults) fault_point(point);
+  };
+  fault("ckpt.begin");
   const int R = comm.size(), me = comm.rank();
   const std::size_t K = w.kinds.size();
   Failure fail;
@@ -256,11 +280,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
   std::map<std::string, h5::Dataset> d_texts, d_ints, d_bytes;
   // Phase 1 (collective): create the file and every object, in the same order on every rank.
   fail.run([&] {
-    h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-    h5::check(H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), MPI_INFO_NULL), "H5Pset_fapl_mpio");
-    h5::check(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
-    h5::check(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
-    if (!w.file_locking) h5::check(H5Pset_file_locking(fapl, false, true), "H5Pset_file_locking");
+    h5::Plist fapl = checkpoint_fapl(comm, w.file_locking);
     file = h5::File(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "cannot create checkpoint file '" + path + "'");
     h5::write_attr(file, "format", std::string("trident-checkpoint"));
     h5::write_attr(file, "format_version", kCheckpointFormatVersion);
@@ -300,7 +320,7 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     }
   });
   agree_or_throw(comm, fail, "cannot create checkpoint '" + path + "'");
-  fault_point("ckpt.created");
+  fault("ckpt.created");
 
   // Phase 2 (independent): every rank writes its own rows and shards; rank 0 the global tables.
   fail.run([&] {
@@ -315,37 +335,36 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
         r.split_dim = w.tensors[i].split_dim;
         r.split_groups = w.tensors[i].split_groups;
       }
-      write_rows(d_tensors, tensor_type(), 0, rows.size(), 1, rows.data(), "/index/tensors");
-      write_rows(d_shards, shard_type(), 0, shards.size(), 1, shards.data(), "/index/shards");
+      h5::write_rows(d_tensors, tensor_type(), 0, rows.size(), rows.data(), "/index/tensors");
+      h5::write_rows(d_shards, shard_type(), 0, shards.size(), shards.data(), "/index/shards");
       for (const auto& [name, text] : w.texts) {
         h5::Type st = h5::string_type(text.size() + 1);
         h5::check(H5Dwrite(d_texts[name], st, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.c_str()), "writing /" + name);
       }
       for (const auto& [name, arr] : w.int_arrays)
-        write_rows(d_ints[name], H5T_NATIVE_INT32, 0, arr.size(), 1, arr.data(), "/" + name);
+        h5::write_rows(d_ints[name], H5T_NATIVE_INT32, 0, arr.size(), arr.data(), "/" + name);
       for (const auto& [name, arr] : w.byte_arrays)
-        write_rows(d_bytes[name], H5T_NATIVE_UINT8, 0, arr.size(), 1, arr.data(), "/" + name);
+        h5::write_rows(d_bytes[name], H5T_NATIVE_UINT8, 0, arr.size(), arr.data(), "/" + name);
     }
     std::vector<SegmentRow> seg(w.segments.size());
     for (size_t i = 0; i < seg.size(); ++i) {
       const CkptSegment& s = w.segments[i];
       seg[i] = SegmentRow{s.tensor, s.tp_rank, me, 0, s.tensor_offset, s.shard_offset, s.count};
     }
-    write_rows(d_segments, segment_type(), static_cast<hsize_t>(my_first_segment), seg.size(), 1, seg.data(),
-               "/index/segments");
+    h5::write_rows(d_segments, segment_type(), static_cast<hsize_t>(my_first_segment), seg.size(), seg.data(),
+                   "/index/segments");
     std::vector<std::uint64_t> sums(K);
     const std::size_t bytes = static_cast<std::size_t>(w.shard.length) * dtype_size(w.dtype);
     for (size_t k = 0; k < K; ++k) {
       sums[k] = XXH64(w.arrays[k], bytes, 0);
-      write_rows(my_arrays[k], h5_native(w.dtype), 0, static_cast<hsize_t>(w.shard.length), 1, w.arrays[k],
-                 "/shards/" + w.kinds[k] + "/" + shard_name(me));
+      h5::write_rows(my_arrays[k], h5_native(w.dtype), 0, static_cast<hsize_t>(w.shard.length), w.arrays[k],
+                     "/shards/" + w.kinds[k] + "/" + shard_name(me));
     }
-    write_rows(d_checksums, H5T_NATIVE_UINT64, static_cast<hsize_t>(me), 1, K, sums.data(), "/index/checksums");
+    h5::write_rows(d_checksums, H5T_NATIVE_UINT64, static_cast<hsize_t>(me), 1, sums.data(), "/index/checksums");
     if (!w.rank_state.empty())
-      write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.size(), w.rank_state.data(),
-                 "/rank_state");
+      h5::write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.data(), "/rank_state");
   });
-  fault_point("ckpt.written");
+  fault("ckpt.written");
   // Phase 3 (collective): close every object, flush to stable storage, close the file.
   Failure close_fail;
   close_fail.run([&] {
@@ -364,8 +383,21 @@ void write_checkpoint_file(const std::string& path, Communicator& comm, const Ch
     }
   });
   if (fail.ok && !close_fail.ok) fail = close_fail;
-  fault_point("ckpt.closed");
+  fault("ckpt.closed");
   agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
+}
+
+}  // namespace
+
+bool checkpoint_file_locking(bool file_locking) { return file_locking && !environment_disables_locking(); }
+
+std::vector<std::pair<std::string, std::string>> checkpoint_romio_hints(bool file_locking) {
+  if (checkpoint_file_locking(file_locking)) return {};
+  return {{"romio_ds_write", "disable"}, {"romio_ds_read", "disable"}};
+}
+
+void write_checkpoint_file(const std::string& path, Communicator& comm, const CheckpointWrite& w) {
+  write_file(path, comm, w, /*inject_faults=*/true);
 }
 
 std::optional<double> peek_checkpoint_attr_double(const std::string& path, const std::string& name) {
@@ -383,23 +415,107 @@ std::optional<double> peek_checkpoint_attr_double(const std::string& path, const
   }
 }
 
-void probe_checkpoint_dir(const std::string& dir, bool file_locking) {
-  h5::quiet_errors();
-  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+namespace {
+
+/// errno of an exclusive, non-blocking flock() of `fd`, 0 when it was granted (and released).
+int try_flock(int fd) {
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return errno;
+  ::flock(fd, LOCK_UN);
+  return 0;
+}
+
+/// errno of a write lock on bytes [0, 4096) of `fd` taken with F_SETLKW, as ROMIO takes them, 0
+/// when it was granted (and released).
+int try_fcntl_lock(int fd) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 4096;
+  int rc;
+  do rc = ::fcntl(fd, F_SETLKW, &fl);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) return errno;
+  fl.l_type = F_UNLCK;
+  ::fcntl(fd, F_SETLK, &fl);
+  return 0;
+}
+
+}  // namespace
+
+LockSupport probe_lock_support(const std::string& dir) {
+  const std::string path = dir + "/.trident_lock_probe";
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (fd < 0) throw IoError("cannot write checkpoints in '" + dir + "': cannot create a file there: " + std::strerror(errno));
+  LockSupport s;
+  s.flock_errno = try_flock(fd);
+  s.fcntl_errno = try_fcntl_lock(fd);
+  struct statfs st {};
+  s.nfs = ::fstatfs(fd, &st) == 0 && st.f_type == kNfsSuperMagic;
+  ::close(fd);
+  ::unlink(path.c_str());
+  return s;
+}
+
+void probe_checkpoint_dir(const std::string& dir, Communicator& comm, bool file_locking) {
+  const bool locking = checkpoint_file_locking(file_locking);
+  // Layer 1: the kernel's record locks, on one rank (a property of the mount). ROMIO aborts the
+  // whole job (MPI_Abort) when a lock it needs is refused, so this must be known before any
+  // MPI-IO write is tried.
+  run_agreed(comm, "cannot write checkpoints in '" + dir + "'", [&] {
+    if (comm.rank() != 0) return;
+    const LockSupport s = probe_lock_support(dir);
+    if (s.fcntl_errno == 0) return;
+    const std::string why = std::string("this file system refuses fcntl record locks (") + std::strerror(s.fcntl_errno) + ")";
+    if (s.nfs)
+      throw ConfigError(why + ". It is NFS, where MPI-IO (ROMIO's NFS driver) locks every read and write of a "
+                        "checkpoint whatever the settings, so no checkpoint could be saved: run the NFS lock "
+                        "service (lockd/rpc.statd) on the server and every node, mount with -o local_lock=all when "
+                        "the job runs on a single node, or put [train] out_dir on another file system");
+    if (locking)
+      throw ConfigError(why + ": MPI-IO would abort the job at the first save (ROMIO locks byte ranges when it "
+                        "writes HDF5's metadata). Set [checkpoint] file_locking = false or HDF5_USE_FILE_LOCKING=FALSE "
+                        "(no HDF5 file locking, and the ROMIO hints romio_ds_write = disable, romio_ds_read = "
+                        "disable that need no locks), or "
+                        "put [train] out_dir on a file system with locks (NFS: run lockd; Lustre: mount with -o flock)");
+  });
+  // Layer 2: a small checkpoint written and read back by every rank exactly as a save writes one
+  // (write_file with the same access list, hints, transfer calls and collective metadata flush).
   const std::string path = dir + "/.trident_probe.h5";
-  h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
-  if (!file_locking) H5Pset_file_locking(fapl, false, true);
-  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-  if (f < 0) {
-    const std::string why = h5::last_error();
-    const bool lock = why.find("lock") != std::string::npos;
-    throw IoError("cannot write checkpoints in '" + dir + "': " + why +
-                  (lock ? "; this file system does not support HDF5 file locking: set HDF5_USE_FILE_LOCKING=FALSE "
-                          "in the environment or [checkpoint] file_locking = false in the deck"
-                        : ""));
+  const int R = comm.size(), me = comm.rank();
+  constexpr std::int64_t n = 1024;
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = static_cast<float>(me * n + i);
+  CheckpointWrite w;
+  w.tensors = {CkptTensor{"probe", {R * n}, -1, 1}};
+  w.kinds = {"param"};
+  w.texts = {{"config", "[checkpoint]\n"}};
+  w.rank_state_columns = {"rank"};
+  w.rank_state = {me};
+  w.shard = CkptShard{me, 0, me, 0, n};
+  w.segments = {CkptSegment{0, 0, 0, me * n, 0, n}};
+  w.arrays = {mine.data()};
+  w.file_locking = file_locking;
+  try {
+    write_file(path, comm, w, /*inject_faults=*/false);
+    CheckpointReader rd(path, comm);
+    std::vector<std::string> problems = rd.verify(comm);
+    run_agreed(comm, "reading it back", [&] {
+      const int other = (me + 1) % R;
+      std::vector<float> back(static_cast<size_t>(n));
+      rd.read("param", 0, 0, other * n, n, DataType::f32, back.data());
+      for (std::int64_t i = 0; i < n; ++i)
+        if (back[static_cast<size_t>(i)] != static_cast<float>(other * n + i))
+          throw IoError("rank " + std::to_string(other) + "'s data read back differs");
+      if (!problems.empty()) throw IoError(problems.front());
+    });
+  } catch (const Error& e) {
+    if (me == 0) std::remove(path.c_str());
+    if (dynamic_cast<const ConfigError*>(&e)) throw;
+    throw IoError("cannot write checkpoints in '" + dir + "': " + e.what(), /*collective=*/true);
   }
-  H5Fclose(f);
-  std::remove(path.c_str());
+  comm.barrier();
+  if (me == 0) std::remove(path.c_str());
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -444,8 +560,7 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
       if (!h5::exists(f, name)) throw CheckpointError("checkpoint '" + path + "' has no " + std::string(name));
       h5::Dataset d(H5Dopen2(f, name, H5P_DEFAULT), std::string("opening ") + name);
       rows.resize(static_cast<size_t>(h5::extent_1d(d, name)));
-      if (!rows.empty())
-        h5::check(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()), std::string("reading ") + name);
+      h5::read_all(d, type, rows.data(), name);
     };
     std::vector<TensorRow> trows;
     std::vector<ShardRow> srows;
@@ -517,7 +632,7 @@ std::vector<std::int32_t> CheckpointReader::int_array(const std::string& name) c
   if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no " + p);
   h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
   std::vector<std::int32_t> v(static_cast<size_t>(h5::extent_1d(d, p)));
-  if (!v.empty()) h5::check(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "reading " + p);
+  h5::read_all(d, H5T_NATIVE_INT32, v.data(), p);
   return v;
 }
 
@@ -527,7 +642,7 @@ std::vector<std::uint8_t> CheckpointReader::byte_array(const std::string& name) 
   if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no " + p);
   h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
   std::vector<std::uint8_t> v(static_cast<size_t>(h5::extent_1d(d, p)));
-  if (!v.empty()) h5::check(H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "reading " + p);
+  h5::read_all(d, H5T_NATIVE_UINT8, v.data(), p);
   if (!h5::has_attr(d, "xxh64")) throw CheckpointError("checkpoint '" + path_ + "': " + p + " has no xxh64 attribute");
   const std::string stored = h5::read_attr_string(d, "xxh64"), actual = xxh64_hex(v);
   if (stored != actual)
@@ -550,10 +665,12 @@ std::vector<std::int64_t> CheckpointReader::rank_state(int shard_row) const {
   if (K == 0) return v;
   h5::Dataset d(H5Dopen2(impl_->file, "/rank_state", H5P_DEFAULT), "opening /rank_state");
   h5::Space fs(H5Dget_space(d), "H5Dget_space");
-  hsize_t start[2] = {static_cast<hsize_t>(shard_row), 0}, count[2] = {1, K};
-  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, nullptr, count, nullptr), "H5Sselect_hyperslab");
-  h5::Space ms(H5Screate_simple(2, count, nullptr), "H5Screate_simple");
-  h5::check(H5Dread(d, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, v.data()), "reading /rank_state");
+  hsize_t dims[2] = {0, 0};
+  if (H5Sget_simple_extent_ndims(fs) != 2 || H5Sget_simple_extent_dims(fs, dims, nullptr) != 2 || dims[1] != K ||
+      shard_row < 0 || static_cast<hsize_t>(shard_row) >= dims[0])
+    throw CheckpointError("checkpoint '" + path_ + "': /rank_state has no row " + std::to_string(shard_row) + " of " +
+                          std::to_string(K) + " columns");
+  h5::read_rows(d, H5T_NATIVE_INT64, static_cast<hsize_t>(shard_row), 1, v.data(), "/rank_state");
   return v;
 }
 
@@ -578,13 +695,10 @@ void CheckpointReader::read(const std::string& kind, int tensor, int tp_rank, st
         if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no dataset " + p);
         dit = impl_->open.emplace(key, h5::Dataset(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p)).first;
       }
-      h5::Space fs(H5Dget_space(dit->second), "H5Dget_space");
-      hsize_t start = static_cast<hsize_t>(s.shard_offset + (a - s.tensor_offset)), n = static_cast<hsize_t>(b - a);
-      h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &n, nullptr), "H5Sselect_hyperslab");
-      h5::Space ms(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
-      h5::check(H5Dread(dit->second, h5_native(out_type), ms, fs, H5P_DEFAULT,
-                        static_cast<char*>(out) + static_cast<std::size_t>(a - offset) * es),
-                "reading " + kind + " of " + tensors_.at(tensor).name + " from '" + path_ + "'");
+      const hsize_t start = static_cast<hsize_t>(s.shard_offset + (a - s.tensor_offset)), n = static_cast<hsize_t>(b - a);
+      h5::read_rows(dit->second, h5_native(out_type), start, n,
+                    static_cast<char*>(out) + static_cast<std::size_t>(a - offset) * es,
+                    kind + " of " + tensors_.at(tensor).name + " from '" + path_ + "'");
       covered += b - a;
     }
   }
@@ -616,9 +730,13 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
         throw CheckpointError("/index/checksums does not have one row per shard and one column per kind (" +
                               std::to_string(shards_.size()) + " x " + std::to_string(K) + ")");
     }
-    if (!want.empty())
-      h5::check(H5Dread(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, want.data()), "reading /index/checksums");
+    h5::read_all(d, H5T_NATIVE_UINT64, want.data(), "/index/checksums");
+    // Each dataset is hashed as it streams through one buffer of at most kVerifyPieceBytes (and
+    // io_max_call_bytes()), so verifying needs neither a shard-sized buffer nor one huge read.
+    const std::size_t piece = std::max<std::size_t>(es, std::min(kVerifyPieceBytes, io_max_call_bytes()) / es * es);
     std::vector<char> buf;
+    std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(), &XXH64_freeState);
+    if (!state) throw Error("XXH64_createState: out of memory");
     for (size_t s = static_cast<size_t>(comm.rank()); s < shards_.size(); s += static_cast<size_t>(comm.size())) {
       for (size_t k = 0; k < K; ++k) {
         const std::string p = "/shards/" + kinds_[k] + "/" + shards_[s].name();
@@ -626,12 +744,16 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
           if (!h5::exists(impl_->file, p)) throw CheckpointError(p + " is missing");
           h5::Dataset ds(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
           if (h5::extent_1d(ds, p) != shards_[s].length) throw CheckpointError(p + " has the wrong length");
-          buf.resize(static_cast<size_t>(shards_[s].length) * es);
-          if (!buf.empty())
-            h5::check(H5Dread(ds, dtype_ == DataType::f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL,
-                              H5P_DEFAULT, buf.data()),
-                      "reading " + p);
-          if (XXH64(buf.data(), buf.size(), 0) != want[s * K + k]) throw CheckpointError(p + " fails its checksum");
+          const std::int64_t length = shards_[s].length;
+          const std::int64_t per_read = static_cast<std::int64_t>(piece / es);
+          buf.resize(static_cast<size_t>(std::min(length, per_read)) * es);
+          XXH64_reset(state.get(), 0);
+          for (std::int64_t first = 0; first < length; first += per_read) {
+            const std::int64_t n = std::min(per_read, length - first);
+            h5::read_rows(ds, h5_native(dtype_), static_cast<hsize_t>(first), static_cast<hsize_t>(n), buf.data(), p);
+            XXH64_update(state.get(), buf.data(), static_cast<size_t>(n) * es);
+          }
+          if (XXH64_digest(state.get()) != want[s * K + k]) throw CheckpointError(p + " fails its checksum");
         } catch (const std::exception& e) {
           note(e.what());
         }

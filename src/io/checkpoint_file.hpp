@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trident {
@@ -144,11 +145,47 @@ class CheckpointReader {
   std::map<std::pair<int, int>, std::vector<int>> by_partition_;  // (tensor, tp_rank) -> segment rows by offset
 };
 
-/// Creates and removes a small HDF5 file in `dir` the way checkpoints are written (file locking
-/// as asked), to find an unwritable directory or a file system without lock support at start-up
-/// rather than at the first save. Local. Throws IoError naming the directory, and for a locking
-/// failure HDF5_USE_FILE_LOCKING and [checkpoint] file_locking.
-void probe_checkpoint_dir(const std::string& dir, bool file_locking);
+/// Whether checkpoint files are written with HDF5 file locking: `file_locking` ([checkpoint]
+/// file_locking) unless the environment sets HDF5_USE_FILE_LOCKING=FALSE (or 0), which HDF5
+/// itself obeys and Trident takes as the same choice. Local.
+bool checkpoint_file_locking(bool file_locking);
+
+/// The MPI-IO hints (MPI_Info key, value) that checkpoint files are opened with: none when
+/// checkpoint_file_locking(file_locking), else romio_ds_write = disable and romio_ds_read =
+/// disable. ROMIO's data sieving (a read-modify-write of a whole file range for a noncontiguous
+/// access, such as HDF5's metadata flush) is the one path of its generic (UFS) driver that takes
+/// fcntl locks, and it calls MPI_Abort when one is refused; without it, a checkpoint is written
+/// with plain positioned writes. Every rank writes disjoint byte ranges, so nothing needs the lock.
+/// Local.
+std::vector<std::pair<std::string, std::string>> checkpoint_romio_hints(bool file_locking);
+
+/// What the kernel grants on files of one directory (probe_lock_support).
+struct LockSupport {
+  int flock_errno = 0;  ///< errno of an exclusive flock(), 0 when granted (the run lock, HDF5's file locking)
+  int fcntl_errno = 0;  ///< errno of an fcntl byte-range write lock (F_SETLKW), 0 when granted (MPI-IO/ROMIO)
+  bool nfs = false;     ///< the directory is on NFS, where ROMIO's NFS driver locks every access
+};
+
+/// statfs f_type of NFS (linux/magic.h), the file systems ROMIO gives its locking NFS driver.
+constexpr long kNfsSuperMagic = 0x6969;
+
+/// Tries both kinds of lock on a scratch file in `dir` (created and removed). Local. Throws
+/// IoError when no file can be created there.
+LockSupport probe_lock_support(const std::string& dir);
+
+/// The start-up probe of a checkpoint directory: does at once what the first save would do hours
+/// later, so that a directory or file system that cannot take checkpoints fails the run before
+/// it trains. (1) World rank 0 tries an fcntl byte-range lock (probe_lock_support): where the
+/// file system refuses it, ROMIO would MPI_Abort the job inside a save, so this throws
+/// ConfigError (exit status 2) with advice: [checkpoint] file_locking = false when the hints of
+/// checkpoint_romio_hints() avoid every lock, or another mount or file system on NFS, whose ROMIO
+/// driver locks every access. (2) Every rank writes a small checkpoint `dir`/.trident_probe.h5
+/// through the save path itself (same file access list, MPI-IO hints, hyperslab writes and
+/// collective metadata flush), reads it back, verifies its checksums, and rank 0 removes it.
+/// Collective over comm (the checkpoint writers' communicator). Throws IoError (collective)
+/// "cannot write checkpoints in '<dir>': <reason>" when that fails. Cost: one small collective
+/// file create (R datasets, as a save creates 3R) and one read of 4 KiB per rank.
+void probe_checkpoint_dir(const std::string& dir, Communicator& comm, bool file_locking);
 
 /// The double root attribute `name` of checkpoint file `path`, read by this process alone (a
 /// serial, read-only open without file locking: no communicator needed), or nothing when the file

@@ -1,5 +1,7 @@
 #include "io/hdf5.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <mutex>
 
 namespace trident::h5 {
@@ -33,6 +35,21 @@ std::string last_error() {
   std::string s = msgs.back();
   if (msgs.size() > 1 && msgs.front() != s) s = msgs.front() + " (" + s + ")";
   return s;
+}
+
+File create_serial_file(const std::string& path, const std::string& what) {
+  const hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f >= 0) return File(f);
+  const std::string why = last_error();
+  // HDF5's serial driver opens with O_CREAT | O_TRUNC before it locks: a refused lock leaves an
+  // empty file, which a retry (e.g. `trident prep`, which overwrites only token files) would refuse.
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) == 0 && !ec)
+    std::filesystem::remove(path, ec);
+  throw IoError(what + " '" + path + "': " + why +
+                (why.find("lock") != std::string::npos
+                     ? "; this file system refuses file locks: set HDF5_USE_FILE_LOCKING=FALSE in the environment"
+                     : ""));
 }
 
 Type string_type(std::size_t n) {
@@ -139,6 +156,103 @@ std::int64_t extent_1d(hid_t dset, const std::string& what) {
   hsize_t n = 0;
   H5Sget_simple_extent_dims(sp, &n, nullptr);
   return static_cast<std::int64_t>(n);
+}
+
+namespace {
+
+enum class Direction { read, write };
+
+/// The dataset's extent (empty for a scalar dataset).
+std::vector<hsize_t> dims_of(hid_t dset, const std::string& what) {
+  Space sp(H5Dget_space(dset), "H5Dget_space " + what);
+  const int nd = static_cast<int>(check(H5Sget_simple_extent_ndims(sp), "H5Sget_simple_extent_ndims " + what));
+  std::vector<hsize_t> dims(static_cast<size_t>(nd));
+  if (nd > 0) H5Sget_simple_extent_dims(sp, dims.data(), nullptr);
+  return dims;
+}
+
+/// Bytes per element of a transfer: the larger of the memory and file types, so that the limit
+/// holds for the file access whether or not HDF5 converts.
+std::size_t element_bytes(hid_t dset, hid_t memtype) {
+  Type ft(H5Dget_type(dset), "H5Dget_type");
+  return std::max<std::size_t>({H5Tget_size(memtype), H5Tget_size(ft), 1});
+}
+
+void one_call(Direction dir, hid_t dset, hid_t memtype, const std::vector<hsize_t>& start,
+              const std::vector<hsize_t>& count, char* buf, const std::string& what, hid_t dxpl) {
+  Space fs(H5Dget_space(dset), "H5Dget_space");
+  check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), "H5Sselect_hyperslab");
+  Space ms(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), "H5Screate_simple");
+  detail::count_io_transfer_call();
+  if (dir == Direction::write) check(H5Dwrite(dset, memtype, ms, fs, dxpl, buf), "writing " + what);
+  else check(H5Dread(dset, memtype, ms, fs, dxpl, buf), "reading " + what);
+}
+
+/// Transfers the box [start, start + count) whose dimensions after `dim` are whole (so the box is
+/// one contiguous row-major block at `buf`): in one call when it fits the limit, else in slabs
+/// of whole sub-rows of dimension `dim`, each split further when one sub-row alone is too large.
+void transfer_box(Direction dir, hid_t dset, hid_t memtype, std::size_t es, std::vector<hsize_t> start,
+                  std::vector<hsize_t> count, std::size_t dim, char* buf, const std::string& what, hid_t dxpl,
+                  std::size_t limit) {
+  std::size_t bytes = es;
+  for (hsize_t c : count) bytes *= static_cast<std::size_t>(c);
+  if (bytes == 0) return;
+  if (bytes <= limit || dim >= count.size()) {
+    one_call(dir, dset, memtype, start, count, buf, what, dxpl);
+    return;
+  }
+  std::size_t row_bytes = es;  // one index step along `dim`
+  for (std::size_t d = dim + 1; d < count.size(); ++d) row_bytes *= static_cast<std::size_t>(count[d]);
+  const hsize_t rows_per_call = std::max<hsize_t>(1, static_cast<hsize_t>(limit / row_bytes));
+  const hsize_t first = start[dim], n = count[dim];
+  for (hsize_t r = 0; r < n; r += rows_per_call) {
+    start[dim] = first + r;
+    count[dim] = std::min(rows_per_call, n - r);
+    transfer_box(dir, dset, memtype, es, start, count, dim + 1, buf + static_cast<std::size_t>(r) * row_bytes, what,
+                 dxpl, limit);
+  }
+}
+
+void transfer_rows(Direction dir, hid_t dset, hid_t memtype, hsize_t first, hsize_t n, char* buf,
+                   const std::string& what, hid_t dxpl) {
+  if (n == 0) return;
+  const std::vector<hsize_t> dims = dims_of(dset, what);
+  if (dims.empty()) throw IoError(what + ": a scalar dataset has no rows");
+  if (first + n > dims[0] || first + n < first)
+    throw IoError(what + ": rows [" + std::to_string(first) + ", " + std::to_string(first + n) +
+                  ") are outside the dataset's " + std::to_string(dims[0]));
+  std::vector<hsize_t> start(dims.size(), 0), count = dims;
+  start[0] = first;
+  count[0] = n;
+  transfer_box(dir, dset, memtype, element_bytes(dset, memtype), start, count, 0, buf, what, dxpl,
+               io_max_call_bytes());
+}
+
+void transfer_all(Direction dir, hid_t dset, hid_t memtype, char* buf, const std::string& what) {
+  const std::vector<hsize_t> dims = dims_of(dset, what);
+  if (!dims.empty()) return transfer_rows(dir, dset, memtype, 0, dims[0], buf, what, H5P_DEFAULT);
+  detail::count_io_transfer_call();  // a scalar: one element
+  if (dir == Direction::write) check(H5Dwrite(dset, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), "writing " + what);
+  else check(H5Dread(dset, memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf), "reading " + what);
+}
+
+}  // namespace
+
+void write_rows(hid_t dset, hid_t memtype, hsize_t first, hsize_t n, const void* data, const std::string& what,
+                hid_t dxpl) {
+  transfer_rows(Direction::write, dset, memtype, first, n, static_cast<char*>(const_cast<void*>(data)), what, dxpl);
+}
+
+void read_rows(hid_t dset, hid_t memtype, hsize_t first, hsize_t n, void* out, const std::string& what, hid_t dxpl) {
+  transfer_rows(Direction::read, dset, memtype, first, n, static_cast<char*>(out), what, dxpl);
+}
+
+void write_all(hid_t dset, hid_t memtype, const void* data, const std::string& what) {
+  transfer_all(Direction::write, dset, memtype, static_cast<char*>(const_cast<void*>(data)), what);
+}
+
+void read_all(hid_t dset, hid_t memtype, void* out, const std::string& what) {
+  transfer_all(Direction::read, dset, memtype, static_cast<char*>(out), what);
 }
 
 }  // namespace trident::h5

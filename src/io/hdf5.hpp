@@ -7,6 +7,7 @@
 #pragma once
 
 #include "core/error.hpp"
+#include "io/io_limits.hpp"
 
 #include <hdf5.h>
 
@@ -14,6 +15,11 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+namespace trident::detail {
+/// Counts one H5Dread/H5Dwrite call of the transfer helpers below (io_transfer_calls()). Local.
+void count_io_transfer_call();
+}  // namespace trident::detail
 
 namespace trident::h5 {
 
@@ -80,6 +86,12 @@ using Type = Handle<H5Tclose>;
 using Plist = Handle<H5Pclose>;
 using Attr = Handle<H5Aclose>;
 
+/// Creates (truncates) a file at `path` with the serial driver and HDF5's default file locking,
+/// for files one process writes (token files, array files). Local. Throws IoError("<what> '<path>':
+/// <HDF5 message>"), adding what to set when the file system refuses the lock
+/// (HDF5_USE_FILE_LOCKING=FALSE); a failed create leaves no empty file behind.
+File create_serial_file(const std::string& path, const std::string& what);
+
 /// Fixed-length, NUL-terminated string type of `n` bytes (n >= 1).
 Type string_type(std::size_t n);
 
@@ -101,5 +113,21 @@ std::string read_string_dataset(hid_t loc, const std::string& path);
 
 /// Number of elements of a 1-D dataset (throws if it is not 1-D).
 std::int64_t extent_1d(hid_t dset, const std::string& what);
+
+/// Writes rows [first, first + n) of dataset `dset` (a row: one element of a 1-D dataset, all
+/// columns of a 2-D one, every trailing dimension in general) from `data`, row-major in memory
+/// type `memtype`, in calls of at most io_max_call_bytes() bytes (io/io_limits.hpp): a transfer of
+/// any size, also past 2^31 bytes or elements, never reaches MPI-IO as one call. A row larger
+/// than the limit is split along its own dimensions. Local (independent I/O with `dxpl`, HDF5's
+/// default transfer list unless given). Throws IoError("writing <what>: <HDF5 message>").
+void write_rows(hid_t dset, hid_t memtype, hsize_t first, hsize_t n, const void* data, const std::string& what,
+                hid_t dxpl = H5P_DEFAULT);
+/// Reads rows [first, first + n) of `dset` into `out`; otherwise as write_rows. Local.
+void read_rows(hid_t dset, hid_t memtype, hsize_t first, hsize_t n, void* out, const std::string& what,
+               hid_t dxpl = H5P_DEFAULT);
+/// Writes the whole dataset (every row; a scalar dataset in one call). Local.
+void write_all(hid_t dset, hid_t memtype, const void* data, const std::string& what);
+/// Reads the whole dataset (every row; a scalar dataset in one call). Local.
+void read_all(hid_t dset, hid_t memtype, void* out, const std::string& what);
 
 }  // namespace trident::h5

@@ -21,16 +21,14 @@ void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>&
   }
   h5::Dataset d(H5Dcreate2(file, name, narrow ? H5T_STD_U16LE : H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                 "creating /" + std::string(name) + " in " + path);
-  if (n > 0)
-    h5::check(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()),
-              "writing /" + std::string(name) + " to " + path);
+  h5::write_rows(d, H5T_NATIVE_INT32, 0, n, tokens.data(), "/" + std::string(name) + " to " + path);
 }
 }  // namespace
 
 void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
                       const std::vector<std::int32_t>& val) {
   h5::quiet_errors();
-  h5::File f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "cannot create token file '" + path + "'");
+  h5::File f = h5::create_serial_file(path, "cannot create token file");
   h5::write_attr(f, "format", std::string("trident-tokens"));
   h5::write_attr(f, "format_version", kTokenFormatVersion);
   h5::write_attr(f, "tokenizer", info.tokenizer);
@@ -43,15 +41,14 @@ void write_token_file(const std::string& path, const TokenFileInfo& info, const 
     hsize_t n = info.vocab.size();
     h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
     h5::Dataset d(H5Dcreate2(f, "vocab", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "creating /vocab");
-    h5::check(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, info.vocab.data()), "writing /vocab");
+    h5::write_all(d, H5T_NATIVE_INT32, info.vocab.data(), "/vocab to " + path);
   }
   if (!info.model.empty()) {
     hsize_t n = info.model.size();
     h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
     h5::Dataset d(H5Dcreate2(f, kModelDataset, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                   "creating /" + std::string(kModelDataset) + " in " + path);
-    h5::check(H5Dwrite(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, info.model.data()),
-              "writing /" + std::string(kModelDataset) + " to " + path);
+    h5::write_all(d, H5T_NATIVE_UINT8, info.model.data(), "/" + std::string(kModelDataset) + " to " + path);
   }
   f.close("closing token file '" + path + "'");
 }
@@ -103,17 +100,13 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
   if (h5::exists(f, "vocab")) {
     h5::Dataset d(H5Dopen2(f, "vocab", H5P_DEFAULT), "opening /vocab");
     info_.vocab.resize(static_cast<size_t>(h5::extent_1d(d, "/vocab in " + path)));
-    if (!info_.vocab.empty())
-      h5::check(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, info_.vocab.data()),
-                "reading /vocab from " + path);
+    h5::read_all(d, H5T_NATIVE_INT32, info_.vocab.data(), "/vocab from " + path);
   }
   const std::string model = "/" + std::string(kModelDataset);
   if (h5::exists(f, kModelDataset)) {
     h5::Dataset d(H5Dopen2(f, kModelDataset, H5P_DEFAULT), "opening " + model + " in " + path);
     info_.model.resize(static_cast<size_t>(h5::extent_1d(d, model + " in " + path)));
-    if (!info_.model.empty())
-      h5::check(H5Dread(d, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, info_.model.data()),
-                "reading " + model + " from " + path);
+    h5::read_all(d, H5T_NATIVE_UINT8, info_.model.data(), model + " from " + path);
   }
   if (tokenizer_info(*parse_tokenizer_kind(info_.tokenizer)).stores_model && info_.model.empty())
     throw IoError("token file '" + path + "' has a " + info_.tokenizer + " tokenizer but no " + model +
@@ -139,12 +132,8 @@ void TokenFileReader::read(const std::string& split, std::int64_t offset, std::i
                   ") is outside /" + split + " (" + std::to_string(n) + " tokens)");
   if (count == 0) return;
   hid_t d = split == "train" ? impl_->train.id() : impl_->val.id();
-  h5::Space fs(H5Dget_space(d), "H5Dget_space");
-  hsize_t start = static_cast<hsize_t>(offset), cnt = static_cast<hsize_t>(count);
-  h5::check(H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, nullptr, &cnt, nullptr), "H5Sselect_hyperslab");
-  h5::Space ms(H5Screate_simple(1, &cnt, nullptr), "H5Screate_simple");
-  h5::check(H5Dread(d, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, out),
-            "reading /" + split + " [" + std::to_string(offset) + ", +" + std::to_string(count) + ") from " + path_);
+  h5::read_rows(d, H5T_NATIVE_INT32, static_cast<hsize_t>(offset), static_cast<hsize_t>(count), out,
+                "/" + split + " [" + std::to_string(offset) + ", +" + std::to_string(count) + ") from " + path_);
 }
 
 }  // namespace trident

@@ -2,6 +2,7 @@
 
 #include "checkpoint/commit.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "io/checkpoint_file.hpp"
 #include "parallel/agree.hpp"
 
@@ -27,11 +28,29 @@ void check_run_dir(Communicator& world, const std::string& out_dir, const Checkp
   });
 }
 
-RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const CheckpointDir& ckdir) {
+RunDirClaim::RunDirClaim(Communicator& world, const std::string& out_dir, const CheckpointDir& ckdir,
+                         RunLockMode run_lock, bool file_locking) {
   run_agreed(world, "cannot set up the run directory", [&] {
     if (world.rank() != 0) return;
-    fs::create_directories(opt.out_dir);
-    lock_ = std::make_unique<RunLock>(opt.out_dir);
+    std::error_code ec;
+    if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
+      throw IoError("[train] out_dir '" + out_dir + "' exists and is not a directory");
+    fs::create_directories(out_dir);
+    if (run_lock == RunLockMode::required) lock_ = std::make_unique<RunLock>(out_dir);
+    else
+      log::warn("[checkpoint] run_lock = off: '%s' is not locked; nothing stops another job from writing the same "
+                "run directory (interleaved metrics.csv rows, checkpoints moved aside); make sure only this job uses it",
+                out_dir.c_str());
+    fs::create_directories(ckdir.dir());
+  });
+  // Find a file system that cannot take checkpoints now, not at the first save hours later.
+  run_agreed(world, "cannot set up the run directory", [&] { probe_checkpoint_dir(ckdir.dir(), world, file_locking); });
+}
+
+RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const RunDirClaim& claim) {
+  (void)claim;  // its life bounds this object's: the directory is owned while metrics are written
+  run_agreed(world, "cannot set up the run directory", [&] {
+    if (world.rank() != 0) return;
     std::ofstream deck(fs::path(opt.out_dir) / "deck.ini", std::ios::trunc);
     deck << opt.deck_ini;
     if (!deck) throw IoError("cannot write " + (fs::path(opt.out_dir) / "deck.ini").string());
@@ -39,10 +58,6 @@ RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const CheckpointDi
                                             opt.lineage, opt.leg);
     if (opt.sample_log)
       sample_log_ = std::make_unique<SampleLogCsv>((fs::path(opt.out_dir) / "samples.csv").string(), opt.resumed_step);
-    // Find an unwritable checkpoint directory or a file system without lock support now, not at
-    // the first save hours later.
-    fs::create_directories(ckdir.dir());
-    probe_checkpoint_dir(ckdir.dir(), opt.file_locking);
   });
 }
 

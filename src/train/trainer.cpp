@@ -435,10 +435,9 @@ class TrainerCheckpointSaver final : public CheckpointSaver {
 
 template <class T>
 int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data, const TrainRunOptions& opt,
-               Timer& wall) {
+               const CheckpointDir& ckdir, const RunDirClaim& claim, Timer& wall) {
   Communicator& world = grid.world_comm();
   Trainer<T> trainer(cfg, grid, data);
-  const CheckpointDir ckdir((fs::path(cfg.train.out_dir) / "checkpoints").string(), cfg.checkpoint.keep_best);
 
   const std::string resume_from = choose_resume_checkpoint(world, ckdir, opt.resume, opt.resume_path,
                                                            cfg.checkpoint.verify_on_resume, gpt_model_schema());
@@ -462,8 +461,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   run_dir_opt.lineage = trainer.lineage();
   run_dir_opt.leg = leg;
   run_dir_opt.sample_log = cfg.data.sample_log;
-  run_dir_opt.file_locking = cfg.checkpoint.file_locking;
-  const RunDir run_dir(world, run_dir_opt, ckdir);
+  const RunDir run_dir(world, run_dir_opt, claim);
 
   trainer.begin_leg(leg);
   const ModelConfig& m = cfg.model;
@@ -589,6 +587,10 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
 
 int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt) {
   Timer wall;
+  // Own the run directory and probe its file system before any heavy work (data, model, resume):
+  // a busy out_dir or one where saves would fail is refused in seconds (train/run_dir.hpp).
+  const CheckpointDir ckdir((fs::path(cfg.train.out_dir) / "checkpoints").string(), cfg.checkpoint.keep_best);
+  const RunDirClaim claim(world, cfg.train.out_dir, ckdir, cfg.checkpoint.run_lock, cfg.checkpoint.file_locking);
   std::unique_ptr<TokenDataset> data;
   run_agreed(world, "cannot load training data", [&] {
     data = std::make_unique<TokenDataset>(cfg.data.path, cfg.data.cache_max_mb);
@@ -601,8 +603,8 @@ int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt) {
   ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}, cfg.parallel.comm_backend);
   log::info("collectives: %s ([parallel] comm_backend = %s)", grid.describe_comm_backends().c_str(),
             name_of(cfg.parallel.comm_backend));
-  if (cfg.train.dtype == Precision::f64) return train_loop<double>(cfg, grid, *data, opt, wall);
-  return train_loop<float>(cfg, grid, *data, opt, wall);
+  if (cfg.train.dtype == Precision::f64) return train_loop<double>(cfg, grid, *data, opt, ckdir, claim, wall);
+  return train_loop<float>(cfg, grid, *data, opt, ckdir, claim, wall);
 }
 
 }  // namespace trident

@@ -49,9 +49,10 @@ expect_exit 2 "param_dtype = fp16: expected float or bf16" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.param_dtype=fp16
 expect_exit 2 "activation_checkpointing = all: expected none or block" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.activation_checkpointing=all
-expect_exit 0 "optimizer .* MiB" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run 8 --parallel.zero_stage=3
-expect_exit 0 "ZeRO paper formula" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run
-check "--dry-run allocates nothing and writes no run directory" test ! -e "$WORK/run"
+expect_exit 0 "optimizer .* MiB" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run 8 --parallel.zero_stage=3 \
+  --train.out_dir="$WORK/dry"
+expect_exit 0 "ZeRO paper formula" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run --train.out_dir="$WORK/dry"
+check "--dry-run allocates nothing and writes no run directory" test ! -e "$WORK/dry"
 expect_exit 1 "token file '$WORK/missing.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/missing.h5"
 expect_exit 1 "not an HDF5 file" -- "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/text.txt"
@@ -124,7 +125,7 @@ expect_exit 1 "out_dir '$WORK/afile' exists and is not a directory" -- \
 "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --train.max_steps=100000 >/dev/null 2>&1 &
 busy=$!
 for _ in $(seq 50); do [ -s "$WORK/busy/.trident.lock" ] && break; sleep 0.2; done
-expect_exit 1 "is in use by another Trident job \(host .* pid $busy\)" -- \
+expect_exit 2 "is in use by another Trident job \(host .* pid $busy\)" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --train.max_steps=100000 --resume
 kill -9 "$busy" 2>/dev/null; wait "$busy" 2>/dev/null
 

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,6 +67,11 @@ void expect_error(F&& f, const std::string& part, int exit_code) {
 }
 
 // ---- run directory ----------------------------------------------------------------------------
+
+/// Claims run directory `out` as `trident train` does first (run lock required, file locking on).
+RunDirClaim claim_of(const std::string& out, RunLockMode mode = RunLockMode::required) {
+  return RunDirClaim(world(), out, CheckpointDir(out + "/checkpoints"), mode, true);
+}
 
 RunDirOptions run_dir_options(const std::string& out_dir) {
   RunDirOptions o;
@@ -119,7 +126,8 @@ TEST(RunDir, OpenWritesTheDeckOpensTheCsvFilesAndCreatesTheCheckpointDirectory) 
   RunDirOptions opt = run_dir_options(out);
   opt.sample_log = true;
   {
-    const RunDir rd(world(), opt, CheckpointDir(out + "/checkpoints"));
+    const RunDirClaim claim = claim_of(out);
+    const RunDir rd(world(), opt, claim);
     EXPECT_EQ(rd.metrics() != nullptr, world().rank() == 0);
     EXPECT_EQ(rd.sample_log() != nullptr, world().rank() == 0);
     EXPECT_EQ(read_file(out + "/deck.ini"), opt.deck_ini);
@@ -137,32 +145,66 @@ TEST(RunDir, OpenWritesTheDeckOpensTheCsvFilesAndCreatesTheCheckpointDirectory) 
   }
   world().barrier();
   const std::string out2 = fresh_dir("rd_open_no_samples");
-  const RunDir rd(world(), run_dir_options(out2), CheckpointDir(out2 + "/checkpoints"));
+  const RunDirClaim claim2 = claim_of(out2);
+  const RunDir rd(world(), run_dir_options(out2), claim2);
   EXPECT_EQ(rd.sample_log(), nullptr);
   EXPECT_FALSE(fs::exists(out2 + "/samples.csv"));
 }
 
-TEST(RunDir, OpenHoldsTheRunLockUntilItIsDestroyed) {
+TEST(RunDir, ClaimHoldsTheRunLockUntilItIsDestroyed) {
   const std::string out = fresh_dir("rd_lock");
-  const RunDirOptions opt = run_dir_options(out);
-  const CheckpointDir ckdir(out + "/checkpoints");
   {
-    const RunDir rd(world(), opt, ckdir);
-    // A second job on the same directory is refused on every rank.
-    expect_error<IoError>([&] { RunDir second(world(), opt, ckdir); }, "cannot set up the run directory", 1);
+    const RunDirClaim claim = claim_of(out);
+    EXPECT_EQ(claim.locked(), world().rank() == 0);
+    EXPECT_TRUE(fs::is_directory(out + "/checkpoints"));
+    // A second job on the same directory is refused on every rank, as a usage error (exit
+    // status 2) naming the holder.
+    expect_error<ConfigError>([&] { RunDirClaim second = claim_of(out); },
+                              "cannot set up the run directory: run directory '" + out +
+                                  "' is in use by another Trident job (host ",
+                              2);
     if (world().rank() == 0) {
-      EXPECT_THROW(RunLock lock(out), IoError);
+      try {
+        RunLock lock(out);
+        ADD_FAILURE() << "a second RunLock was granted";
+      } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find(" pid " + std::to_string(::getpid()) + ")"), std::string::npos)
+            << e.what();
+      }
     }
+    // run_lock = off takes no lock and is not refused: the user answers for it.
+    const RunDirClaim unlocked = claim_of(out, RunLockMode::off);
+    EXPECT_FALSE(unlocked.locked());
   }
   world().barrier();
-  EXPECT_NO_THROW(RunDir again(world(), opt, ckdir));
+  EXPECT_NO_THROW(RunDirClaim again = claim_of(out));
+}
+
+TEST(RunDir, ClaimRefusesAnOutDirThatIsAFile) {
+  const std::string out = fresh_dir("rd_claim_file");
+  if (world().rank() == 0) std::ofstream(out) << "x";
+  world().barrier();
+  expect_error<IoError>([&] { RunDirClaim c = claim_of(out); },
+                        "cannot set up the run directory: [train] out_dir '" + out + "' exists and is not a directory",
+                        1);
+}
+
+// The start-up probe writes and reads back a small checkpoint the way saves do, and leaves
+// nothing behind in the checkpoint directory.
+TEST(RunDir, ClaimProbesTheCheckpointDirectoryAndLeavesNothingThere) {
+  const std::string out = fresh_dir("rd_probe");
+  for (bool file_locking : {true, false}) {
+    const RunDirClaim claim(world(), out, CheckpointDir(out + "/checkpoints"), RunLockMode::required, file_locking);
+    world().barrier();
+    EXPECT_TRUE(fs::is_empty(out + "/checkpoints"));
+  }
 }
 
 TEST(RunDir, OpenKeepsTheMetricsRowsUpToTheResumedStep) {
   const std::string out = fresh_dir("rd_metrics");
-  const CheckpointDir ckdir(out + "/checkpoints");
+  const RunDirClaim claim = claim_of(out);
   {
-    const RunDir first(world(), run_dir_options(out), ckdir);
+    const RunDir first(world(), run_dir_options(out), claim);
     for (std::int64_t s = 1; s <= 5 && first.metrics(); ++s) {
       MetricsRow row;
       row.step = s;
@@ -174,25 +216,25 @@ TEST(RunDir, OpenKeepsTheMetricsRowsUpToTheResumedStep) {
   resumed.resumed_step = 3;
   resumed.lineage = "aaaaaaaa@0";
   resumed.leg = "bbbbbbbb";
-  { const RunDir second(world(), resumed, ckdir); }
+  { const RunDir second(world(), resumed, claim); }
   world().barrier();
   EXPECT_EQ(csv_steps(out + "/metrics.csv"), (std::vector<std::int64_t>{1, 2, 3}));
   EXPECT_EQ(csv_steps(out + "/metrics.superseded.csv"), (std::vector<std::int64_t>{4, 5}));
   world().barrier();
   // A run from step 0 sets every row aside.
-  { const RunDir third(world(), run_dir_options(out), ckdir); }
+  { const RunDir third(world(), run_dir_options(out), claim); }
   world().barrier();
   EXPECT_TRUE(csv_steps(out + "/metrics.csv").empty());
   EXPECT_EQ(csv_steps(out + "/metrics.superseded.csv").size(), 5u);
 }
 
-TEST(RunDir, OpenFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
+TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
   const std::string base = fresh_dir("rd_blocked");
   if (world().rank() == 0) std::ofstream(base) << "a file where a directory should be";
   world().barrier();
   const std::string out = base + "/run";
   try {
-    RunDir rd(world(), run_dir_options(out), CheckpointDir(out + "/checkpoints"));
+    RunDirClaim claim = claim_of(out);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("cannot set up the run directory: ", 0), 0u) << e.what();
