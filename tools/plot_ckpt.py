@@ -9,6 +9,7 @@ Reads DIR's logs and metrics and writes
   DIR/ckpt_io.png     bandwidth bars (left) and step times around asynchronous saves (right)
 and prints the summary table that docs/checkpoint-io.md quotes.
 """
+import argparse
 import csv
 import glob
 import os
@@ -27,7 +28,12 @@ def step_ms(run_dir):
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "runs/bench_ckpt"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\nusage:")[0],
+                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", nargs="?", default="runs/bench_ckpt", help="the benchmark's results folder (default runs/bench_ckpt)")
+    out = ap.parse_args().dir
+    if not os.path.isdir(out):
+        sys.exit(f"{sys.argv[0]}: error: '{out}' is not a folder of benchmark results (run the benchmark first)")
     io_rows, step_rows = [], []
 
     def add(ranks, op, nbytes, secs):

@@ -6,7 +6,9 @@ usage: /usr/bin/python3 tools/plot_zero.py [DIR]   (default runs/bench_zero; wri
 Measured (solid) and predicted by --dry-run (dashed) model-state memory (params + grads + optimizer)
 per rank, with the ZeRO paper's 2+2+12 bytes/parameter formula (dotted) for reference.
 """
+import argparse
 import csv
+import os
 import sys
 from collections import defaultdict
 
@@ -17,7 +19,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "runs/bench_zero"
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\nusage:")[0],
+                                 epilog=__doc__.split("\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir", nargs="?", default="runs/bench_zero", help="the benchmark's results folder (default runs/bench_zero)")
+    out = ap.parse_args().dir
+    if not os.path.isdir(out):
+        sys.exit(f"{sys.argv[0]}: error: '{out}' is not a folder of benchmark results (run the benchmark first)")
+    if not os.path.exists(f"{out}/zero_memory.csv"):
+        sys.exit(f"{sys.argv[0]}: error: '{out}' has no zero_memory.csv (run tools/bench_zero.sh first)")
     rows = list(csv.DictReader(open(f"{out}/zero_memory.csv")))
     series = defaultdict(dict)
     for r in rows:

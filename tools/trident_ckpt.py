@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """trident_ckpt.py: read a Trident checkpoint with h5py and numpy alone, at any layout.
 
 The documented way to read a checkpoint without Trident (docs/checkpoint-format.md). It rebuilds
@@ -140,7 +140,11 @@ def main(argv=None):
     try:
         ck = load(a.file, a.kind)
     except (OSError, ValueError, KeyError) as e:
-        print(f"trident_ckpt.py: {e}", file=sys.stderr)
+        # h5py's own messages ("Unable to open file (truncated file ...)") do not name the file.
+        msg = str(e)
+        if a.file not in msg:
+            msg = f"cannot read '{a.file}': {msg}"
+        print(f"trident_ckpt.py: error: {msg}", file=sys.stderr)
         return 1
     print(f"{a.file}: step {ck.attrs.get('step')}, layout dp x tp x pp = {ck.attrs.get('dp')} x {ck.attrs.get('tp')} x "
           f"{ck.attrs.get('pp')}, ZeRO {ck.attrs.get('zero_stage')}, {len(ck.tensors)} tensors ({a.kind})")

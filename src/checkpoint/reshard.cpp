@@ -86,8 +86,15 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     cfg = parse_deck_text(meta.config_text, meta.deck_name.empty() ? "checkpoint" : meta.deck_name);
     res.from_layout = layout_text(meta.dp, meta.tp, meta.pp, meta.zero_stage);
   });
-  run_agreed(world, "ckpt reshard: the target layout is not possible", [&] {
+  run_agreed(world, "the target layout is not possible", [&] {
     ParallelConfig& p = cfg.parallel;
+    // What the message says of the target: which sizes were given and which the checkpoint kept.
+    const auto given = [](const char* axis, int v, int kept) {
+      return std::string(axis) + " " + (v > 0 ? std::to_string(v) + " (--" + axis + ")"
+                                            : std::to_string(kept) + " (the checkpoint's; --" + axis + " changes it)");
+    };
+    const std::string target = given("tp", opt.tp, p.tp) + ", " + given("pp", opt.pp, p.pp) + ", dp " +
+                               (opt.dp > 0 ? std::to_string(opt.dp) + " (--dp)" : std::string("the rest of the ranks"));
     p.tp = opt.tp > 0 ? opt.tp : p.tp;
     p.pp = opt.pp > 0 ? opt.pp : p.pp;
     p.dp = opt.dp;  // 0: auto
@@ -100,11 +107,16 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     // The micro-batch size does not change a checkpoint; keep it where the new dp allows it.
     Config trial = cfg;
     try {
-      validate(trial, world.size());
-    } catch (const ConfigError&) {
-      cfg.train.micro_batch_size = 0;
-      trial = cfg;
-      validate(trial, world.size());
+      try {
+        validate(trial, world.size());
+      } catch (const ConfigError&) {
+        cfg.train.micro_batch_size = 0;
+        trial = cfg;
+        validate(trial, world.size());
+      }
+    } catch (const ConfigError& e) {
+      throw ConfigError("on " + std::to_string(world.size()) + " rank(s) (mpiexec -n) with " + target + ": " +
+                        e.what() + "; dp * tp * pp must equal the number of ranks");
     }
     cfg = trial;
     cfg.train.compute_dtype = compute;

@@ -213,9 +213,11 @@ class Schema {
     return nullptr;
   }
   /// Turns the parsed text of every choice key into its enum value. Throws ConfigError
-  /// "<source>: [section] key = value: expected a or b" for a name that is not one of the choices.
-  void resolve_choices(const std::string& source) {
-    for (const auto& r : resolvers_) r(source);
+  /// "<where>: [section] key = value: expected a or b" for a name that is not one of the choices,
+  /// where `origin("section.key")` says where the value was given ("command line" or
+  /// "deck 'x.ini', line 7").
+  void resolve_choices(const std::function<std::string(const std::string&)>& origin) {
+    for (const auto& r : resolvers_) r(origin);
   }
 
  private:
@@ -229,13 +231,14 @@ class Schema {
     desc_.add_options()(name.c_str(), po::value<std::string>(&text)->default_value(text), help);
     keys_.push_back({section, key, help, "one of " + choices, [field] { return std::string(name_of(*field)); }});
     resolvers_.push_back([field, values, &text, section = std::string(section), key = std::string(key),
-                          choices](const std::string& source) {
+                          choices](const std::function<std::string(const std::string&)>& origin) {
       for (E v : values)
         if (text == name_of(v)) {
           *field = v;
           return;
         }
-      throw ConfigError(source + ": [" + section + "] " + key + " = " + text + ": expected " + choices);
+      throw ConfigError(origin(section + "." + key) + ": [" + section + "] " + key + " = " + text + ": expected " +
+                        choices);
     });
   }
 
@@ -257,7 +260,7 @@ class Schema {
   po::options_description desc_;
   std::vector<Key> keys_;
   std::deque<std::string> texts_;  // parsed text of the choice keys (a deque: addresses stay valid)
-  std::vector<std::function<void(const std::string&)>> resolvers_;
+  std::vector<std::function<void(const std::function<std::string(const std::string&)>&)>> resolvers_;
   std::string dp_text_ = "auto";
 };
 
@@ -365,13 +368,19 @@ Config parse_impl(std::istream& in_stream, const std::string& source, const std:
   const std::string text((std::istreambuf_iterator<char>(in_stream)), std::istreambuf_iterator<char>());
   std::istringstream in(text);
   bool in_deck = false;  // the command-line overrides are parsed first, then the deck
+  std::vector<std::string> keys;  // the dotted keys given on the command line
+  // Where the value of a key came from, for messages about values checked after parsing.
+  const auto origin = [&](const std::string& dotted) {
+    if (std::find(keys.begin(), keys.end(), dotted) != keys.end()) return std::string("command line");
+    const int line = line_of_key(text, dotted);
+    return source + (line > 0 ? ", line " + std::to_string(line) : std::string());
+  };
   try {
     // Command-line overrides first: Program_options keeps the first value stored for a key.
     // Overrides are accepted as "--section.key=value" or "section.key=value". A key overridden
     // more than once takes the last value (job scripts append to a user's arguments); only the
     // deck file itself may not give a key twice.
     std::vector<std::string> args;
-    std::vector<std::string> keys;
     for (const auto& o : overrides) {
       std::string a = o.rfind("-", 0) == 0 ? o : "--" + o;
       std::string key = strip_dashes(a.substr(0, a.find('=')));
@@ -386,11 +395,12 @@ Config parse_impl(std::istream& in_stream, const std::string& source, const std:
     // "--section.key=" (an empty value, e.g. out_dir = default) is rejected by the command-line
     // parser; it goes through the config-file parser, which accepts it as a deck line would.
     std::string empties;
+    std::vector<std::string> arg_keys = keys;  // keys[i] is the key of args[i] until empties leave args
     for (size_t i = 0; i < args.size();) {
       if (!args[i].empty() && args[i].back() == '=' && args[i].find('=') == args[i].size() - 1) {
-        empties += keys[i] + "=\n";
+        empties += arg_keys[i] + "=\n";
         args.erase(args.begin() + static_cast<std::ptrdiff_t>(i));
-        keys.erase(keys.begin() + static_cast<std::ptrdiff_t>(i));
+        arg_keys.erase(arg_keys.begin() + static_cast<std::ptrdiff_t>(i));
       } else {
         ++i;
       }
@@ -437,7 +447,7 @@ Config parse_impl(std::istream& in_stream, const std::string& source, const std:
   } catch (const po::error& e) {
     throw ConfigError(source + ": " + e.what());
   }
-  schema.resolve_choices(source);
+  schema.resolve_choices(origin);
   const std::string& dp = schema.dp_text();
   if (dp == "auto" || dp == "0") {
     cfg.parallel.dp = 0;
@@ -445,7 +455,7 @@ Config parse_impl(std::istream& in_stream, const std::string& source, const std:
     int v = 0;
     auto res = std::from_chars(dp.data(), dp.data() + dp.size(), v);
     if (res.ec != std::errc() || res.ptr != dp.data() + dp.size() || v < 1)
-      throw ConfigError(source + ": bad value for 'dp' in section [parallel]: '" + dp +
+      throw ConfigError(origin("parallel.dp") + ": bad value for 'dp' in section [parallel]: '" + dp +
                         "'; expected a positive integer or auto");
     cfg.parallel.dp = v;
   }

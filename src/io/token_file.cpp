@@ -74,7 +74,12 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
   // systems without flock support.
   h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
   H5Pset_file_locking(fapl, false, true);
-  impl_->file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open token file '" + path + "'");
+  try {
+    impl_->file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open token file '" + path + "'");
+  } catch (const IoError& e) {  // an HDF5 signature but no readable file: cut short or damaged
+    throw IoError(std::string(e.what()) + "; the file is damaged or truncated (an interrupted copy or prep?): write it "
+                  "again with `trident prep`");
+  }
   hid_t f = impl_->file;
   if (!h5::has_attr(f, "format") || h5::read_attr_string(f, "format") != "trident-tokens")
     throw IoError("'" + path + "' is an HDF5 file but not a Trident token file (no format = \"trident-tokens\")");

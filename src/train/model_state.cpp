@@ -124,16 +124,20 @@ RunState ModelState<T>::load(const std::string& path) {
         {"n_layer", {meta.model.n_layer, m.n_layer}},       {"n_head", {meta.model.n_head, m.n_head}},
         {"n_embd", {meta.model.n_embd, m.n_embd}},          {"block_size", {meta.model.block_size, m.block_size}},
         {"vocab_size", {meta.model.vocab_size, m.vocab_size}}, {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}}};
+    // A checkpoint of another model is a usage error (exit 2: the deck does not match the file),
+    // not a damaged file; an older checkpoint of the same run would not help either.
     for (const auto& [key, v] : model_keys) {
       const auto [have, want] = v;
       if (have != want)
-        throw CheckpointError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
-                              " in the checkpoint, " + std::to_string(want) + " in this run");
+        throw ConfigError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
+                          " in the checkpoint, " + std::to_string(want) + " in this run (resume with the deck the "
+                          "checkpoint was written with; its /config holds it)");
     }
     for (const TensorSpec& t : layout_.tensors()) {
       const int k = rd.find_tensor(t.name);
-      if (k < 0) throw CheckpointError("it has no tensor '" + t.name + "'");
-      if (rd.tensors()[k].shape != t.global_shape) throw CheckpointError("tensor '" + t.name + "' has another shape");
+      if (k < 0) throw ConfigError("it has no tensor '" + t.name + "': it holds another model");
+      if (rd.tensors()[k].shape != t.global_shape)
+        throw ConfigError("tensor '" + t.name + "' has another shape: it holds another model");
     }
     for (const std::string& kind : checkpoint_kinds())
       if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())

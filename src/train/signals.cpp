@@ -14,6 +14,7 @@ namespace trident {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_interrupts = 0;  // SIGINTs since the last clear: the second one aborts
 volatile std::sig_atomic_t g_quiet = 0;
 
 void say(const char* msg, std::size_t n) {
@@ -25,7 +26,9 @@ void say(const char* msg, std::size_t n) {
 
 extern "C" void on_stop_signal(int sig) {
   if (sig == SIGINT) {
-    if (g_signal == SIGINT) {  // the second interrupt: the user wants out now
+    // The second interrupt: the user wants out now, whatever signal asked for the stop first
+    // (a batch system's SIGTERM followed by a Ctrl-C aborts too).
+    if (g_interrupts > 0) {
       static const char msg[] = "trident: second interrupt: aborting without a checkpoint\n";
       say(msg, sizeof msg - 1);
       std::signal(SIGINT, SIG_DFL);
@@ -35,6 +38,7 @@ extern "C" void on_stop_signal(int sig) {
     static const char msg[] =
         "trident: interrupt: stopping after this step with a checkpoint (interrupt again to abort)\n";
     say(msg, sizeof msg - 1);
+    g_interrupts = 1;
     if (g_signal == 0) g_signal = SIGINT;  // a batch system's SIGTERM/SIGUSR1 already recorded wins
     return;
   }
@@ -67,7 +71,10 @@ void install_stop_signal_handlers() {
 }
 
 int stop_signal_received() { return static_cast<int>(g_signal); }
-void clear_stop_signal() { g_signal = 0; }
+void clear_stop_signal() {
+  g_signal = 0;
+  g_interrupts = 0;
+}
 
 void write_stop_file(long long step, int sig) {
   const char* path = std::getenv("TRIDENT_STOP_FILE");

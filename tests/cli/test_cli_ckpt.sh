@@ -292,7 +292,7 @@ check "reshard: resuming the resharded file = resuming the original at that layo
 # Bad input: each refused with a message, nothing written.
 expect_exit 2 "no --output" -- "$TRIDENT" ckpt reshard "$t6"
 expect_exit 2 "--zero-stage must be 0, 1, 2 or 3" -- "$TRIDENT" ckpt reshard --zero-stage 4 --output "$WORK/x.h5" "$t6"
-expect_exit 2 "target layout is not possible: .*the number of ranks \(1\) is not divisible by tp \* pp = 2 \* 1" -- \
+expect_exit 2 "target layout is not possible: on 1 rank\(s\) \(mpiexec -n\) with tp 2 \(the checkpoint's; --tp changes it\), pp 1 .*the number of ranks \(1\) is not divisible by tp \* pp = 2 \* 1" -- \
   "$TRIDENT" ckpt reshard --output "$WORK/x.h5" "$t6"
 expect_exit 2 "dp \* tp \* pp = 2 \* 1 \* 1 = 2 does not match the number of ranks \(1\)" -- \
   "$TRIDENT" ckpt reshard --dp 2 --tp 1 --output "$WORK/x.h5" "$t6"

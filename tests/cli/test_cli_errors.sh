@@ -63,7 +63,7 @@ expect_exit 1 "cannot read input file" -- "$TRIDENT" prep --output "$WORK/x.h5" 
 expect_exit 0 "checkpoint: .*step_00000003.h5" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=3
 ck="$WORK/run/checkpoints/step_00000003.h5"
-expect_exit 1 "another model: \[model\] n_embd = 32 in the checkpoint, 64 in this run" -- \
+expect_exit 2 "another model: \[model\] n_embd = 32 in the checkpoint, 64 in this run" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --model.n_embd=64 --resume "$ck"
 expect_exit 1 "checkpoint '$WORK/absent.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --resume "$WORK/absent.h5"
@@ -161,6 +161,16 @@ for script in "$repo"/tools/*.sh "$repo"/jobscripts/chain.sh; do
   check "$(basename "$script") --help: exit 0, its own usage text (not a tool's, not its code)" \
     test "$rc" = 0 -a -n "$out" -a "$(head -c 1 <<<"$out")" != "#" -a -z "$(grep -E '^(set -|Usage$|Usage: ctest)' <<<"$out")"
 done
+for script in "$repo"/tools/plot_*.py "$repo"/tools/trident_ckpt.py; do
+  out="$(cd "$WORK" && timeout 20 "$script" --help 2>&1)"; rc=$?
+  check "$(basename "$script") --help: exit 0 and a usage line" test "$rc" = 0 -a -n "$(grep '^usage: ' <<<"$out")"
+done
+expect_exit 1 "is not a folder of benchmark results" -- "$repo/tools/plot_zero.py" "$WORK/no_such_results"
+expect_exit 1 "cannot read '$WORK/truncated.h5'" -- "$repo/tools/trident_ckpt.py" "$WORK/truncated.h5"
+# A token file cut short (an interrupted copy): named, with the way out.
+head -c 3000 "$WORK/tok.h5" > "$WORK/tok_cut.h5"
+expect_exit 1 "token file '$WORK/tok_cut.h5'.*damaged or truncated.*trident prep" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/tok_cut.h5" --train.out_dir="$WORK/cut"
 
 echo "$FAILED failed"
 exit "$FAILED"

@@ -61,6 +61,20 @@ check "second Ctrl-C: the process ends on SIGINT (exit $rc = 130)" test "$rc" = 
 check "second Ctrl-C: it says it aborts" grep -q "second interrupt: aborting without a checkpoint" "$WORK/int2.out"
 check "second Ctrl-C: no checkpoint was written" test -z "$(ls "$WORK/run2/checkpoints" 2>/dev/null | grep h5)"
 
+# The same when the first stop request was a batch system's SIGTERM: the first Ctrl-C after it is
+# the user's first interrupt (the stop goes on), the second aborts.
+sed 's|^out_dir = .*|out_dir = '"$WORK"'/run2b|' "$WORK/deck2.ini" > "$WORK/deck2b.ini"
+"$TRIDENT" train --config "$WORK/deck2b.ini" > "$WORK/int2b.out" 2>&1 &
+pid=$!
+( for _ in $(seq 1200); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 0.1; done; kill -KILL "$pid" ) >/dev/null 2>&1 &
+watchdog=$!
+check "the SIGTERM run trains some steps" wait_rows "$WORK/run2b/metrics.csv" 3
+kill -TERM "$pid"; sleep 0.05; kill -INT "$pid"; sleep 0.05; kill -INT "$pid"
+wait "$pid"; rc=$?
+kill "$watchdog" 2>/dev/null
+check "SIGTERM then two Ctrl-C: the process ends on SIGINT (exit $rc = 130)" test "$rc" = 130
+check "SIGTERM then two Ctrl-C: it says it aborts" grep -q "second interrupt: aborting without a checkpoint" "$WORK/int2b.out"
+
 # ---- 3. a resume that sets metrics rows aside says how many and where ---------------------------
 tiny_deck "$WORK/deck3.ini" "$WORK/run3" "$WORK/tok.h5"
 sed -i 's/^max_steps = 6/max_steps = 12/; s/^interval = 3/interval = 4/; s/^eval_interval = 3/eval_interval = 0/' "$WORK/deck3.ini"

@@ -94,6 +94,16 @@ TEST(Config, ErrorsSayWhereTheKeyCameFromAndWhatWasMeant) {
   // A bad value on the command line is a command-line error.
   e = error_of(kDeck, 1, {"--train.lr=fast"});
   EXPECT_NE(e.find("command line: bad value for 'lr' in section [train]"), std::string::npos) << e;
+  // The same for a key whose value is one of a few names, checked after parsing: the command line
+  // is blamed on the command line, a deck value gets its line.
+  for (const char* ov : {"--train.dtype=half", "--parallel.pp_schedule=zigzag", "--checkpoint.on_error=retry",
+                         "--parallel.comm_backend=gloo", "--parallel.dp=two"}) {
+    e = error_of(kDeck, 1, {ov});
+    EXPECT_EQ(e.rfind("command line: ", 0), 0u) << ov << ": " << e;
+    EXPECT_EQ(e.find("deck 't'"), std::string::npos) << ov << ": " << e;
+  }
+  e = error_of(std::string(kDeck) + "[train]\ndtype = half\n", 1);
+  EXPECT_NE(e.find("deck 't', line 15: [train] dtype = half: expected float or double"), std::string::npos) << e;
   // A syntax error names its line.
   e = error_of(std::string(kDeck) + "this is not a key\n", 1);
   EXPECT_NE(e.find("deck 't', line 14: syntax error"), std::string::npos) << e;
