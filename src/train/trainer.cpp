@@ -533,7 +533,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     row.ms_per_step = r.seconds * 1e3;
     row.mfu = mfu;
     row.peak_mem_mib = mem_mib;
-    for (int c = 0; c < 6; ++c)
+    for (int c = 0; c <= static_cast<int>(MemCategory::checkpoint); ++c)
       row.mem_mib[c] = static_cast<double>(MemoryLedger::peak(static_cast<MemCategory>(c))) / (1024.0 * 1024.0);
     row.comm_mib = comm_mib;
     row.bubble = r.bubble;
