@@ -83,12 +83,17 @@ class Trainer {
   /// batches of global_batch_size windows at fixed random offsets. Collective over the grid.
   EvalResult evaluate();
 
-  /// Writes this run's state into a new checkpoint file at `path` (collective over the grid):
-  /// each rank its shard of master weights and AdamW moments, plus the index and restart metadata.
+  /// Writes this run's state into a new checkpoint file at `path`: each rank its shard of master
+  /// weights and AdamW moments, plus the index and restart metadata, from a live view (no copy of
+  /// the state). Collective over the grid.
   void write_checkpoint(const std::string& path);
   /// This rank's part of a checkpoint of the current step, in host memory it owns (for a
   /// background writer). Local.
   CheckpointSnapshot snapshot() const;
+  /// The same as a live view (ModelState::live_view), for a synchronous save. Local.
+  CheckpointSnapshot live_view() const;
+  /// This rank's model state (its layout, engine, checkpoint conversions). Local.
+  ModelState<T>& state() { return state_; }
   /// Hands a written snapshot's buffers back for the next snapshot (ModelState::recycle). Local.
   void recycle(CheckpointSnapshot&& done) { state_.recycle(std::move(done)); }
   /// Step, data position, last LR and tokenizer: what a checkpoint records besides the model.
