@@ -440,7 +440,10 @@ class TrainerCheckpointSaver final : public CheckpointSaver {
       throw;
     }
     trainer_.recycle(writer_->release());
-    return BackgroundSaveResult{r.path, r.step, r.seconds, r.bytes};
+    return BackgroundSaveResult{r.path, r.step, r.seconds, r.bytes, r.abandoned};
+  }
+  void abandon() override {
+    if (writer_) writer_->abandon();
   }
   std::string path_for(std::int64_t step) const override { return ckdir_.path_for(step); }
 
