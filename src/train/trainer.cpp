@@ -209,7 +209,7 @@ StepResult Trainer<T>::train_step() {
 }
 
 template <class T>
-EvalResult Trainer<T>::evaluate() {
+EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested) {
   Timer timer;
   EvalResult res;
   const int T_ = cfg_.model.block_size;
@@ -237,7 +237,17 @@ EvalResult Trainer<T>::evaluate() {
   const std::int64_t most = (n + dp - 1) / dp, passes = (most + mb - 1) / mb;
   std::vector<token_t> tok(static_cast<size_t>(mb * T_)), tgt(static_cast<size_t>(mb * T_));
   double loss_sum = 0.0;
+  res.batches_planned = passes;
   for (std::int64_t k = 0; k < passes; ++k) {
+    // Every rank asks at the same pass, before any of the pass's communication, so all leave
+    // together (the forward passes are collective over tp, pp and the ZeRO-3 gathers).
+    if (stop_requested && stop_requested()) {
+      res.stopped = true;
+      res.loss = std::nan("");
+      res.seconds = timer.seconds();
+      return res;
+    }
+    res.batches = k + 1;
     const std::int64_t i = begin + k * mb;
     const std::int64_t B = std::max<std::int64_t>(0, std::min(mb, end - i));
     const std::int64_t rows = std::max<std::int64_t>(B, 1);  // a dummy window whose loss is not counted
@@ -538,6 +548,13 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   checkpoint_opt.continue_on_error = cfg.checkpoint.on_error == OnSaveError::keep_training;
   CheckpointPolicy checkpoints(saver, checkpoint_opt, resumed_step, world.rank());
   install_stop_signal_handlers();
+  // Stop requests agreed at fixed points that every rank reaches alike: before the first step
+  // (a signal during start-up), between evaluation batches, after each step (StopPolicy).
+  auto stop_requested = [&world] { return StopPolicy::agree_signal(world, stop_signal_received()) != 0; };
+  if (const int sig = StopPolicy::agree_signal(world, stop_signal_received()); sig != 0) {
+    const StopDecision d{StopReason::signal, trainer.step(), sig};
+    return stops.finish(d, checkpoints.final_save(d.reason, d.step), world.rank());
+  }
 
   Timer run_timer;
   const std::int64_t first_step = trainer.step();
@@ -576,8 +593,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                     : "");
     const bool last = r.step == cfg.train.max_steps;
     if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
-      EvalResult e = trainer.evaluate();
-      if (e.tokens == 0) {
+      EvalResult e = trainer.evaluate(stop_requested);
+      if (e.stopped) {
+        log::info("step %6lld | evaluation abandoned after %lld of %lld batches: a stop was requested",
+                  static_cast<long long>(r.step), static_cast<long long>(e.batches),
+                  static_cast<long long>(e.batches_planned));
+      } else if (e.tokens == 0) {
         log::warn("the validation split is shorter than one sequence: no validation loss");
       } else if (!std::isfinite(e.loss)) {
         throw Error("the validation loss is not finite at step " + std::to_string(r.step) +

@@ -27,6 +27,7 @@
 #include "train/zero.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,9 +44,12 @@ struct StepResult {
 };
 
 struct EvalResult {
-  double loss = 0;            ///< mean token loss on the validation split (NaN if it is too short)
-  std::int64_t tokens = 0;    ///< tokens evaluated (over all dp ranks)
+  double loss = 0;            ///< mean token loss on the validation split (NaN if it is too short or stopped)
+  std::int64_t tokens = 0;    ///< tokens evaluated (over all dp ranks; 0 when stopped)
   double seconds = 0;
+  bool stopped = false;       ///< abandoned on a stop request before its last batch: no loss
+  std::int64_t batches = 0;   ///< forward passes run (on every rank the same)
+  std::int64_t batches_planned = 0;
 };
 
 template <class T>
@@ -80,8 +84,13 @@ class Trainer {
   StepResult train_step();
 
   /// Mean validation loss: the whole split in consecutive windows (eval_iters = 0), or eval_iters
-  /// batches of global_batch_size windows at fixed random offsets. Collective over the grid.
-  EvalResult evaluate();
+  /// batches of global_batch_size windows at fixed random offsets. `stop_requested`, when given,
+  /// is asked before every forward pass, by every rank at the same pass, and must answer the same
+  /// on every rank (an agreed stop request, e.g. a max all-reduce of the signal flag over world):
+  /// on true the evaluation is abandoned there (EvalResult::stopped, no loss), so a stop never
+  /// waits for a whole evaluation; an abandoned evaluation changes nothing of the training state.
+  /// Collective over the grid (and whatever stop_requested does).
+  EvalResult evaluate(const std::function<bool()>& stop_requested = {});
 
   /// Writes this run's state into a new checkpoint file at `path`: each rank its shard of master
   /// weights and AdamW moments, plus the index and restart metadata, from a live view (no copy of

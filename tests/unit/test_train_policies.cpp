@@ -319,6 +319,15 @@ TEST(StopPolicy, ASignalOnAnyRankStopsEveryRankWithExitStatus3) {
   EXPECT_EQ(policy(100, 100, 0).after_step(world, 100, SIGUSR1, 0.0).signal, SIGUSR1);
 }
 
+TEST(StopPolicy, AgreedSignalIsTheMaxOverRanks) {
+  // What evaluation batches and the start of a run ask: one rank's signal is every rank's answer.
+  Communicator& world = test::runtime().world();
+  const bool last_rank = world.rank() == world.size() - 1;
+  EXPECT_EQ(StopPolicy::agree_signal(world, 0), 0);
+  EXPECT_EQ(StopPolicy::agree_signal(world, last_rank ? SIGUSR1 : 0), SIGUSR1);
+  EXPECT_EQ(StopPolicy::agree_signal(world, last_rank ? SIGINT : 0), SIGINT);
+}
+
 TEST(StopPolicy, EndOfRunAtMaxStepsExits0) {
   Communicator& world = test::runtime().world();
   const StopDecision d = policy(100, 100, 1.0, 1e6).after_step(world, 100, 0, 0.0);
