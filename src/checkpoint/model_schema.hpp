@@ -46,8 +46,11 @@ struct ModelSchema {
 class CheckpointState {
  public:
   virtual ~CheckpointState() = default;
-  /// A host copy of this rank's part of a checkpoint at `run`. Local.
+  /// A host copy of this rank's part of a checkpoint at `run`, for a background writer. Local.
   virtual CheckpointSnapshot snapshot(const RunState& run) const = 0;
+  /// The same as a live view (checkpoint/snapshot.hpp): no copy, bounded extra memory, valid until
+  /// the state changes; for a synchronous save. Local.
+  virtual CheckpointSnapshot live_view(const RunState& run) const = 0;
   /// Restores the state from `path` (any layout) and returns what the file records. Collective
   /// over the grid the state was built on. Throws CheckpointError (collective).
   virtual RunState load(const std::string& path) = 0;

@@ -135,7 +135,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     std::unique_ptr<CheckpointState> state = make_state(cfg, grid);
     const RunState run = state->load(res.input);
     res.step = run.step;
-    CheckpointSnapshot snap = state->snapshot(run);
+    CheckpointSnapshot snap = state->live_view(run);  // synchronous: no copy of the state
     snap.write.file_locking = cfg.checkpoint.file_locking;
     auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); };
     if (to_dir) {

@@ -1,48 +1,40 @@
-// checkpoint/snapshot.hpp: one rank's part of a checkpoint in host memory it owns.
+// checkpoint/snapshot.hpp: one rank's part of a checkpoint, ready to be written.
 //
-// Layer: checkpoint. A snapshot is taken at a step boundary (train/model_state.hpp fills it from
-// the live device buffers) and then written, possibly by a background thread
-// (checkpoint/async_writer.hpp) while training changes the live state. It knows nothing of the
-// model: it is the CheckpointWrite of io/checkpoint_file.hpp plus the storage its arrays point to.
-// Invariants: write.arrays[k] points into storage[k] and stays valid as long as the snapshot
-// lives; moving a snapshot keeps the pointers valid (the vectors' buffers move with it).
+// Layer: checkpoint. It knows nothing of the model: it is the CheckpointWrite of
+// io/checkpoint_file.hpp plus the host memory its arrays live in. Two forms (train/model_state.hpp
+// makes both from the live state at a step boundary):
+//  - a *copy* owns a host copy of the shard (12 bytes per element of fp32 master weights and two
+//    moments), so a background thread (checkpoint/async_writer.hpp) can write it while training
+//    changes the live state;
+//  - a *live view* owns no copy: its write.read_block hands the shard out block by block from the
+//    live buffers (in place when they are host memory, else through one bounded staging buffer),
+//    so it is only valid until the state changes -- a synchronous save.
+// Both write the same data and checksums (only HDF5's object time stamps can differ). Their host memory counts against MemCategory::checkpoint.
+// Invariants: write.arrays / write.read_block point into `storage` or the live state and stay valid
+// as long as the snapshot lives (and, for a live view, the state is unchanged); moving a snapshot
+// keeps them valid (the vectors' buffers move with it).
 #pragma once
 
+#include "core/memory.hpp"
 #include "io/checkpoint_file.hpp"
 
 #include <cstdint>
-#include <memory>
-#include <utility>
 #include <vector>
 
 namespace trident {
 
-/// An allocator that leaves new elements uninitialised: a snapshot buffer is overwritten right
-/// away, and zeroing 12 bytes per parameter first would double the cost of the copy.
-template <class T>
-struct UninitAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = UninitAllocator<U>;
-  };
-  UninitAllocator() = default;
-  template <class U>
-  UninitAllocator(const UninitAllocator<U>&) {}
-  template <class U>
-  void construct(U*) noexcept {}  // default-initialisation: nothing for char
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-using HostBytes = std::vector<char, UninitAllocator<char>>;
+/// Host bytes of a save, uninitialised when allocated and counted as MemCategory::checkpoint.
+using HostBytes = std::vector<char, TrackedHostAllocator<char, MemCategory::checkpoint>>;
 
-/// A checkpoint's worth of one rank, in host memory it owns. `write.arrays` point into `storage`.
+/// A checkpoint's worth of one rank: a copy (`write.arrays` point into `storage`) or a live view
+/// (`write.read_block` reads the live state; `storage` is its staging buffer, if any).
 struct CheckpointSnapshot {
   CheckpointWrite write;
   std::vector<HostBytes> storage;
-  /// Bytes of storage (this rank's arrays). Local.
+  /// Bytes of storage (the copy, or the staging buffer). Local.
   std::int64_t bytes() const;
+  /// A live view: valid only until the state it reads changes (never for a background writer).
+  bool live = false;
 };
 
 }  // namespace trident

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <mutex>
 
 namespace trident {
 namespace {
@@ -11,14 +12,17 @@ std::array<std::int64_t, kCats> g_current{};
 std::array<std::int64_t, kCats> g_peak{};
 std::int64_t g_total = 0;
 std::int64_t g_total_peak = 0;
+std::mutex g_mutex;  // a background checkpoint writer may release buffers while training allocates
 }  // namespace
 
 const char* mem_category_name(MemCategory c) {
-  static const char* names[kCats] = {"params", "grads", "optimizer", "gathered", "activations", "comm", "data", "other"};
+  static const char* names[kCats] = {"params", "grads",      "optimizer", "gathered", "activations",
+                                     "comm",   "checkpoint", "data",      "other"};
   return names[static_cast<int>(c)];
 }
 
 void MemoryLedger::add(MemCategory c, std::int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
   auto i = static_cast<int>(c);
   g_current[i] += bytes;
   g_peak[i] = std::max(g_peak[i], g_current[i]);
@@ -26,13 +30,31 @@ void MemoryLedger::add(MemCategory c, std::int64_t bytes) {
   g_total_peak = std::max(g_total_peak, g_total);
 }
 void MemoryLedger::sub(MemCategory c, std::int64_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
   g_current[static_cast<int>(c)] -= bytes;
   g_total -= bytes;
 }
-std::int64_t MemoryLedger::current(MemCategory c) { return g_current[static_cast<int>(c)]; }
-std::int64_t MemoryLedger::peak(MemCategory c) { return g_peak[static_cast<int>(c)]; }
-std::int64_t MemoryLedger::current_total() { return g_total; }
-std::int64_t MemoryLedger::peak_total() { return g_total_peak; }
+std::int64_t MemoryLedger::current(MemCategory c) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_current[static_cast<int>(c)];
+}
+std::int64_t MemoryLedger::peak(MemCategory c) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_peak[static_cast<int>(c)];
+}
+std::int64_t MemoryLedger::current_total() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_total;
+}
+std::int64_t MemoryLedger::peak_total() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_total_peak;
+}
+void MemoryLedger::reset_peaks() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_peak = g_current;
+  g_total_peak = g_total;
+}
 
 std::int64_t peak_rss_bytes() {
   struct rusage ru {};

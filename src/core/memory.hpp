@@ -2,29 +2,38 @@
 //
 // Layer: core (std + Kokkos).
 // Every long-lived allocation (parameters, gradients, optimizer moments, activations,
-// communication buffers, data) is a TrackedBuffer, so the log can report the per-rank peak by
-// category and a dry run can predict it. Kernels never allocate (docs/design.md, Layers).
-// Invariants: the ledger's current bytes equal the sum of live TrackedBuffers of each category.
+// communication buffers, checkpoint host buffers, data) is a TrackedBuffer or a
+// TrackedHostAllocator's, so the log can report the per-rank peak by category and a dry run can
+// predict it. Kernels never allocate (docs/design.md, Layers).
+// Invariants: the ledger's current bytes equal the sum of live tracked allocations of each
+// category. The ledger is thread-safe (a background checkpoint writer may release its buffers).
 #pragma once
 
 #include "core/types.hpp"
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 namespace trident {
 
 /// params: the working parameters a rank keeps (all of them, or its shard at ZeRO-3);
 /// grads: the gradient a rank keeps (all, or its shard at ZeRO-2/3); optimizer: fp32 master weights
 /// and AdamW moments; gathered: unsharded copies of units being computed (ZeRO-3, bf16 casts);
-/// activations: saved activations and kernel scratch; comm: communication staging buffers.
-enum class MemCategory : int { params = 0, grads, optimizer, gathered, activations, comm, data, other, count_ };
+/// activations: saved activations and kernel scratch; comm: communication staging buffers;
+/// checkpoint: host memory of saves (an asynchronous save's snapshot, a synchronous save's
+/// bounded staging buffer); data: token buffers. The categories before `data` are the ones
+/// `trident train --dry-run` predicts.
+enum class MemCategory : int {
+  params = 0, grads, optimizer, gathered, activations, comm, checkpoint, data, other, count_
+};
 
 /// Name of a category as it appears in logs and metrics.csv ("params", "grads", ...).
 const char* mem_category_name(MemCategory c);
 
-/// Per-process bytes of tracked buffers, current and peak, by category. Local (not thread-safe).
+/// Per-process bytes of tracked buffers, current and peak, by category. Local, thread-safe.
 class MemoryLedger {
  public:
   static void add(MemCategory c, std::int64_t bytes);
@@ -33,6 +42,42 @@ class MemoryLedger {
   static std::int64_t peak(MemCategory c);
   static std::int64_t current_total();
   static std::int64_t peak_total();
+  /// Lowers every peak to the current bytes, so that the next peaks measure one phase (e.g. the
+  /// extra memory of one save). Local.
+  static void reset_peaks();
+};
+
+/// A std::allocator that counts what it allocates against category Cat and leaves new elements
+/// uninitialised (host buffers that are overwritten right away: zeroing them first would cost as
+/// much as the copy). Local.
+template <class T, MemCategory Cat>
+struct TrackedHostAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = TrackedHostAllocator<U, Cat>;
+  };
+  TrackedHostAllocator() = default;
+  template <class U>
+  TrackedHostAllocator(const TrackedHostAllocator<U, Cat>&) {}
+  T* allocate(std::size_t n) {
+    T* p = std::allocator<T>::allocate(n);
+    MemoryLedger::add(Cat, static_cast<std::int64_t>(n * sizeof(T)));
+    return p;
+  }
+  void deallocate(T* p, std::size_t n) {
+    MemoryLedger::sub(Cat, static_cast<std::int64_t>(n * sizeof(T)));
+    std::allocator<T>::deallocate(p, n);
+  }
+  template <class U>
+  void construct(U*) noexcept {}  // default-initialisation: nothing for arithmetic types
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+  template <class U>
+  bool operator==(const TrackedHostAllocator<U, Cat>&) const { return true; }
+  template <class U>
+  bool operator!=(const TrackedHostAllocator<U, Cat>&) const { return false; }
 };
 
 /// Peak resident set size of this process in bytes (getrusage), 0 where unknown. Local.

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <sstream>
 
 namespace trident {
@@ -143,6 +145,24 @@ struct Failure {
   }
 };
 
+/// Calls f(first, n, data) for consecutive blocks covering this rank's shard of kind k: the whole
+/// array at once, or the blocks w.read_block hands out.
+template <class F>
+void for_each_block(const CheckpointWrite& w, std::size_t k, F&& f) {
+  if (!w.read_block) {
+    f(std::int64_t{0}, w.shard.length, w.arrays[k]);
+    return;
+  }
+  for (std::int64_t first = 0; first < w.shard.length;) {
+    const void* data = nullptr;
+    const std::int64_t n = w.read_block(k, first, w.shard.length - first, &data);
+    if (n <= 0 || n > w.shard.length - first || data == nullptr)
+      throw Error("write_checkpoint_file: read_block returned no block at element " + std::to_string(first));
+    f(first, n, data);
+    first += n;
+  }
+}
+
 /// Every rank throws the (collective) error of the lowest failing rank, or none throws.
 void agree_or_throw(Communicator& comm, const Failure& f, const std::string& context) {
   run_agreed(comm, context, [&] {
@@ -215,21 +235,24 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
   const std::size_t K = w.kinds.size();
   Failure fail;
   fail.run([&] {
-    if (w.arrays.size() != K) throw Error("write_checkpoint_file: one array per kind expected");
+    if (w.read_block ? !w.arrays.empty() : w.arrays.size() != K)
+      throw Error("write_checkpoint_file: one array per kind, or read_block, expected");
     if (w.rank_state.size() != w.rank_state_columns.size())
       throw Error("write_checkpoint_file: rank_state has the wrong number of columns");
     for (const auto& t : w.tensors)
       if (t.name.size() >= kNameLen || t.shape.size() > 4) throw Error("tensor name or rank too large: " + t.name);
     // A diverged model must not become `latest` and push good checkpoints out of rotation.
     for (size_t k = 0; k < K; ++k)
-      for (std::int64_t i = 0; i < w.shard.length; ++i) {
-        const double v = w.dtype == DataType::f64 ? static_cast<const double*>(w.arrays[k])[i]
-                                                  : static_cast<const float*>(w.arrays[k])[i];
-        if (!std::isfinite(v))
-          throw CheckpointError("the model state is not finite (" + w.kinds[k] + " element " + std::to_string(i) +
-                                " of this rank's shard is " + std::to_string(v) +
-                                "): the run has diverged; refusing to write it over good checkpoints");
-      }
+      for_each_block(w, k, [&](std::int64_t first, std::int64_t n, const void* data) {
+        for (std::int64_t i = 0; i < n; ++i) {
+          const double v = w.dtype == DataType::f64 ? static_cast<const double*>(data)[i]
+                                                    : static_cast<const float*>(data)[i];
+          if (!std::isfinite(v))
+            throw CheckpointError("the model state is not finite (" + w.kinds[k] + " element " +
+                                  std::to_string(first + i) + " of this rank's shard is " + std::to_string(v) +
+                                  "): the run has diverged; refusing to write it over good checkpoints");
+        }
+      });
   });
   agree_or_throw(comm, fail, "checkpoint '" + path + "' not written");
 
@@ -354,11 +377,17 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
     h5::write_rows(d_segments, segment_type(), static_cast<hsize_t>(my_first_segment), seg.size(), seg.data(),
                    "/index/segments");
     std::vector<std::uint64_t> sums(K);
-    const std::size_t bytes = static_cast<std::size_t>(w.shard.length) * dtype_size(w.dtype);
+    // The streaming XXH64 of consecutive blocks equals the one-shot hash of the whole shard.
+    std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> hash(XXH64_createState(), XXH64_freeState);
+    if (!hash) throw std::bad_alloc();
     for (size_t k = 0; k < K; ++k) {
-      sums[k] = XXH64(w.arrays[k], bytes, 0);
-      h5::write_rows(my_arrays[k], h5_native(w.dtype), 0, static_cast<hsize_t>(w.shard.length), w.arrays[k],
-                     "/shards/" + w.kinds[k] + "/" + shard_name(me));
+      XXH64_reset(hash.get(), 0);
+      for_each_block(w, k, [&](std::int64_t first, std::int64_t n, const void* data) {
+        XXH64_update(hash.get(), data, static_cast<std::size_t>(n) * dtype_size(w.dtype));
+        h5::write_rows(my_arrays[k], h5_native(w.dtype), static_cast<hsize_t>(first), static_cast<hsize_t>(n), data,
+                       "/shards/" + w.kinds[k] + "/" + shard_name(me));
+      });
+      sums[k] = XXH64_digest(hash.get());
     }
     h5::write_rows(d_checksums, H5T_NATIVE_UINT64, static_cast<hsize_t>(me), 1, sums.data(), "/index/checksums");
     if (!w.rank_state.empty())

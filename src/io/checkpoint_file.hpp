@@ -28,6 +28,7 @@
 #include "parallel/communicator.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +76,15 @@ struct CheckpointWrite {
   CkptShard shard;                                       ///< this rank: coordinates and length
   std::vector<CkptSegment> segments;                     ///< this rank (their `shard` field is ignored)
   std::vector<const void*> arrays;                       ///< this rank: one per kind, shard.length elements
+  /// This rank, instead of `arrays` (then empty): hands out its shard block by block, so a save
+  /// can write from live buffers or through one bounded staging buffer instead of a full copy.
+  /// read_block(kind, first, max_count, &data) points `data` at elements [first, first + n) of
+  /// kind `kind`'s shard, valid until the next call, and returns n in [1, max_count]. The writer
+  /// asks for each kind's elements in order, twice (finite check, then write), on the calling
+  /// thread; an exception fails the save on every rank like a write error. The file
+  /// holds the same data and checksums as with `arrays`.
+  std::function<std::int64_t(std::size_t kind, std::int64_t first, std::int64_t max_count, const void** data)>
+      read_block;
   std::vector<std::int64_t> rank_state;                  ///< this rank: one value per column
   bool file_locking = true;                              ///< same on all ranks: HDF5 file locking while writing
 };

@@ -29,6 +29,12 @@ void CheckpointPolicy::finish_async() {
   if (!saver_.busy()) return;
   try {
     const BackgroundSaveResult r = saver_.wait();
+    if (r.abandoned) {
+      log::info("checkpoint: the background save of step %lld was abandoned for the stop; the last checkpoint "
+                "is %s",
+                static_cast<long long>(r.step), last_saved_ >= 0 ? saver_.path_for(last_saved_).c_str() : "none");
+      return;
+    }
     last_saved_ = std::max(last_saved_, r.step);
     log::info("checkpoint: %s written in the background in %.2f s (%.1f MiB on rank 0)", r.path.c_str(), r.seconds,
               static_cast<double>(r.bytes) / (1024.0 * 1024.0));
@@ -61,6 +67,8 @@ void CheckpointPolicy::save(const char* why, bool required, std::int64_t step, b
 
 bool CheckpointPolicy::final_save(StopReason why, std::int64_t step) {
   const bool signal = why == StopReason::signal;
+  // A signal's stop is one save away from its exit: an older step's save in flight gives way.
+  if (signal && saver_.busy() && async_step_ != step) saver_.abandon();
   finish_async();
   if (last_saved_ != step && last_failed_ != step)
     save(stop_reason_name(why), /*required=*/signal, step, /*sync=*/true);

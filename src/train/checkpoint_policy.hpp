@@ -13,6 +13,10 @@
 //    training goes on. The previous checkpoint is intact either way (CheckpointDir's commit).
 //  - A background save's outcome is learned at the next finish_async(): before the next save and
 //    before the final one; its failure is handled as above, for the step it was saving.
+//  - On a stop signal a background save of an older step still in flight is abandoned (it would
+//    make the stop wait for a whole save before the one that matters; the previous checkpoint
+//    stays intact), one of the stop's own step is finished: from the signal to the exit it takes
+//    at most one save. The final save is synchronous.
 //  - The final save (the run ends or stops early) must leave a checkpoint of the last step:
 //    final_save() returns false (the run exits 1) when it has none, unless [checkpoint]
 //    save_final = false and the stop is not a signal. save_final = false skips the end-of-run and
@@ -36,6 +40,7 @@ struct BackgroundSaveResult {
   std::int64_t step = 0;   ///< the step it holds
   double seconds = 0;      ///< wall time of the background write and commit
   std::int64_t bytes = 0;  ///< this rank's snapshot bytes
+  bool abandoned = false;  ///< stopped by abandon(): nothing committed, not a failure
 };
 
 /// The saving the policy drives. Every call is collective over the communicator the saver
@@ -56,8 +61,12 @@ class CheckpointSaver {
   /// True while a background save is started and not yet waited for. Local.
   virtual bool busy() const = 0;
   /// Waits for the background save in flight and returns its result; rethrows its
-  /// CheckpointError (every rank alike). Only when busy(); afterwards !busy(). Local wait.
+  /// CheckpointError (every rank alike) unless abandon() was called. Only when busy(); afterwards
+  /// !busy(). Local wait.
   virtual BackgroundSaveResult wait() = 0;
+  /// Asks the background save in flight to stop soon; the next wait() reports it abandoned (or
+  /// finished, when it was already past its writes). Call on every rank at the same point. Local.
+  virtual void abandon() = 0;
   /// The path checkpoint `step` has (or would have), for messages. Local.
   virtual std::string path_for(std::int64_t step) const = 0;
 };

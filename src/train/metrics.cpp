@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/memory.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +19,11 @@ namespace trident {
 namespace {
 const char* kHeader =
     "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
-    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg";
+    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg,mem_checkpoint";
+// Columns are only ever appended (after leg), so files of every version parse; the leg is field
+// kLegField of a row that has more fields than that, else (rows written before mem_checkpoint,
+// or before leg had a fixed place) its last field.
+constexpr int kLegField = 17;
 
 std::string format_row(const MetricsRow& r) {
   std::string val = r.has_val ? log::format("%.9g", r.val_loss) : "";
@@ -73,9 +78,13 @@ void report_set_aside(const std::string& path, const std::string& aside, const s
             rows.size(), path.c_str(), static_cast<long long>(lo), static_cast<long long>(hi), aside.c_str());
 }
 
-std::string last_field(const std::string& line) {
-  const auto comma = line.rfind(',');
-  return comma == std::string::npos ? std::string() : line.substr(comma + 1);
+std::string leg_of(const std::string& line) {
+  std::vector<std::string> fields;
+  std::stringstream ss(line);
+  for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+  if (!line.empty() && line.back() == ',') fields.emplace_back();
+  if (fields.size() > static_cast<size_t>(kLegField) + 1) return fields[kLegField];
+  return fields.size() > 1 ? fields.back() : std::string();
 }
 }  // namespace
 
@@ -99,7 +108,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   auto in_lineage = [&](const std::string& line) {
     const std::int64_t st = std::atoll(line.c_str());
     if (st > keep_until_step) return false;
-    const std::string sg = last_field(line);
+    const std::string sg = leg_of(line);
     for (size_t k = 0; k < legs.size(); ++k) {
       const std::int64_t end = k + 1 < legs.size() ? legs[k + 1].second : keep_until_step;
       if (legs[k].first == sg && st > legs[k].second && st <= end) return true;
@@ -174,7 +183,10 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   rewrite(path_, header, lines);
 }
 
-void MetricsCsv::write(const MetricsRow& r) { append(format_row(r) + "," + leg_ + "\n"); }
+void MetricsCsv::write(const MetricsRow& r) {
+  append(format_row(r) + "," + leg_ + "," + log::format("%.6g", r.mem_mib[static_cast<int>(MemCategory::checkpoint)]) +
+         "\n");
+}
 
 void MetricsCsv::append(const std::string& lines) {
   std::ofstream out(path_, std::ios::app);

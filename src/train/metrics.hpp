@@ -6,10 +6,12 @@
 // mem_optimizer, mem_gathered, mem_activations, mem_comm) and comm_mib, the MiB this rank sent
 // over all axes during the step (ring model, see parallel/communicator.hpp), and bubble, the
 // measured pipeline bubble fraction (mean over stages; 0 with pp = 1). val_loss is empty
-// where the step was not evaluated. peak_mem_mib is the process's peak resident set size. The
-// last column, leg, names the invocation of `trident train` that trained the step (see
-// Lineage below). Every row is flushed when written, so a killed job keeps its metrics up to
-// the last completed step.
+// where the step was not evaluated (or its evaluation was abandoned for a stop). peak_mem_mib is
+// the process's peak resident set size. Then leg, the invocation of `trident train` that trained
+// the step (see Lineage below), and mem_checkpoint, the per-rank peak MiB of checkpoint host
+// memory (a save's snapshot or staging buffer). Columns are only ever appended, so older files
+// still parse (their rows end at leg). Every row is flushed when written, so a killed job keeps
+// its metrics up to the last completed step.
 //
 // Lineage: every invocation of `trident train` is a *leg* of the run, with a random id; a
 // checkpoint records the legs that led to it ("id@first_step;id@first_step;...", attribute
@@ -17,7 +19,7 @@
 // (from metrics.csv and metrics.superseded.csv together), so that after branches, abandoned
 // branches and crashes it always describes the history of the state being trained; every other
 // row is kept in metrics.superseded.csv. Files written before the column was called `leg` (it
-// was `segment`) are read the same way: the id is the last field of a row.
+// was `segment`) are read the same way: the id is field 18 of a longer row, else the last field.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,8 @@ struct MetricsRow {
   double train_loss = 0, val_loss = 0;
   bool has_val = false;
   double lr = 0, grad_norm = 0, tokens_per_sec = 0, ms_per_step = 0, mfu = 0, peak_mem_mib = 0;
-  double mem_mib[6] = {};  ///< params, grads, optimizer, gathered, activations, comm (MemoryLedger peaks)
+  /// MemoryLedger peaks in MiB: params, grads, optimizer, gathered, activations, comm, checkpoint
+  double mem_mib[7] = {};
   double comm_mib = 0;
   double bubble = 0;  ///< pipeline bubble fraction of the step (0 without pipeline parallelism)
 };

@@ -9,7 +9,9 @@
 #include "train/resume_check.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 namespace trident {
@@ -46,11 +48,137 @@ std::int64_t ModelState<T>::comm_bytes() const {
          grid_.mp_comm().stats().total_bytes();
 }
 
+namespace {
+
+/// True when the live state (MemSpace) can be read by the host in place (CPU builds).
+constexpr bool kStateOnHost = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
+/// One canonical run of a shard: elements [flat_offset, +count) of tensor `tensor` (an index of
+/// the rank's layout), at local_offset in the engine's arrays.
+struct ShardRun {
+  Piece piece;
+  int tensor = 0;
+};
+
+/// The runs of canonical elements within `pieces`, in shard order: not a tp replica's copy of a
+/// replicated tensor, not the tied copy, not vocabulary padding, not unit padding, so that each
+/// element of the model is written by exactly one rank.
+std::vector<ShardRun> canonical_runs(const ParamLayout& layout, const std::vector<Piece>& pieces) {
+  std::vector<ShardRun> runs;
+  for (const Piece& p : pieces)
+    for (size_t i = 0; i < layout.tensors().size(); ++i) {
+      const TensorSpec& t = layout.tensors()[i];
+      if (!t.canonical) continue;
+      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.valid);
+      if (a >= b) continue;
+      runs.push_back(ShardRun{Piece{a, b - a, p.local_offset + (a - p.flat_offset)}, static_cast<int>(i)});
+    }
+  return runs;
+}
+
+std::vector<Piece> pieces_of(const std::vector<ShardRun>& runs) {
+  std::vector<Piece> out;
+  for (const ShardRun& r : runs) out.push_back(r.piece);
+  return out;
+}
+
+std::int64_t shard_length(const std::vector<Piece>& runs) {
+  std::int64_t n = 0;
+  for (const Piece& r : runs) n += r.count;
+  return n;
+}
+
+/// Elements of a live view's staging buffer. Host state: runs of at least `in_place` elements
+/// are written in place, so the buffer only has to hold the longest stretch of consecutive
+/// shorter runs (norm weights, biases), at most `limit` elements; none when there is no such run.
+/// Device state: everything goes through it, min(shard, limit) elements.
+std::int64_t staging_elements(const std::vector<Piece>& runs, std::int64_t in_place, std::int64_t limit) {
+  std::int64_t need = 0;
+  if (!kStateOnHost) {
+    need = shard_length(runs);
+  } else {
+    std::int64_t stretch = 0;
+    for (const Piece& r : runs) {
+      stretch = r.count < in_place ? stretch + r.count : 0;
+      need = std::max(need, stretch);
+    }
+  }
+  return need == 0 ? 0 : std::max<std::int64_t>(1, std::min(need, limit));
+}
+
+/// Reads a shard of the live master weights and moments (MemSpace) by shard position.
 template <class T>
-CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
+struct LiveShard {
+  std::array<const T*, 3> base{};   // master, exp_avg, exp_avg_sq
+  std::vector<Piece> runs;          // shard order, local offsets
+  std::vector<std::int64_t> start;  // shard position of each run, then the shard length
+
+  LiveShard(const ZeroEngine<T>& zero, const std::vector<Piece>& shard_runs)
+      : base{zero.master(), zero.optimizer().exp_avg().data(), zero.optimizer().exp_avg_sq().data()},
+        runs(shard_runs) {
+    start.push_back(0);
+    for (const Piece& r : runs) start.push_back(start.back() + r.count);
+  }
+  std::int64_t length() const { return start.back(); }
+  /// The run holding shard position `pos` (< length()).
+  size_t run_at(std::int64_t pos) const {
+    return static_cast<size_t>(std::upper_bound(start.begin(), start.end(), pos) - start.begin()) - 1;
+  }
+  /// Live address of shard position `pos` of kind k (within run `r`).
+  const T* at(size_t k, size_t r, std::int64_t pos) const { return base[k] + runs[r].local_offset + (pos - start[r]); }
+  /// Copies shard elements [first, first + n) of kind k to host memory `dst`, run by run.
+  void copy(size_t k, std::int64_t first, std::int64_t n, T* dst) const {
+    for (std::int64_t pos = first; pos < first + n;) {
+      const size_t r = run_at(pos);
+      const std::int64_t c = std::min(start[r + 1], first + n) - pos;
+      if constexpr (kStateOnHost) {
+        std::memcpy(dst + (pos - first), at(k, r, pos), static_cast<size_t>(c) * sizeof(T));
+      } else {
+        Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Unmanaged>(dst + (pos - first), static_cast<size_t>(c)),
+                          View1<const T>(at(k, r, pos), static_cast<size_t>(c)));
+      }
+      pos += c;
+    }
+  }
+};
+
+/// CheckpointWrite::read_block of a live view: a run of at least `in_place` elements in place
+/// (host state), else as many elements as fit gathered into `staging`, stopping before a run
+/// that can go in place.
+template <class T>
+struct LiveBlockReader {
+  std::shared_ptr<const LiveShard<T>> shard;
+  T* staging = nullptr;
+  std::int64_t staging_elems = 0, in_place = 0;
+
+  std::int64_t operator()(std::size_t k, std::int64_t first, std::int64_t max_count, const void** data) const {
+    const LiveShard<T>& s = *shard;
+    const size_t r = s.run_at(first);
+    const bool whole_run_in_place = kStateOnHost && s.runs[r].count >= in_place;
+    if (whole_run_in_place || staging_elems == 0) {
+      *data = s.at(k, r, first);
+      return std::min(max_count, s.start[r + 1] - first);
+    }
+    std::int64_t n = 0;
+    const std::int64_t limit = std::min(max_count, staging_elems);
+    while (n < limit) {
+      const size_t q = s.run_at(first + n);
+      if (kStateOnHost && q != r && s.runs[q].count >= in_place) break;
+      const std::int64_t c = std::min(s.start[q + 1] - (first + n), limit - n);
+      s.copy(k, first + n, c, staging + n);
+      n += c;
+    }
+    *data = staging;
+    return n;
+  }
+};
+
+}  // namespace
+
+template <class T>
+CheckpointWrite ModelState<T>::describe(const RunState& run, std::vector<Piece>& runs) const {
   const ZeroEngine<T>& zero = *engine_;
-  CheckpointSnapshot snap;
-  CheckpointWrite& w = snap.write;
+  CheckpointWrite w;
   // The index lists the whole model's tensors (global shapes), identically on every rank.
   const ParamLayout full = ParamLayout::gpt(cfg_.model, cfg_.parallel.unit_blocks);
   for (const TensorSpec& t : full.tensors()) w.tensors.push_back(checkpoint_tensor(t));
@@ -66,49 +194,76 @@ CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
   w.shard.pp = grid_.pp_rank();
   w.shard.dp = grid_.dp_rank();
   w.shard.tp = grid_.tp_rank();
-  const std::vector<Piece> pieces = zero.checkpoint_pieces(grid_.dp_size(), grid_.dp_rank());
   std::int64_t len = 0;
-  // Only canonical elements are written: not a tp replica's copy of a replicated tensor, not the
-  // tied copy, not vocabulary padding. Each element of the model is written by exactly one rank.
-  std::vector<Piece> runs;  // what this shard holds, in shard order (local offsets into master)
-  for (const Piece& p : pieces)
-    for (const TensorSpec& t : layout_.tensors()) {
-      if (!t.canonical) continue;
-      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.valid);
-      if (a >= b) continue;
-      const int gi = full.find(t.name);
-      w.segments.push_back(CkptSegment{static_cast<std::int32_t>(gi), t.split_dim < 0 ? 0 : grid_.tp_rank(), 0,
-                                       a - t.offset, len, b - a});
-      runs.push_back(Piece{a, b - a, p.local_offset + (a - p.flat_offset)});
-      len += b - a;
-    }
-  w.shard.length = len;
-  // Host copies the snapshot owns: the live buffers keep changing while a background thread writes.
-  const size_t nbytes = static_cast<size_t>(len) * sizeof(T);
-  if (spare_.size() == 3 && spare_[0].size() == nbytes) snap.storage = std::move(spare_);
-  else snap.storage.assign(3, HostBytes(nbytes));
-  spare_.clear();
-  T* param = reinterpret_cast<T*>(snap.storage[0].data());
-  T* m1 = reinterpret_cast<T*>(snap.storage[1].data());
-  T* m2 = reinterpret_cast<T*>(snap.storage[2].data());
-  auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<const T>(zero.master(), static_cast<size_t>(zero.local_size())));
-  auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg().view());
-  auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg_sq().view());
-  std::int64_t pos = 0;
-  for (const Piece& p : runs) {
-    std::copy(p_h.data() + p.local_offset, p_h.data() + p.local_offset + p.count, param + pos);
-    std::copy(m_h.data() + p.local_offset, m_h.data() + p.local_offset + p.count, m1 + pos);
-    std::copy(v_h.data() + p.local_offset, v_h.data() + p.local_offset + p.count, m2 + pos);
-    pos += p.count;
+  runs.clear();
+  for (const ShardRun& r : canonical_runs(layout_, zero.checkpoint_pieces(grid_.dp_size(), grid_.dp_rank()))) {
+    const TensorSpec& t = layout_.tensors()[static_cast<size_t>(r.tensor)];
+    w.segments.push_back(CkptSegment{static_cast<std::int32_t>(full.find(t.name)), t.split_dim < 0 ? 0 : grid_.tp_rank(),
+                                     0, r.piece.flat_offset - t.offset, len, r.piece.count});
+    runs.push_back(r.piece);
+    len += r.piece.count;
   }
-  w.arrays = {param, m1, m2};
+  w.shard.length = len;
+  return w;
+}
+
+template <class T>
+CheckpointSnapshot ModelState<T>::snapshot(const RunState& run) const {
+  CheckpointSnapshot snap;
+  std::vector<Piece> runs;
+  snap.write = describe(run, runs);
+  // Host copies the snapshot owns: the live buffers keep changing while a background thread writes.
+  const std::int64_t len = snap.write.shard.length;
+  const size_t nbytes = static_cast<size_t>(len) * sizeof(T);
+  if (spare_.size() != 3 || spare_[0].size() != nbytes) spare_.clear();  // never two copies at once
+  if (!spare_.empty()) snap.storage = std::move(spare_);
+  else
+    for (int k = 0; k < 3; ++k) snap.storage.emplace_back(nbytes);  // not assign(3, copy): one buffer at a time
+  spare_.clear();
+  const LiveShard<T> shard(*engine_, runs);
+  for (size_t k = 0; k < 3; ++k) {
+    T* dst = reinterpret_cast<T*>(snap.storage[k].data());
+    shard.copy(k, 0, len, dst);
+    snap.write.arrays.push_back(dst);
+  }
+  return snap;
+}
+
+template <class T>
+CheckpointSnapshot ModelState<T>::live_view(const RunState& run) const {
+  spare_.clear();  // a synchronous save needs no copy: do not keep one beside it
+  CheckpointSnapshot snap;
+  std::vector<Piece> runs;
+  snap.write = describe(run, runs);
+  snap.live = true;
+  const auto t = static_cast<std::int64_t>(sizeof(T));
+  LiveBlockReader<T> reader;
+  reader.shard = std::make_shared<const LiveShard<T>>(*engine_, runs);
+  reader.in_place = kInPlaceBytes / t;
+  reader.staging_elems = staging_elements(runs, reader.in_place, std::max<std::int64_t>(1, staging_bytes_ / t));
+  if (reader.staging_elems > 0) {
+    snap.storage.emplace_back(static_cast<size_t>(reader.staging_elems) * sizeof(T));
+    reader.staging = reinterpret_cast<T*>(snap.storage[0].data());
+  }
+  snap.write.read_block = reader;
   return snap;
 }
 
 template <class T>
 void ModelState<T>::recycle(CheckpointSnapshot&& done) const {
+  if (done.live) return;  // a live view's staging buffer is not a snapshot
   spare_ = std::move(done.storage);
   done.write.arrays.clear();
+}
+
+template <class T>
+std::int64_t ModelState<T>::plan_save_bytes(const Config& cfg, const ParamLayout& layout, const GptSchedule& sched) {
+  const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
+  const std::vector<Piece> runs = pieces_of(canonical_runs(
+      layout, ZeroEngine<T>::plan_checkpoint_pieces(layout, sched, ZeroOptions::from(cfg), S, 0, cfg.parallel.dp, 0, true)));
+  const auto t = static_cast<std::int64_t>(sizeof(T));
+  if (cfg.checkpoint.async) return 3 * shard_length(runs) * t;
+  return staging_elements(runs, kInPlaceBytes / t, std::max<std::int64_t>(1, kSaveStagingBytes / t)) * t;
 }
 
 template <class T>

@@ -5,8 +5,11 @@
 // Layer: train. Used by the Trainer (with a model and data around it) and, as the checkpoint
 // layer's CheckpointState, by `trident ckpt reshard` (without either).
 // Invariants: a snapshot is a host copy taken at a step boundary and owns its memory, so it can be
-// written by a background thread while training changes the live state; each element of the model
-// is in exactly one rank's snapshot (canonical elements of the pieces the rank writes).
+// written by a background thread while training changes the live state; a live view writes the
+// same bytes from the live state with at most kSaveStagingBytes of extra host memory; each
+// element of the model is in exactly one rank's snapshot (canonical elements of the pieces the
+// rank writes). All host memory of saves counts as MemCategory::checkpoint, and
+// plan_save_bytes() predicts it exactly.
 #pragma once
 
 #include "checkpoint/model_schema.hpp"
@@ -36,12 +39,32 @@ class ModelState final : public CheckpointState {
   /// Bytes this rank sent over all communicators it uses (ring model).
   std::int64_t comm_bytes() const;
 
-  /// A host copy of this rank's part of a checkpoint at `run`, in the buffers of the last
-  /// recycled snapshot when there is one of the right size (else newly allocated). Local.
+  /// A host copy of this rank's part of a checkpoint at `run` (3 x shard elements x sizeof(T):
+  /// master weights and both moments), in the buffers of the last recycled snapshot when there is
+  /// one of the right size (else newly allocated). For a background writer. Local.
   CheckpointSnapshot snapshot(const RunState& run) const override;
+  /// The same as a live view, for a synchronous save: runs of the shard of at least
+  /// kInPlaceBytes are written in place when the state is in host memory; shorter runs, and
+  /// everything when it is in device memory, go through one staging buffer of at most
+  /// staging_bytes(). Frees a recycled snapshot's buffers first (the save that needs no copy
+  /// does not keep one). Valid until the state changes. Local.
+  CheckpointSnapshot live_view(const RunState& run) const override;
   /// Keeps the buffers of a written snapshot for the next one: allocating and first touching
   /// 12 bytes per parameter again costs more than the copy itself (page faults). Local.
   void recycle(CheckpointSnapshot&& done) const;
+
+  /// Host bytes (MemCategory::checkpoint) a save of `cfg` allocates on dp rank 0 of the pipeline
+  /// stage `layout` describes, the rank with the largest shard: with [checkpoint] async the
+  /// snapshot, kept for the next save; else the largest staging buffer of a live view (0 when
+  /// every run is written in place). The --dry-run prediction. Local, allocates nothing.
+  static std::int64_t plan_save_bytes(const Config& cfg, const ParamLayout& layout, const GptSchedule& sched);
+  /// Runs of at least this many bytes are written in place from host memory.
+  static constexpr std::int64_t kInPlaceBytes = 256 << 10;
+  /// The default bound of a live view's staging buffer.
+  static constexpr std::int64_t kSaveStagingBytes = 16 << 20;
+  std::int64_t staging_bytes() const { return staging_bytes_; }
+  /// Lowers (or raises) the staging bound, so tests can cross it with small models. Local.
+  void set_staging_bytes(std::int64_t bytes) { staging_bytes_ = bytes; }
   /// Restores master weights, moments and the optimizer step from `path`, written at any layout
   /// and ZeRO stage, and rebuilds the working parameters. Returns the run state recorded there.
   /// Collective over the grid. Throws CheckpointError (collective) for another model.
@@ -54,6 +77,11 @@ class ModelState final : public CheckpointState {
   std::unique_ptr<Communicator> shard_comm_, replicate_comm_, tied_comm_;
   std::unique_ptr<ZeroEngine<T>> engine_;
   mutable std::vector<HostBytes> spare_;  // buffers of a recycled snapshot
+  std::int64_t staging_bytes_ = kSaveStagingBytes;
+
+  // The header of this rank's part of a checkpoint (tensors, kinds, metadata, shard, segments)
+  // and the runs of its shard: canonical elements, in shard order, local offsets.
+  CheckpointWrite describe(const RunState& run, std::vector<Piece>& runs) const;
 };
 
 }  // namespace trident

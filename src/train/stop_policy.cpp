@@ -54,7 +54,7 @@ StopDecision StopPolicy::after_step(Communicator& world, std::int64_t step, int 
   d.step = step;
   // Preemption or Ctrl-C: a SIGUSR1/SIGTERM/SIGINT on any rank stops every rank after this step,
   // with a checkpoint.
-  const int sig = world.all_reduce_value<std::int32_t>(local_signal, ReduceOp::max);
+  const int sig = agree_signal(world, local_signal);
   if (sig != 0) {
     d.reason = StopReason::signal;
     d.signal = sig;
@@ -75,6 +75,10 @@ StopDecision StopPolicy::after_step(Communicator& world, std::int64_t step, int 
     if (stop) d.reason = StopReason::time_limit;
   }
   return d;
+}
+
+int StopPolicy::agree_signal(Communicator& world, int local_signal) {
+  return world.all_reduce_value<std::int32_t>(local_signal, ReduceOp::max);
 }
 
 int StopPolicy::exit_status(StopReason reason, bool final_saved) {

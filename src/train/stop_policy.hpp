@@ -14,6 +14,9 @@
 //  otherwise the run goes on. Any stop whose final checkpoint failed exits 1 instead.
 // Invariants: every rank reaches the same decision after the same step (one all-reduce per step,
 // one broadcast per step only when a time limit is set and rules 1-3 did not stop the run).
+// Rule 1 is also checked (agree_signal) between evaluation batches, where a stop abandons the
+// evaluation, and before the first step: from a signal to exit 3 it takes at most the rest of a
+// step and one save.
 #pragma once
 
 #include "parallel/communicator.hpp"
@@ -76,6 +79,12 @@ class StopPolicy {
   /// one all-reduce (max of the signals), then, only when rule 4 is reached, a broadcast of rank
   /// 0's time-limit verdict.
   StopDecision after_step(Communicator& world, std::int64_t step, int local_signal, double last_save_seconds) const;
+
+  /// The stop signal any rank received (max of `local_signal` over world), 0 when none: rule 1,
+  /// also asked between evaluation batches and before the first step so that a stop never waits
+  /// for a whole evaluation. Collective over world (one all-reduce); call it at a point every
+  /// rank reaches alike.
+  static int agree_signal(Communicator& world, int local_signal);
 
   /// Exit status of a run ending for `reason`: 1 when its final checkpoint failed
   /// (`final_saved` false), else kExitRequeue for a signal and 0 otherwise. Local.

@@ -209,7 +209,7 @@ StepResult Trainer<T>::train_step() {
 }
 
 template <class T>
-EvalResult Trainer<T>::evaluate() {
+EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested) {
   Timer timer;
   EvalResult res;
   const int T_ = cfg_.model.block_size;
@@ -237,7 +237,17 @@ EvalResult Trainer<T>::evaluate() {
   const std::int64_t most = (n + dp - 1) / dp, passes = (most + mb - 1) / mb;
   std::vector<token_t> tok(static_cast<size_t>(mb * T_)), tgt(static_cast<size_t>(mb * T_));
   double loss_sum = 0.0;
+  res.batches_planned = passes;
   for (std::int64_t k = 0; k < passes; ++k) {
+    // Every rank asks at the same pass, before any of the pass's communication, so all leave
+    // together (the forward passes are collective over tp, pp and the ZeRO-3 gathers).
+    if (stop_requested && stop_requested()) {
+      res.stopped = true;
+      res.loss = std::nan("");
+      res.seconds = timer.seconds();
+      return res;
+    }
+    res.batches = k + 1;
     const std::int64_t i = begin + k * mb;
     const std::int64_t B = std::max<std::int64_t>(0, std::min(mb, end - i));
     const std::int64_t rows = std::max<std::int64_t>(B, 1);  // a dummy window whose loss is not counted
@@ -289,10 +299,14 @@ CheckpointSnapshot Trainer<T>::snapshot() const {
 }
 
 template <class T>
+CheckpointSnapshot Trainer<T>::live_view() const {
+  return state_.live_view(run_state());
+}
+
+template <class T>
 void Trainer<T>::write_checkpoint(const std::string& path) {
-  CheckpointSnapshot snap = snapshot();
-  write_checkpoint_file(path, grid_.world_comm(), snap.write);
-  recycle(std::move(snap));
+  const CheckpointSnapshot view = live_view();
+  write_checkpoint_file(path, grid_.world_comm(), view.write);
 }
 
 template <class T>
@@ -307,6 +321,20 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
 
 template class Trainer<float>;
 template class Trainer<double>;
+
+namespace {
+/// What the checkpoint category of a prediction `b` for `cfg` is, in the user's words.
+std::string save_memory_note(const Config& cfg, const MemoryBytes& b) {
+  if (cfg.checkpoint.async)
+    return "  (an asynchronous save's host snapshot: master weights and both moments of this rank's shard, "
+           "kept for the next save)";
+  if (b[static_cast<size_t>(MemCategory::checkpoint)] == 0)
+    return "  (a synchronous save writes straight from the live buffers)";
+  return log::format("  (a synchronous save's staging buffer, at most %lld MiB; the rest is written from the "
+                     "live buffers)",
+                     static_cast<long long>(ModelState<float>::kSaveStagingBytes >> 20));
+}
+}  // namespace
 
 MemoryBytes predict_memory(const Config& cfg) {
   // The largest part: stage 0 (embedding + the most blocks) or the last stage (head), tp rank 0.
@@ -329,6 +357,8 @@ MemoryBytes predict_memory(const Config& cfg) {
     b[static_cast<size_t>(MemCategory::activations)] += acts * (dbl ? 8 : 4);
     if (cfg.parallel.pp > 1)
       b[static_cast<size_t>(MemCategory::comm)] += cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd * (dbl ? 8 : 4);
+    b[static_cast<size_t>(MemCategory::checkpoint)] += dbl ? ModelState<double>::plan_save_bytes(cfg, layout, sched)
+                                                           : ModelState<float>::plan_save_bytes(cfg, layout, sched);
     std::int64_t total = 0;
     for (auto v : b) total += v;
     if (total > best_total) {
@@ -353,11 +383,12 @@ void print_memory_prediction(const Config& cfg) {
               name_of(cfg.train.activation_checkpointing));
   std::int64_t total = 0;
   for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
-    std::printf("  %-12s %12.2f MiB\n", mem_category_name(static_cast<MemCategory>(c)),
-                static_cast<double>(b[static_cast<size_t>(c)]) / mib);
+    std::printf("  %-12s %12.2f MiB%s\n", mem_category_name(static_cast<MemCategory>(c)),
+                static_cast<double>(b[static_cast<size_t>(c)]) / mib,
+                static_cast<MemCategory>(c) == MemCategory::checkpoint ? save_memory_note(cfg, b).c_str() : "");
     total += b[static_cast<size_t>(c)];
   }
-  std::printf("  %-12s %12.2f MiB\n", "total", static_cast<double>(total) / mib);
+  std::printf("  %-12s %12.2f MiB  (the peak: during a save)\n", "total", static_cast<double>(total) / mib);
   // ZeRO paper, sec. 3/5: with mixed precision 2 + 2 + 12 bytes per parameter; stage 1 divides
   // the 12, stage 2 also the gradient's 2, stage 3 everything, by the sharding degree.
   // Tensor and pipeline parallelism first divide the parameters by tp * pp (Megatron-LM's model
@@ -397,12 +428,11 @@ class TrainerCheckpointSaver final : public CheckpointSaver {
     }
   }
   std::string save(std::int64_t step) override {
-    CheckpointSnapshot snap = trainer_.snapshot();
-    snap.write.file_locking = file_locking_;
-    const std::string p = ckdir_.commit(
-        step, world_, [&](const std::string& tmp) { write_checkpoint_file(tmp, world_, snap.write); }, keep_);
-    trainer_.recycle(std::move(snap));
-    return p;
+    // Synchronous: written from the live state, with bounded extra memory (no copy).
+    CheckpointSnapshot view = trainer_.live_view();
+    view.write.file_locking = file_locking_;
+    return ckdir_.commit(
+        step, world_, [&](const std::string& tmp) { write_checkpoint_file(tmp, world_, view.write); }, keep_);
   }
   bool can_start() const override { return writer_ != nullptr; }
   void start(std::int64_t step) override {
@@ -420,7 +450,10 @@ class TrainerCheckpointSaver final : public CheckpointSaver {
       throw;
     }
     trainer_.recycle(writer_->release());
-    return BackgroundSaveResult{r.path, r.step, r.seconds, r.bytes};
+    return BackgroundSaveResult{r.path, r.step, r.seconds, r.bytes, r.abandoned};
+  }
+  void abandon() override {
+    if (writer_) writer_->abandon();
   }
   std::string path_for(std::int64_t step) const override { return ckdir_.path_for(step); }
 
@@ -490,10 +523,16 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   {
     const MemoryBytes pred = predict_memory(cfg);
     std::string cats;
-    for (int c = 0; c < static_cast<int>(MemCategory::data); ++c)
-      cats += log::format("%s%s %.1f", c ? ", " : "", mem_category_name(static_cast<MemCategory>(c)),
-                          static_cast<double>(MemoryLedger::current(static_cast<MemCategory>(c))) / (1024.0 * 1024.0));
-    log::info("memory per rank (MiB): %s | ZeRO stage %d%s%s, predicted total %.1f MiB (what `trident train "
+    for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
+      const auto cat = static_cast<MemCategory>(c);
+      // Nothing of a save is allocated yet: say what the first one will take.
+      const bool at_save = cat == MemCategory::checkpoint;
+      cats += log::format("%s%s %.1f%s", c ? ", " : "", mem_category_name(cat),
+                          static_cast<double>(at_save ? pred[static_cast<size_t>(c)] : MemoryLedger::current(cat)) /
+                              (1024.0 * 1024.0),
+                          at_save ? (cfg.checkpoint.async ? " (snapshot, from the first save)" : " (during saves)") : "");
+    }
+    log::info("memory per rank (MiB): %s | ZeRO stage %d%s%s, predicted peak %.1f MiB (what `trident train "
               "--dry-run %d` prints; the step log's mem is this ledger, its RSS adds the runtime and libraries)",
               cats.c_str(), cfg.parallel.zero_stage, cfg.train.param_dtype == Precision::bf16 ? ", bf16 params" : "",
               cfg.train.activation_checkpointing == Recompute::block ? ", recompute" : "",
@@ -507,6 +546,13 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   checkpoint_opt.continue_on_error = cfg.checkpoint.on_error == OnSaveError::keep_training;
   CheckpointPolicy checkpoints(saver, checkpoint_opt, resumed_step, world.rank());
   install_stop_signal_handlers();
+  // Stop requests agreed at fixed points that every rank reaches alike: before the first step
+  // (a signal during start-up), between evaluation batches, after each step (StopPolicy).
+  auto stop_requested = [&world] { return StopPolicy::agree_signal(world, stop_signal_received()) != 0; };
+  if (const int sig = StopPolicy::agree_signal(world, stop_signal_received()); sig != 0) {
+    const StopDecision d{StopReason::signal, trainer.step(), sig};
+    return stops.finish(d, checkpoints.final_save(d.reason, d.step), world.rank());
+  }
 
   Timer run_timer;
   const std::int64_t first_step = trainer.step();
@@ -531,7 +577,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     row.ms_per_step = r.seconds * 1e3;
     row.mfu = mfu;
     row.peak_mem_mib = mem_mib;
-    for (int c = 0; c < 6; ++c)
+    for (int c = 0; c <= static_cast<int>(MemCategory::checkpoint); ++c)
       row.mem_mib[c] = static_cast<double>(MemoryLedger::peak(static_cast<MemCategory>(c))) / (1024.0 * 1024.0);
     row.comm_mib = comm_mib;
     row.bubble = r.bubble;
@@ -545,8 +591,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                     : "");
     const bool last = r.step == cfg.train.max_steps;
     if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
-      EvalResult e = trainer.evaluate();
-      if (e.tokens == 0) {
+      EvalResult e = trainer.evaluate(stop_requested);
+      if (e.stopped) {
+        log::info("step %6lld | evaluation abandoned after %lld of %lld batches: a stop was requested",
+                  static_cast<long long>(r.step), static_cast<long long>(e.batches),
+                  static_cast<long long>(e.batches_planned));
+      } else if (e.tokens == 0) {
         log::warn("the validation split is shorter than one sequence: no validation loss");
       } else if (!std::isfinite(e.loss)) {
         throw Error("the validation loss is not finite at step " + std::to_string(r.step) +

@@ -27,6 +27,7 @@
 #include "train/zero.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -43,9 +44,12 @@ struct StepResult {
 };
 
 struct EvalResult {
-  double loss = 0;            ///< mean token loss on the validation split (NaN if it is too short)
-  std::int64_t tokens = 0;    ///< tokens evaluated (over all dp ranks)
+  double loss = 0;            ///< mean token loss on the validation split (NaN if it is too short or stopped)
+  std::int64_t tokens = 0;    ///< tokens evaluated (over all dp ranks; 0 when stopped)
   double seconds = 0;
+  bool stopped = false;       ///< abandoned on a stop request before its last batch: no loss
+  std::int64_t batches = 0;   ///< forward passes run (on every rank the same)
+  std::int64_t batches_planned = 0;
 };
 
 template <class T>
@@ -80,15 +84,25 @@ class Trainer {
   StepResult train_step();
 
   /// Mean validation loss: the whole split in consecutive windows (eval_iters = 0), or eval_iters
-  /// batches of global_batch_size windows at fixed random offsets. Collective over the grid.
-  EvalResult evaluate();
+  /// batches of global_batch_size windows at fixed random offsets. `stop_requested`, when given,
+  /// is asked before every forward pass, by every rank at the same pass, and must answer the same
+  /// on every rank (an agreed stop request, e.g. a max all-reduce of the signal flag over world):
+  /// on true the evaluation is abandoned there (EvalResult::stopped, no loss), so a stop never
+  /// waits for a whole evaluation; an abandoned evaluation changes nothing of the training state.
+  /// Collective over the grid (and whatever stop_requested does).
+  EvalResult evaluate(const std::function<bool()>& stop_requested = {});
 
-  /// Writes this run's state into a new checkpoint file at `path` (collective over the grid):
-  /// each rank its shard of master weights and AdamW moments, plus the index and restart metadata.
+  /// Writes this run's state into a new checkpoint file at `path`: each rank its shard of master
+  /// weights and AdamW moments, plus the index and restart metadata, from a live view (no copy of
+  /// the state). Collective over the grid.
   void write_checkpoint(const std::string& path);
   /// This rank's part of a checkpoint of the current step, in host memory it owns (for a
   /// background writer). Local.
   CheckpointSnapshot snapshot() const;
+  /// The same as a live view (ModelState::live_view), for a synchronous save. Local.
+  CheckpointSnapshot live_view() const;
+  /// This rank's model state (its layout, engine, checkpoint conversions). Local.
+  ModelState<T>& state() { return state_; }
   /// Hands a written snapshot's buffers back for the next snapshot (ModelState::recycle). Local.
   void recycle(CheckpointSnapshot&& done) { state_.recycle(std::move(done)); }
   /// Step, data position, last LR and tokenizer: what a checkpoint records besides the model.

@@ -452,18 +452,26 @@ void ZeroEngine<T>::step(double lr, double grad_scale) {
 }
 
 template <class T>
-std::vector<Piece> ZeroEngine<T>::checkpoint_pieces(int dp_size, int dp_rank) const {
+std::vector<Piece> ZeroEngine<T>::plan_checkpoint_pieces(const ParamLayout& layout, const GptSchedule& sched,
+                                                         const ZeroOptions& opt, int shard_size, int shard_rank,
+                                                         int dp_size, int dp_rank, bool first_replica) {
   std::vector<Piece> out;
-  if (opt_.stage == 0) {
-    for (const UnitSpec& u : layout_.units()) {
+  if (opt.stage == 0) {
+    for (const UnitSpec& u : layout.units()) {
       const std::int64_t piece = (u.numel + dp_size - 1) / dp_size;
       const std::int64_t a = std::min(u.numel, piece * dp_rank), b = std::min(u.numel, piece * (dp_rank + 1));
       out.push_back({u.offset + a, b - a, u.offset + a});
     }
-  } else if (comms_.replicate == nullptr || comms_.replicate->rank() == 0) {
-    out = owned_;
+  } else if (first_replica) {
+    out = Geometry(layout, sched, opt, shard_size, shard_rank).owned;
   }
   return out;
+}
+
+template <class T>
+std::vector<Piece> ZeroEngine<T>::checkpoint_pieces(int dp_size, int dp_rank) const {
+  return plan_checkpoint_pieces(layout_, sched_, opt_, S_, r_, dp_size, dp_rank,
+                                comms_.replicate == nullptr || comms_.replicate->rank() == 0);
 }
 
 template class ZeroEngine<float>;

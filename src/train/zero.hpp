@@ -115,6 +115,12 @@ class ZeroEngine final : public UnitProvider<T> {
   /// owned pieces at stages 1-3 on the first replica group, nothing on the others. Each element
   /// of the model is written by exactly one rank.
   std::vector<Piece> checkpoint_pieces(int dp_size, int dp_rank) const;
+  /// The same for the engine shard rank `shard_rank` of `shard_size` would have, on dp rank
+  /// `dp_rank` of `dp_size`, on the first HSDP replica group or not (the --dry-run prediction of
+  /// a save's memory). Local, pure.
+  static std::vector<Piece> plan_checkpoint_pieces(const ParamLayout& layout, const GptSchedule& sched,
+                                                   const ZeroOptions& opt, int shard_size, int shard_rank, int dp_size,
+                                                   int dp_rank, bool first_replica);
   T* master() { return master_; }
   const T* master() const { return master_; }
   AdamW<T>& optimizer() { return *adam_; }

@@ -1,11 +1,16 @@
 // Checkpoints: resuming with the same layout is bitwise exact (losses, parameters and AdamW
 // moments after 10 + 10 steps equal a straight 20-step run); a dp = N checkpoint loads at dp = 1;
 // another model, a truncated file and a corrupted dataset are refused; commit keeps `keep` files.
+// Saves without a copy: a live view writes the same file as a snapshot (the file of a background
+// save) at every layout and staging size, with at most the staging bound of extra host memory;
+// an abandoned background save leaves the previous checkpoint and `latest` as they were.
 #include "core/error.hpp"
 #include "data/token_dataset.hpp"
 #include "io/checkpoint_file.hpp"
 #include "parallel/process_grid.hpp"
+#include "checkpoint/async_writer.hpp"
 #include "checkpoint/commit.hpp"
+#include "checkpoint/tools.hpp"
 #include "train/trainer.hpp"
 #include "trainer_fixture.hpp"
 
@@ -14,6 +19,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <iterator>
 
 namespace trident {
 namespace {
@@ -185,6 +192,123 @@ TEST(Checkpoint, CommitRotatesAndMovesLatest) {
                CheckpointError);
   EXPECT_EQ(*cd.latest(), cd.path_for(4));
   EXPECT_EQ(cd.list().size(), 2u);
+}
+
+/// Layouts whose shards have gaps of every kind in the live buffers: dp pieces of every unit
+/// (stage 0), unit padding and an uneven vocabulary (stage 3, bf16), tp replicas of replicated
+/// tensors and the tied embedding's second copy (tp x pp at 4 ranks).
+std::vector<std::vector<std::string>> save_layouts(int ranks) {
+  std::vector<std::vector<std::string>> out = {{}, {"--parallel.zero_stage=3"},
+                                               {"--parallel.zero_stage=3", "--train.param_dtype=bf16"}};
+  for (auto& v : out) v.insert(v.begin(), kUneven.begin(), kUneven.end());
+  if (ranks == 4) {
+    out.push_back({"--parallel.tp=2", "--parallel.pp=2", "--model.n_layer=2"});
+    out.push_back({"--parallel.dp=2", "--parallel.pp=2", "--parallel.zero_stage=1"});
+  }
+  return out;
+}
+
+TEST(Checkpoint, LiveViewWritesTheSnapshotsFile) {
+  // Today's file (a snapshot's arrays written at once) and the live view's, with the default and
+  // with a tiny staging buffer (many blocks, runs cut anywhere): the same size, every array and
+  // attribute equal at tolerance 0 and every stored checksum that of its data. (Not compared byte
+  // for byte: HDF5 object headers hold their creation second.)
+  Runtime& rt = test::runtime();
+  int n = 0;
+  for (const auto& ov : save_layouts(rt.world_size())) {
+    Config cfg = test::tiny_config(rt.world_size(), ov);
+    ProcessGrid grid(rt.world(), {cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp});
+    TokenDataset data(cfg.data.path, 64.0);
+    Trainer<float> t(cfg, grid, data);
+    for (int s = 0; s < 2; ++s) t.train_step();
+    const std::string dir = dir_for("live_" + std::to_string(n++));
+    if (rt.world().rank() == 0) fs::create_directories(dir);
+    rt.world().barrier();
+    auto write = [&](CheckpointSnapshot snap, const std::string& name) {
+      snap.write.int_attrs["created_unix_time"] = 1700000000;  // a field that differs run to run
+      write_checkpoint_file(dir + "/" + name, rt.world(), snap.write);
+      return dir + "/" + name;
+    };
+    const std::string want = write(t.snapshot(), "copy.h5");
+    std::vector<std::string> got = {write(t.live_view(), "live.h5")};
+    t.state().set_staging_bytes(40);  // 10 floats
+    got.push_back(write(t.live_view(), "live_small.h5"));
+    for (const std::string& g : got) {
+      const CheckpointDiff d = diff_checkpoints(g, want, rt.world(), DiffOptions{});
+      EXPECT_TRUE(d.identical()) << ov.back() << "\n" << format_diff(d, false);
+      EXPECT_EQ(d.arrays.size(), diff_checkpoints(want, want, rt.world(), DiffOptions{}).arrays.size());
+      const std::vector<std::string> bad = CheckpointReader(g, rt.world()).verify(rt.world());  // checksums
+      EXPECT_TRUE(bad.empty()) << ov.back() << ": " << (bad.empty() ? "" : bad[0]);
+      if (rt.world().rank() == 0) EXPECT_EQ(fs::file_size(g), fs::file_size(want)) << ov.back();
+    }
+  }
+}
+
+TEST(Checkpoint, SynchronousSaveNeedsOnlyTheStagingBound) {
+  // A synchronous save's extra host memory is the staging buffer, whatever the shard's size; a
+  // snapshot would be 12 bytes per element of the shard.
+  Runtime& rt = test::runtime();
+  const Config cfg = test::tiny_config(rt.world_size(), {"--model.n_embd=64", "--model.n_head=4"});
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  t.train_step();
+  const std::int64_t bound = 4096;
+  t.state().set_staging_bytes(bound);
+  MemoryLedger::reset_peaks();
+  const std::int64_t before = MemoryLedger::current(MemCategory::checkpoint);
+  const std::string path = save(t, grid, dir_for("bounded"));
+  const std::int64_t extra = MemoryLedger::peak(MemCategory::checkpoint) - before;
+  const std::int64_t copy = 3 * t.live_view().write.shard.length * static_cast<std::int64_t>(sizeof(float));
+  EXPECT_EQ(extra, bound);
+  EXPECT_GT(copy, 20 * bound) << "the model is too small to show the bound";
+  EXPECT_EQ(MemoryLedger::current(MemCategory::checkpoint), before);
+  // And the file resumes bitwise.
+  Trainer<float> back(cfg, grid, data);
+  back.load_checkpoint(path);
+  EXPECT_EQ(back.master_copy(), t.master_copy());
+  EXPECT_EQ(back.exp_avg_sq_copy(), t.exp_avg_sq_copy());
+}
+
+TEST(Checkpoint, AbandonedBackgroundSaveLeavesThePreviousCheckpoint) {
+  if (!mpi_thread_multiple()) GTEST_SKIP() << "background saves need MPI_THREAD_MULTIPLE";
+  Runtime& rt = test::runtime();
+  const Config cfg = test::tiny_config(rt.world_size());
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  const std::string dir = dir_for("abandon");
+  t.train_step();
+  save(t, grid, dir);
+  t.train_step();
+  // The writer thread waits in the shard's first block until abandon() has been called on this
+  // rank, so the save is abandoned in the middle of its writes, deterministically.
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  CheckpointSnapshot snap = t.snapshot();
+  const std::vector<const void*> arrays = snap.write.arrays;
+  snap.write.arrays.clear();
+  snap.write.read_block = [arrays, open](std::size_t k, std::int64_t first, std::int64_t max_count, const void** p) {
+    open.wait();
+    *p = static_cast<const float*>(arrays[k]) + first;
+    return std::min<std::int64_t>(max_count, 8);
+  };
+  AsyncCheckpointWriter writer(rt.world());
+  const CheckpointDir cd(dir);
+  writer.start(cd, 2, std::move(snap), 3);
+  writer.abandon();
+  gate.set_value();
+  const AsyncCheckpointWriter::Result r = writer.wait();
+  EXPECT_TRUE(r.abandoned);
+  EXPECT_FALSE(r.done);
+  rt.world().barrier();
+  EXPECT_EQ(*cd.latest(), cd.path_for(1));
+  EXPECT_FALSE(fs::exists(cd.path_for(2)));
+  EXPECT_FALSE(fs::exists(cd.path_for(2) + ".tmp"));
+  // The writer works on: the next save commits.
+  writer.start(cd, 2, t.snapshot(), 3);
+  EXPECT_FALSE(writer.wait().abandoned);
+  EXPECT_EQ(*cd.latest(), cd.path_for(2));
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 // n_embd = 15 and vocab_size = 997, so every unit's size is odd and no dp size splits it evenly:
 // padding is exercised everywhere. bf16 working parameters are compared with the fp32 run of the
 // same layout under a stated bound (below). Also: weight decay only on 2-D tensors when a piece
-// boundary cuts a bias, the --dry-run prediction equals what is allocated, and the shard memory
-// really falls with dp.
+// boundary cuts a bias, the --dry-run prediction equals what is allocated (at start-up and by a
+// save, synchronous or asynchronous), and the shard memory really falls with dp.
 #include "core/host_copy.hpp"
 #include "data/token_dataset.hpp"
 #include "parallel/process_grid.hpp"
@@ -159,11 +159,56 @@ TEST(Zero, DryRunPredictionEqualsAllocation) {
     // Prediction is for dp shard rank 0, which holds the largest pieces; others hold at most as much.
     for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
       const std::int64_t got = MemoryLedger::current(static_cast<MemCategory>(c)) - before[static_cast<size_t>(c)];
+      if (static_cast<MemCategory>(c) == MemCategory::checkpoint) {  // allocated by saves (next test)
+        EXPECT_EQ(got, 0) << v[0];
+        continue;
+      }
       if (grid.dp_rank() == 0) {
         EXPECT_EQ(got, want[static_cast<size_t>(c)]) << v[0] << " " << mem_category_name(static_cast<MemCategory>(c));
       } else {
         EXPECT_LE(got, want[static_cast<size_t>(c)]) << v[0] << " " << mem_category_name(static_cast<MemCategory>(c));
       }
+    }
+  }
+}
+
+// What a save allocates (MemCategory::checkpoint) is what --dry-run predicts: an asynchronous
+// save's snapshot (kept for the next save), or the peak of a synchronous save's staging buffer.
+TEST(Zero, SavePredictionEqualsAllocation) {
+  Runtime& rt = test::runtime();
+  int variant = 0;
+  for (const std::vector<std::string>& v :
+       {std::vector<std::string>{"--parallel.zero_stage=0"}, {"--parallel.zero_stage=1"}, {"--parallel.zero_stage=3"},
+        {"--parallel.zero_stage=3", "--train.param_dtype=bf16"}, {"--parallel.zero_stage=2", "--model.n_embd=64",
+        "--model.n_head=4"}}) {
+    for (const bool async : {false, true}) {
+      std::vector<std::string> ov = v;
+      ov.push_back(async ? "--checkpoint.async=true" : "--checkpoint.async=false");
+      const Config cfg = config(rt.world_size(), ov);
+      ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+      TokenDataset data(cfg.data.path, 64.0);
+      Trainer<float> t(cfg, grid, data);
+      t.train_step();
+      const std::int64_t want = predict_memory(cfg)[static_cast<size_t>(MemCategory::checkpoint)];
+      MemoryLedger::reset_peaks();
+      const std::int64_t before = MemoryLedger::current(MemCategory::checkpoint);
+      std::int64_t got = 0;
+      if (async) {
+        CheckpointSnapshot snap = t.snapshot();
+        got = MemoryLedger::current(MemCategory::checkpoint) - before;
+        t.recycle(std::move(snap));  // kept for the next save
+        EXPECT_EQ(MemoryLedger::current(MemCategory::checkpoint) - before, got);
+        CheckpointSnapshot again = t.snapshot();  // reuses the kept buffers
+        EXPECT_EQ(MemoryLedger::peak(MemCategory::checkpoint) - before, got) << "two copies at once";
+      } else {
+        t.write_checkpoint(test::scratch_dir() + "/save_memory_" + std::to_string(variant) + ".h5");
+        got = MemoryLedger::peak(MemCategory::checkpoint) - before;
+        EXPECT_EQ(MemoryLedger::current(MemCategory::checkpoint), before) << "a synchronous save keeps nothing";
+      }
+      EXPECT_GT(want, 0);
+      if (grid.dp_rank() == 0) EXPECT_EQ(got, want) << v[0] << (async ? " async" : " sync");
+      else EXPECT_LE(got, want) << v[0] << (async ? " async" : " sync");
+      ++variant;
     }
   }
 }

@@ -141,7 +141,8 @@ TEST(RunDir, OpenWritesTheDeckOpensTheCsvFilesAndCreatesTheCheckpointDirectory) 
     }
     world().barrier();
     EXPECT_EQ(csv_steps(out + "/metrics.csv"), std::vector<std::int64_t>{1});
-    EXPECT_NE(read_file(out + "/metrics.csv").find(",aaaaaaaa\n"), std::string::npos);  // the leg column
+    // The leg, then the columns added after it (mem_checkpoint).
+    EXPECT_NE(read_file(out + "/metrics.csv").find(",aaaaaaaa,0\n"), std::string::npos);
   }
   world().barrier();
   const std::string out2 = fresh_dir("rd_open_no_samples");
@@ -226,6 +227,31 @@ TEST(RunDir, OpenKeepsTheMetricsRowsUpToTheResumedStep) {
   world().barrier();
   EXPECT_TRUE(csv_steps(out + "/metrics.csv").empty());
   EXPECT_EQ(csv_steps(out + "/metrics.superseded.csv").size(), 5u);
+}
+
+TEST(RunDir, MetricsRowsOfEveryVersionFollowTheirLeg) {
+  // Columns are only appended: rows written before mem_checkpoint end at the leg, newer rows
+  // carry it after the leg. A resume keeps each row by its own leg, whatever its length.
+  const std::string out = fresh_dir("rd_metrics_versions");  // collective
+  if (world().rank() != 0) return;                              // the rest is local
+  fs::create_directories(out);
+  const std::string path = out + "/metrics.csv";
+  const std::string values = ",2.5,,1e-3,0.5,1000,10,0.1,100,1,1,2,0,3,0,0.5,0";  // train_loss..bubble
+  {
+    std::ofstream f(path);
+    f << "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
+         "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg\n";
+    for (int s = 1; s <= 3; ++s) f << s << values << ",aaaaaaaa\n";         // the old format
+    for (int s = 3; s <= 4; ++s) f << s << values << ",cccccccc,12.5\n";    // the new format
+  }
+  { MetricsCsv resumed(path, 4, "aaaaaaaa@0;cccccccc@2", "dddddddd"); }
+  EXPECT_EQ(csv_steps(path), (std::vector<std::int64_t>{1, 2, 3, 4}));
+  const std::string kept = read_file(path);
+  EXPECT_NE(kept.find("2" + values + ",aaaaaaaa\n"), std::string::npos);
+  EXPECT_NE(kept.find("3" + values + ",cccccccc,12.5\n"), std::string::npos);
+  EXPECT_EQ(kept.find("3" + values + ",aaaaaaaa\n"), std::string::npos);  // a step of the branch left
+  EXPECT_NE(read_file(out + "/metrics.superseded.csv").find("3" + values + ",aaaaaaaa\n"), std::string::npos);
+  EXPECT_EQ(kept.substr(0, kept.find('\n')).substr(kept.find(",leg")), ",leg,mem_checkpoint");
 }
 
 TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {

@@ -53,13 +53,22 @@ class FakeSaver : public CheckpointSaver {
     const std::int64_t step = in_flight_;
     in_flight_ = -1;
     calls.push_back("wait " + std::to_string(step));
+    if (abandoned_) {
+      abandoned_ = false;
+      return BackgroundSaveResult{path_for(step), step, 0.25, 1 << 20, /*abandoned=*/true};
+    }
     if (fail.count(step)) throw CheckpointError("disk full at step " + std::to_string(step), /*collective=*/true);
     return BackgroundSaveResult{path_for(step), step, 0.25, 1 << 20};
+  }
+  void abandon() override {
+    calls.push_back("abandon " + std::to_string(in_flight_));
+    abandoned_ = true;
   }
   std::string path_for(std::int64_t step) const override { return "ckpt/step_" + std::to_string(step) + ".h5"; }
 
  private:
   std::int64_t in_flight_ = -1;
+  bool abandoned_ = false;
 };
 
 using Calls = std::vector<std::string>;
@@ -212,9 +221,30 @@ TEST(CheckpointPolicy, FinalSavesAreSynchronousEvenWithABackgroundSaver) {
   FakeSaver saver(/*background=*/true);
   CheckpointPolicy p(saver, options(5, false), -1, world_rank());
   p.after_step(5);
-  EXPECT_TRUE(p.final_save(StopReason::signal, 7));
+  EXPECT_TRUE(p.final_save(StopReason::stop_at_step, 7));
   EXPECT_EQ(saver.calls, (Calls{"start 5", "wait 5", "save 7"}));
   EXPECT_EQ(p.last_saved(), 7);
+}
+
+TEST(CheckpointPolicy, ASignalAbandonsABackgroundSaveOfAnOlderStep) {
+  // A stop signal is one save away from its exit: the save of step 5 still in flight gives way to
+  // the synchronous save of step 7; being abandoned is no failure, even with on_error = stop.
+  FakeSaver saver(/*background=*/true);
+  CheckpointPolicy p(saver, options(5, false), -1, world_rank());
+  p.after_step(5);
+  EXPECT_TRUE(p.final_save(StopReason::signal, 7));
+  EXPECT_EQ(saver.calls, (Calls{"start 5", "abandon 5", "wait 5", "save 7"}));
+  EXPECT_EQ(p.last_saved(), 7);
+  EXPECT_EQ(p.last_failed(), -1);
+}
+
+TEST(CheckpointPolicy, ASignalFinishesTheBackgroundSaveOfItsOwnStep) {
+  FakeSaver saver(/*background=*/true);
+  CheckpointPolicy p(saver, options(5, false), -1, world_rank());
+  p.after_step(5);
+  EXPECT_TRUE(p.final_save(StopReason::signal, 5));
+  EXPECT_EQ(saver.calls, (Calls{"start 5", "wait 5"}));
+  EXPECT_EQ(p.last_saved(), 5);
 }
 
 TEST(CheckpointPolicy, BackgroundFailureIsReportedAtTheNextFinishWithOnErrorStop) {
@@ -287,6 +317,15 @@ TEST(StopPolicy, ASignalOnAnyRankStopsEveryRankWithExitStatus3) {
   // A signal after the last step, or at stop_at_step, is still a signal (the job script requeues).
   EXPECT_EQ(policy(100, 0, 0).after_step(world, 100, SIGUSR1, 0.0).reason, StopReason::signal);
   EXPECT_EQ(policy(100, 100, 0).after_step(world, 100, SIGUSR1, 0.0).signal, SIGUSR1);
+}
+
+TEST(StopPolicy, AgreedSignalIsTheMaxOverRanks) {
+  // What evaluation batches and the start of a run ask: one rank's signal is every rank's answer.
+  Communicator& world = test::runtime().world();
+  const bool last_rank = world.rank() == world.size() - 1;
+  EXPECT_EQ(StopPolicy::agree_signal(world, 0), 0);
+  EXPECT_EQ(StopPolicy::agree_signal(world, last_rank ? SIGUSR1 : 0), SIGUSR1);
+  EXPECT_EQ(StopPolicy::agree_signal(world, last_rank ? SIGINT : 0), SIGINT);
 }
 
 TEST(StopPolicy, EndOfRunAtMaxStepsExits0) {
