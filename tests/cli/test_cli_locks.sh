@@ -61,7 +61,7 @@ check "MPI-IO asked for no lock: the start-up probe's one fcntl lock is the only
 # HDF5_USE_FILE_LOCKING=FALSE is taken as file_locking = false, for MPI-IO too.
 expect_exit 0 "resumed from .*step_00000006.h5" -- "$MPIEXEC" -n 2 env LD_PRELOAD="$SHIM" HDF5_USE_FILE_LOCKING=FALSE \
   "$TRIDENT" train --config "$WORK/deck.ini" --checkpoint.run_lock=off --checkpoint.async=true --resume \
-  --train.max_steps=9
+  --train.max_steps=9 --train.allow_changed=max_steps
 expect_exit 0 "step_00000009.h5 .* ok" -- "$MPIEXEC" -n 2 env LD_PRELOAD="$SHIM" "$TRIDENT" ckpt ls --verify "$WORK/run"
 expect_exit 0 "" -- "$MPIEXEC" -n 2 env LD_PRELOAD="$SHIM" "$TRIDENT" ckpt verify "$WORK/run/checkpoints/step_00000009.h5"
 # ckpt reshard writes through the same save path and probes its output the same way (the deck in
@@ -89,7 +89,7 @@ check "prep: the refused create leaves no empty file (a retry would refuse to ov
 expect_exit 0 "" -- env LD_PRELOAD="$SHIM" HDF5_USE_FILE_LOCKING=FALSE "$TRIDENT" prep --output "$WORK/tok2.h5" "$WORK/text.txt"
 
 # ---- a busy run directory (item 7): refused before the checkpoint is verified or loaded ----------
-"$TRIDENT" train --config "$WORK/deck.ini" --resume --train.max_steps=100000 --checkpoint.interval=0 \
+"$TRIDENT" train --config "$WORK/deck.ini" --resume --train.max_steps=100000 --train.allow_changed=max_steps --checkpoint.interval=0 \
   >"$WORK/holder.log" 2>&1 &
 holder=$!
 for _ in $(seq 100); do grep -q "pid $holder" "$WORK/run/.trident.lock" 2>/dev/null && break; sleep 0.2; done

@@ -124,10 +124,11 @@ TEST(Checkpoint, RefusesAnotherModel) {
   try {
     other.load_checkpoint(path);
     ADD_FAILURE() << "loaded a checkpoint of another model";
-  } catch (const CheckpointError& e) {
+  } catch (const ConfigError& e) {  // a usage error (exit 2): the deck does not match the file
     EXPECT_NE(std::string(e.what()).find("n_embd = 16 in the checkpoint, 32 in this run"), std::string::npos)
         << e.what();
     EXPECT_TRUE(e.collective());
+    EXPECT_EQ(e.exit_code(), 2);
   }
 }
 
