@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <utility>
 
 namespace trident {
 namespace po = boost::program_options;
@@ -98,6 +99,12 @@ std::string choices_text(const std::vector<E>& values) {
   return s;
 }
 
+/// Why [train] param_dtype = fp16 is refused: fp16 needs dynamic loss scaling, not built yet.
+constexpr const char* kFp16Refused =
+    "fp16 working parameters are not supported yet: fp16 training needs dynamic loss scaling, which Trident "
+    "does not have (issue #13). Use bf16 (the same memory and traffic, the range of float, no loss scaling "
+    "needed) or float";
+
 /// Every deck key, bound to a field of one Config. The single place keys are declared.
 class Schema {
  public:
@@ -159,7 +166,8 @@ class Schema {
                "compute and master-weight type: float or double");
     add_choice("train", "param_dtype", &t.param_dtype, {Precision::f32, Precision::bf16},
                "storage and communication type of the working parameters: float, or bf16 (mixed precision: fp32 "
-               "master weights and moments, kernels still compute in float)");
+               "master weights and moments, kernels still compute in float)",
+               {{"fp16", kFp16Refused}, {"float16", kFp16Refused}, {"half", kFp16Refused}});
     add_choice("train", "reduce_dtype", &t.reduce_dtype, {Precision::f32, Precision::bf16},
                "type in which gradients are summed over dp: float or bf16");
     add_choice("train", "compute_dtype", &t.compute_dtype, {Precision::f32, Precision::bf16},
@@ -240,20 +248,25 @@ class Schema {
  private:
   /// A key whose value is one of `values`, given by name (name_of) in the deck. The text is parsed
   /// as a string and resolved after parsing (resolve_choices), so downstream code sees only enums.
+  /// `refused`: names that are not choices (yet) with the reason given instead of the list.
   template <class E>
-  void add_choice(const char* section, const char* key, E* field, std::vector<E> values, const char* help) {
+  void add_choice(const char* section, const char* key, E* field, std::vector<E> values, const char* help,
+                  std::vector<std::pair<std::string, std::string>> refused = {}) {
     std::string& text = texts_.emplace_back(name_of(*field));
     const std::string name = std::string(section) + "." + key;
     const std::string choices = choices_text(values);
     desc_.add_options()(name.c_str(), po::value<std::string>(&text)->default_value(text), help);
     keys_.push_back({section, key, help, "one of " + choices, [field] { return std::string(name_of(*field)); }});
     resolvers_.push_back([field, values, &text, section = std::string(section), key = std::string(key),
-                          choices](const std::function<std::string(const std::string&)>& origin) {
+                          choices, refused](const std::function<std::string(const std::string&)>& origin) {
       for (E v : values)
         if (text == name_of(v)) {
           *field = v;
           return;
         }
+      for (const auto& [name, why] : refused)
+        if (text == name)
+          throw ConfigError(origin(section + "." + key) + ": [" + section + "] " + key + " = " + text + ": " + why);
       throw ConfigError(origin(section + "." + key) + ": [" + section + "] " + key + " = " + text + ": expected " +
                         choices);
     });

@@ -45,6 +45,8 @@ expect_exit 2 "spike_window = 1 must be 0 \(off\) or >= 2" -- run2 --train.spike
 expect_exit 2 "spike_rollback = true needs checkpoints to roll back to" -- \
   run2 --train.spike_rollback=true --checkpoint.interval=0
 expect_exit 2 "spike_rollback = true needs the spike detector" -- run2 --train.spike_rollback=true --train.spike_window=0
+expect_exit 2 "\[train\] param_dtype = fp16: fp16 working parameters are not supported yet.*Use bf16" -- \
+  run2 --train.param_dtype=fp16
 
 # ---- skip: agreement across ranks, what a skipped step changes -------------------------------------
 common=(--train.nonfinite=skip --checkpoint.interval=1 --checkpoint.keep=10 --data.sample_log=true)

@@ -188,6 +188,20 @@ TEST(Config, NumericsPolicyKeys) {
             std::string::npos);
 }
 
+// fp16 working parameters need dynamic loss scaling, which is not built: the deck refuses them
+// with the reason and the way out rather than a bare list of choices.
+TEST(Config, Fp16ParamsAreRefusedWithTheReason) {
+  for (const char* name : {"fp16", "float16", "half"}) {
+    const std::string e = error_of(kDeck, 1, {std::string("--train.param_dtype=") + name});
+    EXPECT_NE(e.find(std::string("[train] param_dtype = ") + name + ": fp16 working parameters are not supported yet"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("loss scaling"), std::string::npos) << e;
+    EXPECT_NE(e.find("Use bf16"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of(kDeck, 1, {"--train.param_dtype=int8"}).find("expected float or bf16"), std::string::npos);
+}
+
 TEST(Config, GradientAccumulationCount) {
   Config c = parse_deck_text(kDeck, "t", {"--train.micro_batch_size=2"});
   validate(c, 2);
