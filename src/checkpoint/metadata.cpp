@@ -53,6 +53,7 @@ constexpr const char* kRequired[] = {
 constexpr const char* kConfigText = "config";
 constexpr const char* kVocabArray = "tokenizer/vocab";
 constexpr const char* kModelArray = "tokenizer/model";
+constexpr const char* kLossWindow = "train_state/loss_window";
 
 // /rank_state: every rank writes the same global restart state (keyed by grid coordinates through
 // /index/shards); a layout change needs nothing per rank (docs/design.md, "Randomness").
@@ -122,6 +123,9 @@ void CheckpointMeta::write_to(CheckpointWrite& w) const {
     w.double_attrs["val_loss"] = run.val_loss;
     w.int_attrs["val_loss_step"] = run.val_loss_step;
   }
+  w.int_attrs["skipped_steps"] = run.skipped_steps;
+  w.int_attrs["consecutive_skips"] = run.consecutive_skips;
+  if (!run.loss_window.empty()) w.double_arrays[kLossWindow] = run.loss_window;
   w.texts[kConfigText] = config_text;
   if (!run.vocab.empty()) w.int_arrays[kVocabArray] = run.vocab;
   if (!run.tokenizer_model.empty()) w.byte_arrays[kModelArray] = run.tokenizer_model;
@@ -150,6 +154,15 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
   if (rd.has_attr("val_loss") && rd.has_attr("val_loss_step")) {
     m.run.val_loss = rd.attr_double("val_loss");
     m.run.val_loss_step = rd.attr_int("val_loss_step");
+  }
+  get_int("skipped_steps", m.run.skipped_steps);
+  get_int("consecutive_skips", m.run.consecutive_skips);
+  if (rd.has(kLossWindow)) {
+    try {
+      m.run.loss_window = rd.double_array(kLossWindow);
+    } catch (const std::exception& e) {
+      m.missing.push_back(std::string("/") + kLossWindow + " (" + e.what() + ")");
+    }
   }
   // Kinds that store a vocabulary (a model) must have one; an unreadable one is reported, not
   // thrown, so `ckpt verify` can list it with everything else.

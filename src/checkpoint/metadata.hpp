@@ -36,6 +36,10 @@ struct RunState {
   std::string lineage;                ///< "leg@first_step;..." that led here (train/metrics.hpp)
   double val_loss = 0.0;              ///< the last validation loss of the run, at val_loss_step
   std::int64_t val_loss_step = -1;    ///< the step val_loss was measured after; -1: none yet
+  // The numerics policy (train/numerics.hpp). Absent in files of older versions: zeros, empty.
+  std::int64_t skipped_steps = 0;      ///< steps whose update was skipped ([train] nonfinite = skip), all legs
+  std::int64_t consecutive_skips = 0;  ///< skipped steps in a row up to this step
+  std::vector<double> loss_window;     ///< the spike detector's window: losses of the last applied steps, oldest first
 };
 
 /// Every restart field of a checkpoint. Attribute names are in metadata.cpp only.

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <utility>
 
 namespace trident {
 namespace po = boost::program_options;
@@ -32,6 +33,7 @@ const char* name_of(Precision v) {
 const char* name_of(Recompute v) { return v == Recompute::block ? "block" : "none"; }
 const char* name_of(OnSaveError v) { return v == OnSaveError::keep_training ? "continue" : "stop"; }
 const char* name_of(RunLockMode v) { return v == RunLockMode::off ? "off" : "required"; }
+const char* name_of(NonfiniteAction v) { return v == NonfiniteAction::skip ? "skip" : "stop"; }
 const char* name_of(CommBackend v) {
   switch (v) {
     case CommBackend::mpi: return "mpi";
@@ -97,6 +99,12 @@ std::string choices_text(const std::vector<E>& values) {
   return s;
 }
 
+/// Why [train] param_dtype = fp16 is refused: fp16 needs dynamic loss scaling, not built yet.
+constexpr const char* kFp16Refused =
+    "fp16 working parameters are not supported yet: fp16 training needs dynamic loss scaling, which Trident "
+    "does not have (issue #13). Use bf16 (the same memory and traffic, the range of float, no loss scaling "
+    "needed) or float";
+
 /// Every deck key, bound to a field of one Config. The single place keys are declared.
 class Schema {
  public:
@@ -158,7 +166,8 @@ class Schema {
                "compute and master-weight type: float or double");
     add_choice("train", "param_dtype", &t.param_dtype, {Precision::f32, Precision::bf16},
                "storage and communication type of the working parameters: float, or bf16 (mixed precision: fp32 "
-               "master weights and moments, kernels still compute in float)");
+               "master weights and moments, kernels still compute in float)",
+               {{"fp16", kFp16Refused}, {"float16", kFp16Refused}, {"half", kFp16Refused}});
     add_choice("train", "reduce_dtype", &t.reduce_dtype, {Precision::f32, Precision::bf16},
                "type in which gradients are summed over dp: float or bf16");
     add_choice("train", "compute_dtype", &t.compute_dtype, {Precision::f32, Precision::bf16},
@@ -172,6 +181,22 @@ class Schema {
         "keys (comma separated, section.key or a key only one section has, e.g. max_steps,data.path) that "
         "--resume may change although they differ from the checkpoint's deck and would be refused (the LR "
         "schedule, the seed, the data path); empty = none. Never the model's shape");
+    add_choice("train", "nonfinite", &t.nonfinite, {NonfiniteAction::stop, NonfiniteAction::skip},
+               "a step whose loss or gradient norm is not finite on any rank: stop (exit 1, no update, no save) "
+               "or skip (no update; step, learning-rate schedule and data position advance; counted in metrics.csv)");
+    add("train", "max_consecutive_skips", &t.max_consecutive_skips,
+        "nonfinite = skip: stop (exit 1) when this many steps in a row were skipped; the last checkpoint holds "
+        "the last good state");
+    add("train", "spike_window", &t.spike_window,
+        "loss-spike detector: z-score of each loss against the previous this many losses (metrics.csv loss_z); "
+        "0 = off");
+    add("train", "spike_zscore", &t.spike_zscore,
+        "a loss this many standard deviations above the window's mean is a spike: a warning, or a rollback");
+    add("train", "spike_rollback", &t.spike_rollback,
+        "on a spike, reload the last checkpoint and skip the batches from it up to the spike (needs "
+        "[checkpoint] interval > 0)");
+    add("train", "spike_max_rollbacks", &t.spike_max_rollbacks,
+        "spike_rollback: stop (exit 1) when the spikes need more rollbacks than this to the same checkpoint");
     add("data", "path", &c.data.path, "HDF5 token file written by `trident prep`");
     add("data", "cache_max_mb", &c.data.cache_max_mb,
         "splits up to this many MiB are held in memory; larger ones are read on demand");
@@ -223,20 +248,25 @@ class Schema {
  private:
   /// A key whose value is one of `values`, given by name (name_of) in the deck. The text is parsed
   /// as a string and resolved after parsing (resolve_choices), so downstream code sees only enums.
+  /// `refused`: names that are not choices (yet) with the reason given instead of the list.
   template <class E>
-  void add_choice(const char* section, const char* key, E* field, std::vector<E> values, const char* help) {
+  void add_choice(const char* section, const char* key, E* field, std::vector<E> values, const char* help,
+                  std::vector<std::pair<std::string, std::string>> refused = {}) {
     std::string& text = texts_.emplace_back(name_of(*field));
     const std::string name = std::string(section) + "." + key;
     const std::string choices = choices_text(values);
     desc_.add_options()(name.c_str(), po::value<std::string>(&text)->default_value(text), help);
     keys_.push_back({section, key, help, "one of " + choices, [field] { return std::string(name_of(*field)); }});
     resolvers_.push_back([field, values, &text, section = std::string(section), key = std::string(key),
-                          choices](const std::function<std::string(const std::string&)>& origin) {
+                          choices, refused](const std::function<std::string(const std::string&)>& origin) {
       for (E v : values)
         if (text == name_of(v)) {
           *field = v;
           return;
         }
+      for (const auto& [name, why] : refused)
+        if (text == name)
+          throw ConfigError(origin(section + "." + key) + ": [" + section + "] " + key + " = " + text + ": " + why);
       throw ConfigError(origin(section + "." + key) + ": [" + section + "] " + key + " = " + text + ": expected " +
                         choices);
     });
@@ -753,6 +783,17 @@ void validate(Config& c, int world_size) {
   validate_representable(c);
   allowed_changes(t);  // every name a deck key
 
+  require_at_least<std::int64_t>(t.max_consecutive_skips, 1, "train", "max_consecutive_skips");
+  require_config(t.spike_window == 0 || t.spike_window >= 2,
+                 kv("train", "spike_window", format_value(t.spike_window)) + " must be 0 (off) or >= 2");
+  require_config(t.spike_window <= 1000000,
+                 kv("train", "spike_window", format_value(t.spike_window)) + " is larger than 1000000");
+  require_config(t.spike_zscore > 0.0, kv("train", "spike_zscore", format_value(t.spike_zscore)) + " must be > 0");
+  require_at_least<std::int64_t>(t.spike_max_rollbacks, 1, "train", "spike_max_rollbacks");
+  require_config(!t.spike_rollback || t.spike_window > 0,
+                 "[train] spike_rollback = true needs the spike detector: set [train] spike_window > 0");
+  require_config(!t.spike_rollback || c.checkpoint.interval > 0,
+                 "[train] spike_rollback = true needs checkpoints to roll back to: set [checkpoint] interval > 0");
   require_config(!c.data.path.empty(), "[data] path is not set: give the HDF5 token file written by `trident prep`");
   require_at_least(c.data.cache_max_mb, 0.0, "data", "cache_max_mb");
   require_at_least<std::int64_t>(c.checkpoint.interval, 0, "checkpoint", "interval");

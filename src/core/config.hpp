@@ -35,6 +35,9 @@ enum class RunLockMode { required, off };
 /// computes on a CUDA GPU and every rank has its own GPU (automatic), or MPI / NCCL as asked
 /// (parallel/comm_backend.hpp decides; the world communicator is always MPI).
 enum class CommBackend { automatic, mpi, nccl };
+/// What a step with a non-finite loss or gradient norm (on any rank) does: stop the run (exit 1)
+/// or skip the update and go on (Megatron-LM's and DeepSpeed's skipped iterations).
+enum class NonfiniteAction { stop, skip };
 
 /// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
 const char* name_of(PipelineScheduleKind v);
@@ -43,6 +46,7 @@ const char* name_of(Recompute v);
 const char* name_of(OnSaveError v);
 const char* name_of(RunLockMode v);
 const char* name_of(CommBackend v);
+const char* name_of(NonfiniteAction v);
 
 /// GPT-2 model shape (Radford et al. 2019; nanoGPT's GPTConfig).
 struct ModelConfig {
@@ -101,6 +105,12 @@ struct TrainConfig {
   Recompute activation_checkpointing = Recompute::none;  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
   std::string allow_changed;    ///< deck keys a resume may change against the checkpoint's deck (allowed_changes())
+  NonfiniteAction nonfinite = NonfiniteAction::stop;  ///< stop | skip: a step with a non-finite loss or gradient norm
+  std::int64_t max_consecutive_skips = 5;  ///< nonfinite = skip: stop (exit 1) at this many skipped steps in a row
+  std::int64_t spike_window = 128;  ///< losses the spike detector's z-score is taken against; 0: no detector
+  double spike_zscore = 6.0;        ///< a loss this many standard deviations above the window's mean is a spike
+  bool spike_rollback = false;      ///< on a spike, reload the last checkpoint and skip the batches since
+  std::int64_t spike_max_rollbacks = 3;  ///< rollbacks to the same checkpoint before the run stops (exit 1)
 };
 
 struct DataConfig {

@@ -120,6 +120,14 @@ std::string xxh64_hex(const std::vector<std::uint8_t>& bytes) {
   return hex;
 }
 
+// The bytes of an f64 array as the file stores it (IEEE little-endian; the hosts Trident runs on
+// are little-endian), for its xxh64 attribute.
+std::vector<std::uint8_t> double_bytes(const std::vector<double>& v) {
+  std::vector<std::uint8_t> b(v.size() * sizeof(double));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
 /// Creates a 1-D or 2-D dataset with early allocation and no fill (the writer overwrites all of it).
 h5::Dataset create_dataset(hid_t file, const std::string& path, hid_t type, std::vector<hsize_t> dims) {
   h5::Space sp(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple");
@@ -290,6 +298,7 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
     for (const auto& [name, text] : w.texts) bytes += static_cast<std::int64_t>(text.size()) + 2048;
     for (const auto& [name, arr] : w.int_arrays) bytes += static_cast<std::int64_t>(4 * arr.size()) + 2048;
     for (const auto& [name, arr] : w.byte_arrays) bytes += static_cast<std::int64_t>(arr.size()) + 2048;
+    for (const auto& [name, arr] : w.double_arrays) bytes += static_cast<std::int64_t>(8 * arr.size()) + 2048;
     bytes += bytes / 50;
     fail.run([&] {
       if (me == 0) reserve_space(path, bytes);
@@ -300,7 +309,7 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
   h5::File file;
   h5::Dataset d_tensors, d_shards, d_segments, d_checksums, d_state;
   std::vector<h5::Dataset> my_arrays(K);
-  std::map<std::string, h5::Dataset> d_texts, d_ints, d_bytes;
+  std::map<std::string, h5::Dataset> d_texts, d_ints, d_bytes, d_doubles;
   // Phase 1 (collective): create the file and every object, in the same order on every rank.
   fail.run([&] {
     h5::Plist fapl = checkpoint_fapl(comm, w.file_locking);
@@ -341,6 +350,10 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
       d_bytes[name] = create_dataset(file, "/" + name, H5T_STD_U8LE, {arr.size()});
       h5::write_attr(d_bytes[name], "xxh64", xxh64_hex(arr));
     }
+    for (const auto& [name, arr] : w.double_arrays) {
+      d_doubles[name] = create_dataset(file, "/" + name, H5T_IEEE_F64LE, {arr.size()});
+      h5::write_attr(d_doubles[name], "xxh64", xxh64_hex(double_bytes(arr)));
+    }
   });
   agree_or_throw(comm, fail, "cannot create checkpoint '" + path + "'");
   fault("ckpt.created");
@@ -368,6 +381,8 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
         h5::write_rows(d_ints[name], H5T_NATIVE_INT32, 0, arr.size(), arr.data(), "/" + name);
       for (const auto& [name, arr] : w.byte_arrays)
         h5::write_rows(d_bytes[name], H5T_NATIVE_UINT8, 0, arr.size(), arr.data(), "/" + name);
+      for (const auto& [name, arr] : w.double_arrays)
+        if (!arr.empty()) h5::write_rows(d_doubles[name], H5T_NATIVE_DOUBLE, 0, arr.size(), arr.data(), "/" + name);
     }
     std::vector<SegmentRow> seg(w.segments.size());
     for (size_t i = 0; i < seg.size(); ++i) {
@@ -406,6 +421,7 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
     d_texts.clear();
     d_ints.clear();
     d_bytes.clear();
+    d_doubles.clear();
     if (file.valid()) {
       h5::check(H5Fflush(file, H5F_SCOPE_GLOBAL), "flushing checkpoint '" + path + "'");
       file.close("closing checkpoint '" + path + "'");
@@ -674,6 +690,21 @@ std::vector<std::uint8_t> CheckpointReader::byte_array(const std::string& name) 
   h5::read_all(d, H5T_NATIVE_UINT8, v.data(), p);
   if (!h5::has_attr(d, "xxh64")) throw CheckpointError("checkpoint '" + path_ + "': " + p + " has no xxh64 attribute");
   const std::string stored = h5::read_attr_string(d, "xxh64"), actual = xxh64_hex(v);
+  if (stored != actual)
+    throw CheckpointError("checkpoint '" + path_ + "': " + p + " is damaged (XXH64 " + actual + ", recorded " + stored +
+                          ")");
+  return v;
+}
+
+std::vector<double> CheckpointReader::double_array(const std::string& name) const {
+  std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  const std::string p = "/" + name;
+  if (!h5::exists(impl_->file, p)) throw CheckpointError("checkpoint '" + path_ + "' has no " + p);
+  h5::Dataset d(H5Dopen2(impl_->file, p.c_str(), H5P_DEFAULT), "opening " + p);
+  std::vector<double> v(static_cast<size_t>(h5::extent_1d(d, p)));
+  if (!v.empty()) h5::read_all(d, H5T_NATIVE_DOUBLE, v.data(), p);
+  if (!h5::has_attr(d, "xxh64")) throw CheckpointError("checkpoint '" + path_ + "': " + p + " has no xxh64 attribute");
+  const std::string stored = h5::read_attr_string(d, "xxh64"), actual = xxh64_hex(double_bytes(v));
   if (stored != actual)
     throw CheckpointError("checkpoint '" + path_ + "': " + p + " is damaged (XXH64 " + actual + ", recorded " + stored +
                           ")");

@@ -72,6 +72,7 @@ struct CheckpointWrite {
   std::map<std::string, std::string> texts;              ///< same on all ranks (written by rank 0)
   std::map<std::string, std::vector<std::int32_t>> int_arrays;  ///< same on all ranks (written by rank 0)
   std::map<std::string, std::vector<std::uint8_t>> byte_arrays;  ///< same on all ranks (written by rank 0)
+  std::map<std::string, std::vector<double>> double_arrays;     ///< same on all ranks (written by rank 0), f64 with xxh64
   std::vector<std::string> rank_state_columns;           ///< same on all ranks
   CkptShard shard;                                       ///< this rank: coordinates and length
   std::vector<CkptSegment> segments;                     ///< this rank (their `shard` field is ignored)
@@ -117,6 +118,9 @@ class CheckpointReader {
   /// The byte array `name`. Local. Throws CheckpointError when it is missing or its bytes do not
   /// match its xxh64 attribute, IoError when it cannot be read.
   std::vector<std::uint8_t> byte_array(const std::string& name) const;
+  /// An f64 array written from CheckpointWrite::double_arrays, checked against its xxh64
+  /// attribute (of the little-endian bytes). Throws CheckpointError when absent or damaged.
+  std::vector<double> double_array(const std::string& name) const;
   /// True when the file has a dataset (or group) at "/" + name.
   bool has(const std::string& name) const;
 

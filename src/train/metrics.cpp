@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <sstream>
 #include <unistd.h>
 #include <cerrno>
@@ -19,7 +20,7 @@ namespace trident {
 namespace {
 const char* kHeader =
     "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
-    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg,mem_checkpoint";
+    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg,mem_checkpoint,skipped,skipped_steps,loss_z";
 // Columns are only ever appended (after leg), so files of every version parse; the leg is field
 // kLegField of a row that has more fields than that, else (rows written before mem_checkpoint,
 // or before leg had a fixed place) its last field.
@@ -31,6 +32,11 @@ std::string format_row(const MetricsRow& r) {
                      static_cast<long long>(r.step), r.train_loss, val.c_str(), r.lr, r.grad_norm, r.tokens_per_sec,
                      r.ms_per_step, r.mfu, r.peak_mem_mib, r.mem_mib[0], r.mem_mib[1], r.mem_mib[2], r.mem_mib[3],
                      r.mem_mib[4], r.mem_mib[5], r.comm_mib, r.bubble);
+}
+// The numerics columns (after mem_checkpoint): skipped, skipped_steps, loss_z (empty when NaN).
+std::string numerics_fields(const MetricsRow& r) {
+  const std::string z = std::isnan(r.loss_z) ? "" : log::format("%.4g", r.loss_z);
+  return log::format("%d,%lld,%s", r.skipped ? 1 : 0, static_cast<long long>(r.skipped_steps), z.c_str());
 }
 }  // namespace
 
@@ -185,7 +191,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
 
 void MetricsCsv::write(const MetricsRow& r) {
   append(format_row(r) + "," + leg_ + "," + log::format("%.6g", r.mem_mib[static_cast<int>(MemCategory::checkpoint)]) +
-         "\n");
+         "," + numerics_fields(r) + "\n");
 }
 
 void MetricsCsv::append(const std::string& lines) {

@@ -9,7 +9,11 @@
 // where the step was not evaluated (or its evaluation was abandoned for a stop). peak_mem_mib is
 // the process's peak resident set size. Then leg, the invocation of `trident train` that trained
 // the step (see Lineage below), and mem_checkpoint, the per-rank peak MiB of checkpoint host
-// memory (a save's snapshot or staging buffer). Columns are only ever appended, so older files
+// memory (a save's snapshot or staging buffer), then the numerics policy's columns: skipped (1
+// when [train] nonfinite = skip dropped the step's update; its train_loss and grad_norm are then
+// nan), skipped_steps (the run's skipped steps so far, all legs) and loss_z (the loss's z-score
+// against the spike detector's window, train/numerics.hpp; empty until the window is full or with
+// the detector off). Columns are only ever appended, so older files
 // still parse (their rows end at leg). Every row is flushed when written, so a killed job keeps
 // its metrics up to the last completed step.
 //
@@ -38,6 +42,9 @@ struct MetricsRow {
   double mem_mib[7] = {};
   double comm_mib = 0;
   double bubble = 0;  ///< pipeline bubble fraction of the step (0 without pipeline parallelism)
+  bool skipped = false;           ///< the step's update was skipped (non-finite loss or gradient norm)
+  std::int64_t skipped_steps = 0; ///< skipped steps of the run so far
+  double loss_z = 0;              ///< the loss's spike z-score; NaN: none (written as an empty cell)
 };
 
 class MetricsCsv {

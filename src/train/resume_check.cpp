@@ -24,7 +24,9 @@ std::optional<ChangeClass> change_class(const std::string& name) {
   if (name.rfind("parallel.", 0) == 0 || name.rfind("checkpoint.", 0) == 0) return ChangeClass::same_math;
   if (is_any(name, {"train.micro_batch_size", "train.stop_at_step", "train.time_limit_min", "train.eval_interval",
                     "train.eval_iters", "train.log_interval", "train.out_dir", "train.activation_checkpointing",
-                    "train.peak_tflops", "train.allow_changed", "data.cache_max_mb", "data.sample_log"}))
+                    "train.peak_tflops", "train.allow_changed", "data.cache_max_mb", "data.sample_log",
+                    "train.nonfinite", "train.max_consecutive_skips", "train.spike_window", "train.spike_zscore",
+                    "train.spike_rollback", "train.spike_max_rollbacks"}))
     return ChangeClass::same_math;
   if (is_any(name, {"model.dropout", "train.global_batch_size", "train.weight_decay", "train.beta1", "train.beta2",
                     "train.eps", "train.grad_clip", "train.dtype", "train.param_dtype", "train.reduce_dtype",

@@ -47,7 +47,7 @@ RunDirClaim::RunDirClaim(Communicator& world, const std::string& out_dir, const 
   run_agreed(world, "cannot set up the run directory", [&] { probe_checkpoint_dir(ckdir.dir(), world, file_locking); });
 }
 
-RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const RunDirClaim& claim) {
+RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const RunDirClaim& claim) : out_dir_(opt.out_dir) {
   (void)claim;  // its life bounds this object's: the directory is owned while metrics are written
   run_agreed(world, "cannot set up the run directory", [&] {
     if (world.rank() != 0) return;
@@ -58,6 +58,18 @@ RunDir::RunDir(Communicator& world, const RunDirOptions& opt, const RunDirClaim&
                                             opt.lineage, opt.leg);
     if (opt.sample_log)
       sample_log_ = std::make_unique<SampleLogCsv>((fs::path(opt.out_dir) / "samples.csv").string(), opt.resumed_step);
+  });
+}
+
+void RunDir::rollback(Communicator& world, std::int64_t step, const std::string& lineage, const std::string& leg) {
+  run_agreed(world, "cannot rewrite the run's metrics after the rollback", [&] {
+    if (world.rank() != 0) return;
+    metrics_.reset();
+    metrics_ = std::make_unique<MetricsCsv>((fs::path(out_dir_) / "metrics.csv").string(), step, lineage, leg);
+    if (sample_log_) {
+      sample_log_.reset();
+      sample_log_ = std::make_unique<SampleLogCsv>((fs::path(out_dir_) / "samples.csv").string(), step);
+    }
   });
 }
 

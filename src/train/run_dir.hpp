@@ -79,7 +79,13 @@ class RunDir {
   /// samples.csv, on world rank 0 with [data] sample_log (null otherwise). Local.
   SampleLogCsv* sample_log() const { return sample_log_.get(); }
 
+  /// After a loss-spike rollback to the checkpoint of step `step` (with lineage `lineage`): reopens
+  /// metrics.csv and samples.csv as a resume from it would, so the rows of the abandoned steps move
+  /// to their .superseded.csv files and new rows carry leg `leg`. Collective over world (agreed).
+  void rollback(Communicator& world, std::int64_t step, const std::string& lineage, const std::string& leg);
+
  private:
+  std::string out_dir_;
   std::unique_ptr<MetricsCsv> metrics_;
   std::unique_ptr<SampleLogCsv> sample_log_;
 };

@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include "core/error.hpp"
+#include "core/fault.hpp"
 #include "core/host_copy.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
@@ -70,7 +71,9 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
       tokens_("trident::tokens",
               static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)),
       targets_("trident::targets",
-               static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)) {
+               static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)),
+      nonfinite_(cfg.train.nonfinite, cfg.train.max_consecutive_skips),
+      spikes_(cfg.train.spike_window) {
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
@@ -183,19 +186,55 @@ StepResult Trainer<T>::train_step() {
   loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
   ppc.broadcast(&loss_sum, 1, pp - 1);
 
+  const std::int64_t this_step = step_ + 1;
+  if (poison_point("grad", this_step)) zero.poison_gradient();  // test hook (core/fault.hpp)
   StepResult r;
   r.loss = loss_sum / (static_cast<double>(G) * T_);
   r.grad_norm = zero.grad_norm();
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
-    throw Error("training diverged at step " + std::to_string(step_ + 1) + ": loss " + std::to_string(r.loss) +
-                    ", gradient norm " + std::to_string(r.grad_norm) +
-                    "; lower [train] lr or resume from an earlier checkpoint",
-                /*collective=*/true);
-  // Clipping by global norm, as torch.nn.utils.clip_grad_norm_: scale = min(1, clip / (norm + 1e-6)).
-  double scale = 1.0;
-  if (cfg_.train.grad_clip > 0.0) scale = std::min(1.0, cfg_.train.grad_clip / (r.grad_norm + 1e-6));
+  if (poison_point("loss", this_step)) r.loss = std::nan("");
+  if (poison_point("spike", this_step)) r.loss *= 1000.0;
+  // Every rank takes the same decision from the same numbers (train/numerics.hpp).
+  const StepHealth health = agree_step_health(grid_.world_comm(), grid_.world_rank(), r.loss, r.grad_norm);
+  const NonfiniteVerdict verdict = nonfinite_.decide(health.finite);
   r.lr = schedule_.at(step_);
-  zero.step(r.lr, scale);
+  r.loss_z = std::nan("");
+  if (verdict == NonfiniteVerdict::stop) {
+    const std::string here = log::format("loss %g, gradient norm %g on world rank %d", r.loss, r.grad_norm,
+                                         grid_.world_rank());
+    if (nonfinite_.action() == NonfiniteAction::stop)
+      throw Error("training diverged at step " + std::to_string(this_step) +
+                      ": the loss or gradient norm is not finite (first seen on world rank " +
+                      std::to_string(health.first_bad_rank) + "; " + here +
+                      "); no update was made and nothing is saved. Lower [train] lr, resume from an earlier "
+                      "checkpoint, or set [train] nonfinite = skip to drop such steps",
+                  /*collective=*/true);
+    throw Error("stopping at step " + std::to_string(this_step) + ": " + std::to_string(nonfinite_.consecutive()) +
+                    " steps in a row had a non-finite loss or gradient norm ([train] max_consecutive_skips = " +
+                    std::to_string(nonfinite_.max_consecutive()) + "; first seen on world rank " +
+                    std::to_string(health.first_bad_rank) + "; " + here +
+                    "). Nothing is saved: the last checkpoint holds the last good state. Lower [train] lr and "
+                    "resume from it",
+                /*collective=*/true);
+  }
+  if (verdict == NonfiniteVerdict::skip) {
+    // Megatron-LM / DeepSpeed: the iteration counts, the update is dropped.
+    r.skipped = true;
+    r.first_bad_rank = health.first_bad_rank;
+    log::warn("step %lld: non-finite loss or gradient norm (first seen on world rank %d): update skipped "
+              "([train] nonfinite = skip; %lld in a row, the run stops at %lld)",
+              static_cast<long long>(this_step), health.first_bad_rank,
+              static_cast<long long>(nonfinite_.consecutive()), static_cast<long long>(nonfinite_.max_consecutive()));
+    r.loss = std::nan("");
+    r.grad_norm = std::nan("");
+  } else {
+    r.loss = health.loss;
+    r.loss_z = spikes_.zscore(r.loss);
+    spikes_.push(r.loss);
+    // Clipping by global norm, as torch.nn.utils.clip_grad_norm_: scale = min(1, clip / (norm + 1e-6)).
+    double scale = 1.0;
+    if (cfg_.train.grad_clip > 0.0) scale = std::min(1.0, cfg_.train.grad_clip / (r.grad_norm + 1e-6));
+    zero.step(r.lr, scale);
+  }
   ++step_;
   consumed_samples_ += G;
   Kokkos::fence();
@@ -290,6 +329,9 @@ RunState Trainer<T>::run_state() const {
   r.lineage = lineage_;
   r.val_loss = val_loss_;
   r.val_loss_step = val_loss_step_;
+  r.skipped_steps = nonfinite_.skipped_total();
+  r.consecutive_skips = nonfinite_.consecutive();
+  r.loss_window = spikes_.values();
   return r;
 }
 
@@ -317,6 +359,15 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
   lineage_ = r.lineage;
   val_loss_ = r.val_loss;
   val_loss_step_ = r.val_loss_step;
+  nonfinite_.restore(r.consecutive_skips, r.skipped_steps);
+  spikes_.restore(r.loss_window);
+}
+
+template <class T>
+void Trainer<T>::rollback(const std::string& path) {
+  const std::int64_t consumed = consumed_samples_;
+  load_checkpoint(path);
+  consumed_samples_ = consumed;  // past the batches that led to the spike
 }
 
 template class Trainer<float>;
@@ -494,7 +545,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   run_dir_opt.lineage = trainer.lineage();
   run_dir_opt.leg = leg;
   run_dir_opt.sample_log = cfg.data.sample_log;
-  const RunDir run_dir(world, run_dir_opt, claim);
+  RunDir run_dir(world, run_dir_opt, claim);
 
   trainer.begin_leg(leg);
   const ModelConfig& m = cfg.model;
@@ -516,6 +567,15 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
             peak_info.source.c_str(),
             static_cast<long long>(cfg.train.max_steps), cfg.train.out_dir.c_str());
+  log::info("numerics: [train] nonfinite = %s%s | spike detector: %s",
+            name_of(cfg.train.nonfinite),
+            cfg.train.nonfinite == NonfiniteAction::skip
+                ? log::format(" (stop at %lld skipped steps in a row)", static_cast<long long>(cfg.train.max_consecutive_skips)).c_str()
+                : "",
+            cfg.train.spike_window == 0
+                ? "off"
+                : log::format("window %lld, z > %g %s", static_cast<long long>(cfg.train.spike_window),
+                              cfg.train.spike_zscore, cfg.train.spike_rollback ? "rolls back" : "warns").c_str());
   StopPolicy stops(StopLimits{cfg.train.max_steps, cfg.train.stop_at_step, cfg.train.time_limit_min},
                    [&wall] { return wall.seconds(); });
   if (stops.at_start(trainer.step()) != StartDecision::train) return 0;
@@ -554,6 +614,16 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     return stops.finish(d, checkpoints.final_save(d.reason, d.step), world.rank());
   }
 
+  SpikePolicy spikes(cfg.train.spike_zscore, cfg.train.spike_rollback, cfg.train.spike_max_rollbacks);
+  auto write_sample_log = [&](std::int64_t step) {
+    if (!cfg.data.sample_log || grid.tp_rank() != 0 || grid.pp_rank() != 0) return;
+    // What every dp rank actually loaded (the first stage's ranks of tp partition 0), to world rank 0.
+    const std::vector<std::int64_t>& mine = trainer.loaded_samples();
+    std::vector<std::int64_t> all(mine.size() * static_cast<size_t>(grid.dp_size()));
+    grid.dp_comm().all_gather(mine.data(), all.data(), mine.size(), DataType::i64);
+    if (run_dir.sample_log()) run_dir.sample_log()->write(step, std::move(all));
+  };
+
   Timer run_timer;
   const std::int64_t first_step = trainer.step();
   double last_val = std::nan("");
@@ -581,6 +651,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       row.mem_mib[c] = static_cast<double>(MemoryLedger::peak(static_cast<MemCategory>(c))) / (1024.0 * 1024.0);
     row.comm_mib = comm_mib;
     row.bubble = r.bubble;
+    row.skipped = r.skipped;
+    row.skipped_steps = trainer.skipped_steps();
+    row.loss_z = r.loss_z;
     if (r.step % cfg.train.log_interval == 0 || r.step == first_step + 1 || r.step == cfg.train.max_steps)
       log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB "
                 "(RSS %.1f) | comm %.2f MiB%s",
@@ -589,6 +662,45 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                 grid.pp_size() > 1
                     ? log::format(" | bubble %.0f%% (theory %.0f%%)", 100.0 * r.bubble, 100.0 * r.bubble_theory).c_str()
                     : "");
+    // Loss spikes (train/numerics.hpp): every rank has the same z-score, so the same verdict.
+    SpikeVerdict spike = SpikeVerdict::none;
+    if (r.loss_z > spikes.threshold()) {
+      if (cfg.train.spike_rollback) checkpoints.finish_async();  // the newest committed checkpoint
+      spike = spikes.decide(r.loss_z, checkpoints.last_saved());
+      log::warn("step %lld: loss spike: loss %.4f is %.1f standard deviations above the mean of the last %lld "
+                "losses ([train] spike_zscore = %g)%s",
+                static_cast<long long>(r.step), r.loss, r.loss_z, static_cast<long long>(cfg.train.spike_window),
+                cfg.train.spike_zscore,
+                spike == SpikeVerdict::rollback ? log::format(": rolling back to the checkpoint of step %lld and "
+                                                              "skipping the batches since",
+                                                              static_cast<long long>(checkpoints.last_saved())).c_str()
+                : spike == SpikeVerdict::warn && cfg.train.spike_rollback ? ": no checkpoint to roll back to yet"
+                                                                           : "");
+    }
+    if (spike == SpikeVerdict::rollback || spike == SpikeVerdict::stop) {
+      // The spiked step is recorded (its rows move to the .superseded.csv files with the rollback).
+      if (run_dir.metrics()) run_dir.metrics()->write(row);
+      write_sample_log(r.step);
+      const std::int64_t c = checkpoints.last_saved();
+      if (spike == SpikeVerdict::stop)
+        throw Error("stopping at step " + std::to_string(r.step) + ": a loss spike again after " +
+                        std::to_string(spikes.rollbacks_to(c)) + " rollbacks to the checkpoint of step " +
+                        std::to_string(c) + " ([train] spike_max_rollbacks = " +
+                        std::to_string(cfg.train.spike_max_rollbacks) +
+                        "). Nothing is saved; lower [train] lr or raise spike_zscore, and resume",
+                    /*collective=*/true);
+      const std::string path = c == resumed_step && !resume_from.empty() ? resume_from : ckdir.path_for(c);
+      const std::int64_t skip_from = trainer.step();
+      trainer.rollback(path);
+      std::string new_leg = world.rank() == 0 ? new_leg_id() : std::string();
+      broadcast_string(world, new_leg);
+      run_dir.rollback(world, c, trainer.lineage(), new_leg);
+      trainer.begin_leg(new_leg);
+      log::info("rolled back to %s (step %lld); the data of steps %lld-%lld is skipped, training goes on from "
+                "sample %lld", path.c_str(), static_cast<long long>(trainer.step()), static_cast<long long>(c + 1),
+                static_cast<long long>(skip_from), static_cast<long long>(trainer.consumed_samples()));
+      continue;
+    }
     const bool last = r.step == cfg.train.max_steps;
     if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
       EvalResult e = trainer.evaluate(stop_requested);
@@ -611,13 +723,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       }
     }
     if (run_dir.metrics()) run_dir.metrics()->write(row);
-    if (cfg.data.sample_log && grid.tp_rank() == 0 && grid.pp_rank() == 0) {
-      // What every dp rank actually loaded (the first stage's ranks of tp partition 0), to world rank 0.
-      const std::vector<std::int64_t>& mine = trainer.loaded_samples();
-      std::vector<std::int64_t> all(mine.size() * static_cast<size_t>(grid.dp_size()));
-      grid.dp_comm().all_gather(mine.data(), all.data(), mine.size(), DataType::i64);
-      if (run_dir.sample_log()) run_dir.sample_log()->write(r.step, std::move(all));
-    }
+    write_sample_log(r.step);
 
     checkpoints.after_step(r.step);
     const StopDecision stop = stops.after_step(world, r.step, stop_signal_received(), checkpoints.last_save_seconds());

@@ -23,6 +23,7 @@
 #include "train/lr_schedule.hpp"
 #include "train/metrics.hpp"
 #include "train/model_state.hpp"
+#include "train/numerics.hpp"
 #include "train/pipeline_schedule.hpp"
 #include "train/zero.hpp"
 
@@ -41,6 +42,9 @@ struct StepResult {
   double seconds = 0;        ///< wall time of the step on this rank
   double bubble = 0;         ///< pipeline: share of the step a stage spends outside forward/backward (mean over stages)
   double bubble_theory = 0;  ///< (p - 1) / (m + p - 1) for p stages and m micro-batches
+  bool skipped = false;      ///< [train] nonfinite = skip dropped this step's update (loss and norm are then NaN)
+  int first_bad_rank = -1;   ///< skipped: the lowest world rank that saw a non-finite loss or gradient norm
+  double loss_z = 0;         ///< z-score of the loss against the spike window (NaN: window not full, off, or skipped)
 };
 
 struct EvalResult {
@@ -79,8 +83,12 @@ class Trainer {
   /// pipeline stages ([parallel] pp_schedule: gpipe, or 1f1b with at most pp - stage micro-batches
   /// in flight), stage inputs/outputs and their gradients sent over pp_comm, then the ZeRO engine's
   /// reduction, clipping and update. The loss is normalised once by the global token count and
-  /// broadcast from the last stage. Collective over the grid. Throws Error if the loss or gradient
-  /// is not finite.
+  /// broadcast from the last stage; the step's health is agreed over world (train/numerics.hpp:
+  /// one all-reduce of three doubles). A non-finite loss or gradient norm on any rank: no update;
+  /// with [train] nonfinite = skip the step still counts (step, LR schedule and data position
+  /// advance) and is reported as skipped, else, or at max_consecutive_skips skipped steps in a
+  /// row, throws Error (collective, exit 1). A finite loss is scored against the spike window and
+  /// pushed into it. Collective over the grid and world.
   StepResult train_step();
 
   /// Mean validation loss: the whole split in consecutive windows (eval_iters = 0), or eval_iters
@@ -125,6 +133,16 @@ class Trainer {
   /// Throws CheckpointError (collective) when the file belongs to another model or layout.
   void load_checkpoint(const std::string& path);
 
+  /// Loss-spike rollback: restores the state of checkpoint `path` (an earlier step of this run)
+  /// but keeps the current data position, so the batches since that checkpoint are skipped.
+  /// Collective over the grid.
+  void rollback(const std::string& path);
+
+  /// Skipped steps of the run (all legs), skipped steps in a row now, and the spike window. Local.
+  std::int64_t skipped_steps() const { return nonfinite_.skipped_total(); }
+  std::int64_t consecutive_skips() const { return nonfinite_.consecutive(); }
+  const SpikeDetector& spike_detector() const { return spikes_; }
+
  private:
   void load_micro_batch(std::int64_t first_sample, int stash);
   Config cfg_;
@@ -144,6 +162,8 @@ class Trainer {
   double val_loss_ = 0.0;
   std::int64_t val_loss_step_ = -1;
   std::vector<std::int64_t> loaded_samples_;
+  NonfinitePolicy nonfinite_;
+  SpikeDetector spikes_;
 };
 
 /// Predicted per-rank memory (bytes by category) of a run of `cfg` (validated, vocab resolved):

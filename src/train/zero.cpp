@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 
 namespace trident {
@@ -442,6 +443,13 @@ double ZeroEngine<T>::grad_norm() {
   if (opt_.stage >= 1) s = shard_.all_reduce_value(s);
   if (comms_.model != nullptr && comms_.model->size() > 1) s = comms_.model->all_reduce_value(s);
   return std::sqrt(s);
+}
+
+template <class T>
+void ZeroEngine<T>::poison_gradient() {
+  if (norm_pieces_.empty()) return;
+  T* g = opt_.stage == 0 ? grads_full_.data() : grads_shard_.data();
+  Kokkos::deep_copy(View1<T>(g + norm_pieces_.front().local_offset, 1), std::numeric_limits<T>::quiet_NaN());
 }
 
 template <class T>

@@ -100,6 +100,9 @@ class ZeroEngine final : public UnitProvider<T> {
   void step(double lr, double grad_scale);
   /// Working params from the master weights (after loading a checkpoint). Collective over shard_comm.
   void refresh_params();
+  /// Test hook (TRIDENT_POISON=grad, core/fault.hpp): writes a NaN into this rank's reduced
+  /// gradient, the first element grad_norm() reads. Local.
+  void poison_gradient();
 
   // UnitProvider
   void begin_pass(Pass pass, const std::vector<int>& order) override;

@@ -163,6 +163,45 @@ TEST(Config, ComputeDtypeBf16NeedsACudaBuild) {
   EXPECT_EQ(parse_deck_text(kDeck, "t").train.compute_dtype, Precision::f32);
 }
 
+// The numerics policy's keys (train/numerics.hpp): defaults keep today's behaviour (stop on a
+// non-finite step, the detector only warns), choices parse once, impossible values are refused.
+TEST(Config, NumericsPolicyKeys) {
+  Config c = parse_deck_text(kDeck, "t");
+  EXPECT_EQ(c.train.nonfinite, NonfiniteAction::stop);
+  EXPECT_FALSE(c.train.spike_rollback);
+  c = parse_deck_text(kDeck, "t", {"--train.nonfinite=skip", "--train.max_consecutive_skips=2",
+                                   "--train.spike_window=16", "--train.spike_rollback=true",
+                                   "--checkpoint.interval=5"});
+  validate(c, 1);
+  EXPECT_EQ(c.train.nonfinite, NonfiniteAction::skip);
+  EXPECT_EQ(parse_deck_text(c.to_ini(), "t").train.nonfinite, NonfiniteAction::skip);
+  EXPECT_NE(c.to_ini().find("nonfinite = skip\n"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.nonfinite=ignore"}).find("[train] nonfinite = ignore: expected stop or skip"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.max_consecutive_skips=0"}).find("max_consecutive_skips"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.spike_window=1"}).find("spike_window"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.spike_zscore=0"}).find("spike_zscore"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.spike_rollback=true", "--checkpoint.interval=0"}).find("[checkpoint] interval > 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.spike_rollback=true", "--train.spike_window=0", "--checkpoint.interval=5"})
+                .find("spike_window > 0"),
+            std::string::npos);
+}
+
+// fp16 working parameters need dynamic loss scaling, which is not built: the deck refuses them
+// with the reason and the way out rather than a bare list of choices.
+TEST(Config, Fp16ParamsAreRefusedWithTheReason) {
+  for (const char* name : {"fp16", "float16", "half"}) {
+    const std::string e = error_of(kDeck, 1, {std::string("--train.param_dtype=") + name});
+    EXPECT_NE(e.find(std::string("[train] param_dtype = ") + name + ": fp16 working parameters are not supported yet"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("loss scaling"), std::string::npos) << e;
+    EXPECT_NE(e.find("Use bf16"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of(kDeck, 1, {"--train.param_dtype=int8"}).find("expected float or bf16"), std::string::npos);
+}
+
 TEST(Config, GradientAccumulationCount) {
   Config c = parse_deck_text(kDeck, "t", {"--train.micro_batch_size=2"});
   validate(c, 2);

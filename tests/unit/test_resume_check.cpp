@@ -68,7 +68,8 @@ TEST(ResumeCheck, EveryDeckKeyHasAClass) {
                         "train.compute_dtype"})
     EXPECT_EQ(change_class(k), ChangeClass::takes_effect) << k;
   for (const char* k : {"parallel.dp", "parallel.zero_stage", "train.micro_batch_size", "train.stop_at_step",
-                        "train.time_limit_min", "train.out_dir", "checkpoint.interval", "data.cache_max_mb"})
+                        "train.time_limit_min", "train.out_dir", "checkpoint.interval", "data.cache_max_mb",
+                        "train.nonfinite", "train.spike_window", "train.spike_rollback"})
     EXPECT_EQ(change_class(k), ChangeClass::same_math) << k;
 }
 

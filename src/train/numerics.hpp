@@ -1,0 +1,125 @@
+// train/numerics.hpp: the numerics policy of `trident train`: what a non-finite step does
+// ([train] nonfinite, max_consecutive_skips) and the loss-spike detector with its optional
+// rollback ([train] spike_window, spike_zscore, spike_rollback, spike_max_rollbacks).
+//
+// Layer: train. Each decision is a small type with a unit test (tests/unit/test_numerics.cpp);
+// the Trainer and train_loop only wire them.
+//
+// Agreement: a step's health is decided by one all-reduce (max) of three doubles over the world
+// communicator (agree_step_health): "some rank saw a non-finite loss or gradient norm", the loss
+// (the largest any rank has, finite ones only) and the lowest world rank that saw a non-finite
+// value. Every rank then takes the same decision from the same numbers: skip or stop together,
+// push the same loss into the same spike window, roll back together.
+//
+// Invariants: a skipped step changes no parameter, moment or AdamW step count; the spike window
+// holds only finite losses of applied steps, oldest first, and is what a checkpoint stores
+// (RunState::loss_window), so a resumed run computes the same z-scores bitwise.
+#pragma once
+
+#include "core/config.hpp"
+#include "parallel/communicator.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace trident {
+
+/// A step's loss and gradient norm as every rank agrees on them.
+struct StepHealth {
+  bool finite = true;      ///< no rank saw a non-finite loss or gradient norm
+  double loss = 0.0;       ///< the largest finite loss of any rank (the same on every rank in a healthy step)
+  int first_bad_rank = -1; ///< the lowest world rank that saw a non-finite value, -1 when none did
+};
+
+/// Agrees on this step's health from each rank's `loss` and `grad_norm`. Collective over `world`:
+/// one all-reduce (max) of three doubles. `world_rank` is this rank's rank in `world`.
+StepHealth agree_step_health(Communicator& world, int world_rank, double loss, double grad_norm);
+
+/// What follows a step whose health is agreed.
+enum class NonfiniteVerdict {
+  apply,  ///< the step is finite: update the parameters
+  skip,   ///< nonfinite = skip: no update; step, LR schedule and data position advance
+  stop,   ///< nonfinite = stop, or too many consecutive skips: the run stops with exit 1
+};
+
+/// [train] nonfinite and max_consecutive_skips. Counts consecutive skipped steps (a finite step
+/// resets the count) and the run's total; both are part of a checkpoint's restart state.
+class NonfinitePolicy {
+ public:
+  NonfinitePolicy(NonfiniteAction action, std::int64_t max_consecutive_skips)
+      : action_(action), max_consecutive_(max_consecutive_skips) {}
+  /// The verdict for a step of agreed health `finite`; counts it. Local (deterministic).
+  NonfiniteVerdict decide(bool finite);
+  std::int64_t consecutive() const { return consecutive_; }
+  std::int64_t skipped_total() const { return total_; }
+  std::int64_t max_consecutive() const { return max_consecutive_; }
+  NonfiniteAction action() const { return action_; }
+  /// Restores the counters of a checkpoint. Local.
+  void restore(std::int64_t consecutive, std::int64_t total) {
+    consecutive_ = consecutive;
+    total_ = total;
+  }
+
+ private:
+  NonfiniteAction action_;
+  std::int64_t max_consecutive_;
+  std::int64_t consecutive_ = 0, total_ = 0;
+};
+
+/// Loss-spike detector after llm.c's OutlierDetector (llmc/outlier_detector.h): the z-score of a
+/// loss against the window of the previous `window` losses, (x - mean) / std with the window's
+/// mean and population standard deviation. Unlike llm.c the new loss is not part of the window it
+/// is scored against (a spike would otherwise inflate the deviation it is divided by, capping z
+/// near sqrt(window)), and the statistics are recomputed from the stored values in a fixed order
+/// rather than kept as running sums, so a window restored from a checkpoint scores bitwise alike.
+class SpikeDetector {
+ public:
+  explicit SpikeDetector(std::int64_t window) : window_(window) {}
+  /// The z-score of `loss` against the current window (NaN while the window is not full or the
+  /// detector is off; 0 when every loss of the window is equal and `loss` too, +-inf when only
+  /// `loss` differs). Does not change the window. Local.
+  double zscore(double loss) const;
+  /// Appends `loss` (dropping the oldest beyond the window). Local.
+  void push(double loss);
+  /// The window, oldest first (what a checkpoint stores). Local.
+  const std::vector<double>& values() const { return values_; }
+  /// Replaces the window with `values` (oldest first; only the newest `window` kept). Local.
+  void restore(const std::vector<double>& values);
+  std::int64_t window() const { return window_; }
+
+ private:
+  std::int64_t window_;
+  std::vector<double> values_;  // oldest first, at most window_
+};
+
+/// What follows a scored loss.
+enum class SpikeVerdict {
+  none,      ///< no spike
+  warn,      ///< a spike, reported; training goes on (spike_rollback = false, or nothing to roll back to)
+  rollback,  ///< reload the last checkpoint and skip the batches since it
+  stop,      ///< a spike after spike_max_rollbacks rollbacks to the same checkpoint: exit 1
+};
+
+/// [train] spike_zscore, spike_rollback and spike_max_rollbacks. Counts the rollbacks to each
+/// checkpoint step in this invocation (a rollback to a newer checkpoint starts again at 0).
+class SpikePolicy {
+ public:
+  SpikePolicy(double zscore, bool rollback, std::int64_t max_rollbacks)
+      : zscore_(zscore), rollback_(rollback), max_rollbacks_(max_rollbacks) {}
+  /// The verdict for z-score `z` (NaN: none) when the newest checkpoint is of step
+  /// `last_checkpoint` (-1: none); a rollback verdict counts as one rollback to it. Local.
+  SpikeVerdict decide(double z, std::int64_t last_checkpoint);
+  /// Rollbacks done to `last_checkpoint` so far. Local.
+  std::int64_t rollbacks_to(std::int64_t last_checkpoint) const {
+    return last_checkpoint == checkpoint_ ? count_ : 0;
+  }
+  double threshold() const { return zscore_; }
+
+ private:
+  double zscore_;
+  bool rollback_;
+  std::int64_t max_rollbacks_;
+  std::int64_t checkpoint_ = -1, count_ = 0;
+};
+
+}  // namespace trident
