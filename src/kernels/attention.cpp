@@ -3,25 +3,30 @@
 #include "core/kmath.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/instantiate.hpp"
+#include "kernels/row_parallel.hpp"
 
 namespace trident {
 
 namespace {
 
 /// (B*T, C) columns [col0, col0 + C) of a row-major matrix -> head-major (B, NH, T, HS).
-/// One work item per (row, head): a contiguous copy of HS elements.
+/// Work items are (row, head) pairs, each a contiguous copy of HS elements, as short rows
+/// (kernels/row_parallel.hpp): a team thread per pair, its vector lanes over the HS elements, so a
+/// GPU warp reads and writes consecutive addresses.
 template <class T>
 void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, int C, int NH) {
   const int HS = C / NH;
+  const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NH;
   Kokkos::parallel_for(
-      "trident::attention_pack", Kokkos::RangePolicy<ExecSpace>(0, static_cast<long>(B) * seq_len * NH),
-      KOKKOS_LAMBDA(const long i) {
-        const long row = i / NH;
-        const int h = static_cast<int>(i % NH);
-        const long b = row / seq_len, t = row % seq_len;
-        T* d = dst.data() + ((b * NH + h) * seq_len + t) * HS;
-        const T* s = &src(row, col0 + h * HS);
-        for (int k = 0; k < HS; ++k) d[k] = s[k];
+      "trident::attention_pack", short_row_policy(items), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, items, [&](const std::int64_t i) {
+          const std::int64_t row = i / NH;
+          const int h = static_cast<int>(i % NH);
+          const std::int64_t b = row / seq_len, t = row % seq_len;
+          T* d = dst.data() + ((b * NH + h) * seq_len + t) * HS;
+          const T* s = &src(row, col0 + h * HS);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, HS), [&](const int k) { d[k] = s[k]; });
+        });
       });
 }
 
@@ -29,15 +34,17 @@ void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, 
 template <class T>
 void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len, int C, int NH) {
   const int HS = C / NH;
+  const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NH;
   Kokkos::parallel_for(
-      "trident::attention_unpack", Kokkos::RangePolicy<ExecSpace>(0, static_cast<long>(B) * seq_len * NH),
-      KOKKOS_LAMBDA(const long i) {
-        const long row = i / NH;
-        const int h = static_cast<int>(i % NH);
-        const long b = row / seq_len, t = row % seq_len;
-        T* d = &dst(row, col0 + h * HS);
-        const T* s = src.data() + ((b * NH + h) * seq_len + t) * HS;
-        for (int k = 0; k < HS; ++k) d[k] = s[k];
+      "trident::attention_unpack", short_row_policy(items), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, items, [&](const std::int64_t i) {
+          const std::int64_t row = i / NH;
+          const int h = static_cast<int>(i % NH);
+          const std::int64_t b = row / seq_len, t = row % seq_len;
+          T* d = &dst(row, col0 + h * HS);
+          const T* s = src.data() + ((b * NH + h) * seq_len + t) * HS;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, HS), [&](const int k) { d[k] = s[k]; });
+        });
       });
 }
 
@@ -65,21 +72,32 @@ void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, in
   // S = scale Q K^T, all (sequence, head) pairs in one batched GEMM
   gemm_batched<T>('N', 'T', scale, cbatch(ws.q, heads, Tn, HS), cbatch(ws.k, heads, Tn, HS), T(0),
                   batch(att, heads, Tn, Tn), inputs);
-  // Causal softmax of every row in place; the probabilities stay in att for backward.
+  // Causal softmax of every row in place; the probabilities stay in att for backward. Rows of
+  // T scores are short rows (kernels/row_parallel.hpp): a team thread per row, vector lanes over
+  // the row's scores, max and sum as vector reductions (in index order on the host).
+  const std::int64_t rows = heads * Tn;
   Kokkos::parallel_for(
-      "trident::attention_softmax", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn), KOKKOS_LAMBDA(const long r) {
-        const int t = static_cast<int>(r % Tn);
-        T* a = att.data() + r * Tn;
-        T maxv = a[0];
-        for (int t2 = 1; t2 <= t; ++t2) maxv = a[t2] > maxv ? a[t2] : maxv;
-        T sum = 0;
-        for (int t2 = 0; t2 <= t; ++t2) {
-          a[t2] = kmath::exp(a[t2] - maxv);
-          sum += a[t2];
-        }
-        const T inv = T(1) / sum;
-        for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
-        for (int t2 = t + 1; t2 < Tn; ++t2) a[t2] = 0;
+      "trident::attention_softmax", short_row_policy(rows), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, rows, [&](const std::int64_t r) {
+          const int t = static_cast<int>(r % Tn);
+          T* a = att.data() + r * Tn;
+          T maxv;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, t + 1),
+              [&](const int t2, T& mx) { mx = a[t2] > mx ? a[t2] : mx; }, Kokkos::Max<T>(maxv));
+          T sum;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, t + 1),
+              [&](const int t2, T& acc) {
+                a[t2] = kmath::exp(a[t2] - maxv);
+                acc += a[t2];
+              },
+              sum);
+          const T inv = T(1) / sum;
+          // Same range as the loop that wrote a[t2], so each lane reads back its own writes.
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) { a[t2] *= inv; });
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { a[t2] = 0; });
+        });
       });
   View1<T> p = att;
   if (drop.key.active()) {
@@ -131,20 +149,30 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
   gemm_batched<T>('T', 'N', T(1), View3<const T>(p.data(), static_cast<size_t>(heads), Tn, Tn),
                   cbatch(ws.y, heads, Tn, HS), T(0), batch(ws.dv, heads, Tn, HS), inputs);
   // Softmax backward per row: dS = P * (dP - sum(P * dP)), with dP through the dropout mask.
+  // Short rows as in forward. The mask and the dot product stay separate loops, as in the former
+  // one-thread-per-row kernel: fused into one reduction, the host compiler contracted a * d into
+  // an FMA and the host results changed in their last bits.
+  const std::int64_t rows = heads * Tn;
   Kokkos::parallel_for(
-      "trident::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn),
-      KOKKOS_LAMBDA(const long r) {
-        const int t = static_cast<int>(r % Tn);
-        const long bh = r / Tn;
-        const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
-        T* d = dpre.data() + r * Tn;
-        const T* a = att.data() + r * Tn;
-        if (dropping)
-          for (int t2 = 0; t2 <= t; ++t2) d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : T(0);
-        T dot = 0;
-        for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * d[t2];
-        for (int t2 = 0; t2 <= t; ++t2) d[t2] = a[t2] * (d[t2] - dot);
-        for (int t2 = t + 1; t2 < Tn; ++t2) d[t2] = 0;
+      "trident::attention_softmax_backward", short_row_policy(rows), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, rows, [&](const std::int64_t r) {
+          const int t = static_cast<int>(r % Tn);
+          const std::int64_t bh = r / Tn;
+          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+          T* d = dpre.data() + r * Tn;
+          const T* a = att.data() + r * Tn;
+          if (dropping)
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) {
+              d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : T(0);
+            });
+          // Same range as the loop that wrote d[t2]: each lane reads back its own writes.
+          T dot;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2, T& acc) { acc += a[t2] * d[t2]; }, dot);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1),
+                               [&](const int t2) { d[t2] = a[t2] * (d[t2] - dot); });
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { d[t2] = 0; });
+        });
       });
   // dQ = scale dS K; dK = scale dS^T Q
   gemm_batched<T>('N', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.k, heads, Tn, HS), T(0),

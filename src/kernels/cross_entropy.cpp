@@ -2,64 +2,99 @@
 
 #include "core/kmath.hpp"
 #include "kernels/instantiate.hpp"
+#include "kernels/row_parallel.hpp"
 
 namespace trident {
+
+// Rows of V logits are long rows (kernels/row_parallel.hpp): one team per row, its threads stride
+// over the vocabulary (adjacent GPU threads read adjacent logits) and the row's max and sum of
+// exponentials are block-wide reductions in a fixed order. On the host a team is one thread and
+// the loops run in index order, as the one-thread-per-row loops these replace.
+namespace {
+
+/// max over v in [0, cols) of logits(n, v), by the team of row n (the lowest float when cols == 0).
+template <class T>
+KOKKOS_INLINE_FUNCTION T team_row_max(const TeamMember& team, const View2<const T>& logits, std::int64_t n, int cols) {
+  T m;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, cols), [&](const int v, T& mx) { mx = logits(n, v) > mx ? logits(n, v) : mx; },
+      Kokkos::Max<T>(m));
+  return m;
+}
+
+/// sum over v in [0, cols) of exp(logits(n, v) - m), by the team of row n.
+template <class T>
+KOKKOS_INLINE_FUNCTION T team_row_sumexp(const TeamMember& team, const View2<const T>& logits, std::int64_t n,
+                                         int cols, T m) {
+  T sum;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, cols), [&](const int v, T& acc) { acc += kmath::exp(logits(n, v) - m); }, sum);
+  return sum;
+}
+
+/// sum of losses in row order (a deterministic reduction over rows).
+template <class T>
+double sum_losses(View1<const T> losses) {
+  double total = 0.0;
+  Kokkos::parallel_reduce(
+      "trident::cross_entropy_sum", Kokkos::RangePolicy<ExecSpace>(0, losses.extent(0)),
+      KOKKOS_LAMBDA(const size_t n, double& acc) { acc += static_cast<double>(losses(n)); }, total);
+  return total;
+}
+
+}  // namespace
 
 template <class T>
 double cross_entropy_forward(View1<T> losses, View2<const T> logits, View1<const token_t> targets) {
   const int V = static_cast<int>(logits.extent(1));
-  double total = 0.0;
-  Kokkos::parallel_reduce(
-      "trident::cross_entropy_forward", Kokkos::RangePolicy<ExecSpace>(0, logits.extent(0)),
-      KOKKOS_LAMBDA(const size_t n, double& acc) {
+  Kokkos::parallel_for(
+      "trident::cross_entropy_forward", long_row_policy(static_cast<std::int64_t>(logits.extent(0))),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const std::int64_t n = team.league_rank();
         const token_t tgt = targets(n);
-        if (tgt < 0) {
-          losses(n) = 0;
+        if (tgt < 0) {  // the whole team leaves: no barrier is skipped by some threads only
+          Kokkos::single(Kokkos::PerTeam(team), [&] { losses(n) = 0; });
           return;
         }
-        T maxv = logits(n, 0);
-        for (int v = 1; v < V; ++v) maxv = logits(n, v) > maxv ? logits(n, v) : maxv;
-        T sum = 0;
-        for (int v = 0; v < V; ++v) sum += kmath::exp(logits(n, v) - maxv);
-        const T loss = kmath::log(sum) + maxv - logits(n, tgt);
-        losses(n) = loss;
-        acc += static_cast<double>(loss);
-      },
-      total);
-  return total;
+        const T maxv = team_row_max(team, logits, n, V);
+        const T sum = team_row_sumexp(team, logits, n, V, maxv);
+        Kokkos::single(Kokkos::PerTeam(team), [&] { losses(n) = kmath::log(sum) + maxv - logits(n, tgt); });
+      });
+  // Rows without a target hold 0, which leaves the double sum unchanged.
+  return sum_losses<T>(losses);
 }
 
 template <class T>
 void cross_entropy_backward(View2<T> dlogits, View2<const T> logits, View1<const token_t> targets, T dloss) {
   const int V = static_cast<int>(logits.extent(1));
   Kokkos::parallel_for(
-      "trident::cross_entropy_backward", Kokkos::RangePolicy<ExecSpace>(0, logits.extent(0)),
-      KOKKOS_LAMBDA(const size_t n) {
+      "trident::cross_entropy_backward", long_row_policy(static_cast<std::int64_t>(logits.extent(0))),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const std::int64_t n = team.league_rank();
         const token_t tgt = targets(n);
         if (tgt < 0) {
-          for (int v = 0; v < V; ++v) dlogits(n, v) = 0;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](const int v) { dlogits(n, v) = 0; });
           return;
         }
-        T maxv = logits(n, 0);
-        for (int v = 1; v < V; ++v) maxv = logits(n, v) > maxv ? logits(n, v) : maxv;
-        T sum = 0;
-        for (int v = 0; v < V; ++v) sum += kmath::exp(logits(n, v) - maxv);
-        const T inv = T(1) / sum;
-        for (int v = 0; v < V; ++v) {  // reads logits(n, v) before writing dlogits(n, v): in place is safe
+        const T maxv = team_row_max(team, logits, n, V);
+        const T inv = T(1) / team_row_sumexp(team, logits, n, V, maxv);
+        // In place is safe: every thread has read its logits for the reductions before their
+        // results exist, and below each element is read before it is written, by one thread.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](const int v) {
           const T p = kmath::exp(logits(n, v) - maxv) * inv;
           dlogits(n, v) = (p - (v == tgt ? T(1) : T(0))) * dloss;
-        }
+        });
       });
 }
 
 template <class T>
 void cross_entropy_row_max(View1<T> row_max, View2<const T> logits, int valid_cols) {
   Kokkos::parallel_for(
-      "trident::cross_entropy_row_max", Kokkos::RangePolicy<ExecSpace>(0, logits.extent(0)),
-      KOKKOS_LAMBDA(const size_t n) {
-        T m = -Kokkos::reduction_identity<T>::min();
-        for (int v = 0; v < valid_cols; ++v) m = logits(n, v) > m ? logits(n, v) : m;
-        row_max(n) = m;
+      "trident::cross_entropy_row_max", long_row_policy(static_cast<std::int64_t>(logits.extent(0))),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const std::int64_t n = team.league_rank();
+        const T m = team_row_max(team, logits, n, valid_cols);
+        Kokkos::single(Kokkos::PerTeam(team), [&] { row_max(n) = m; });
       });
 }
 
@@ -67,14 +102,15 @@ template <class T>
 void cross_entropy_partials(View1<T> sumexp, View1<T> target_logit, View2<const T> logits, View1<const T> row_max,
                             View1<const token_t> targets, token_t vocab_start, int valid_cols) {
   Kokkos::parallel_for(
-      "trident::cross_entropy_partials", Kokkos::RangePolicy<ExecSpace>(0, logits.extent(0)),
-      KOKKOS_LAMBDA(const size_t n) {
-        const T m = row_max(n);
-        T sum = 0;
-        for (int v = 0; v < valid_cols; ++v) sum += kmath::exp(logits(n, v) - m);
-        sumexp(n) = sum;
-        const token_t col = targets(n) - vocab_start;
-        target_logit(n) = (targets(n) >= 0 && col >= 0 && col < valid_cols) ? logits(n, col) : T(0);
+      "trident::cross_entropy_partials", long_row_policy(static_cast<std::int64_t>(logits.extent(0))),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const std::int64_t n = team.league_rank();
+        const T sum = team_row_sumexp(team, logits, n, valid_cols, row_max(n));
+        Kokkos::single(Kokkos::PerTeam(team), [&] {
+          sumexp(n) = sum;
+          const token_t col = targets(n) - vocab_start;
+          target_logit(n) = (targets(n) >= 0 && col >= 0 && col < valid_cols) ? logits(n, col) : T(0);
+        });
       });
 }
 
@@ -103,22 +139,24 @@ void cross_entropy_backward_split(View2<T> dlogits, View2<const T> logits, View1
                                   int valid_cols, T dloss) {
   const int V = static_cast<int>(logits.extent(1));
   Kokkos::parallel_for(
-      "trident::cross_entropy_backward_split", Kokkos::RangePolicy<ExecSpace>(0, logits.extent(0)),
-      KOKKOS_LAMBDA(const size_t n) {
+      "trident::cross_entropy_backward_split", long_row_policy(static_cast<std::int64_t>(logits.extent(0))),
+      KOKKOS_LAMBDA(const TeamMember& team) {
+        const std::int64_t n = team.league_rank();
         const token_t tgt = targets(n);
         if (tgt < 0) {
-          for (int v = 0; v < V; ++v) dlogits(n, v) = 0;
+          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](const int v) { dlogits(n, v) = 0; });
           return;
         }
         const T m = row_max(n), inv = T(1) / sumexp(n);
-        for (int v = 0; v < V; ++v) {  // reads logits(n, v) before writing dlogits(n, v): in place is safe
+        // Each element is read before it is written, by one thread: in place is safe.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, V), [&](const int v) {
           if (v >= valid_cols) {
             dlogits(n, v) = 0;
-            continue;
+            return;
           }
           const T p = kmath::exp(logits(n, v) - m) * inv;
           dlogits(n, v) = (p - (v + vocab_start == tgt ? T(1) : T(0))) * dloss;
-        }
+        });
       });
 }
 

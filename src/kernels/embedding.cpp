@@ -1,6 +1,7 @@
 #include "kernels/embedding.hpp"
 
 #include "kernels/instantiate.hpp"
+#include "kernels/row_parallel.hpp"
 
 namespace trident {
 
@@ -9,17 +10,21 @@ void embedding_forward(View2<T> out, View1<const token_t> tokens, View2<const T>
                        token_t vocab_rows, View2<const T> wpe, int B, int seq_len) {
   const int C = static_cast<int>(out.extent(1));
   const bool pos = wpe.extent(0) > 0;
+  const std::int64_t N = static_cast<std::int64_t>(B) * seq_len;
+  // Short rows (kernels/row_parallel.hpp): a team thread per token, vector lanes over its C
+  // channels, so a GPU warp gathers a contiguous row of wte and writes a contiguous row of out.
   Kokkos::parallel_for(
-      "trident::embedding_forward", Kokkos::RangePolicy<ExecSpace>(0, static_cast<long>(B) * seq_len),
-      KOKKOS_LAMBDA(const long n) {
-        const int t = static_cast<int>(n % seq_len);
-        const token_t row = tokens(n) - vocab_start;
-        const bool mine = row >= 0 && row < vocab_rows;
-        for (int c = 0; c < C; ++c) {
-          T v = mine ? wte(row, c) : T(0);
-          if (pos) v += wpe(t, c);
-          out(n, c) = v;
-        }
+      "trident::embedding_forward", short_row_policy(N), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, N, [&](const std::int64_t n) {
+          const int t = static_cast<int>(n % seq_len);
+          const token_t row = tokens(n) - vocab_start;
+          const bool mine = row >= 0 && row < vocab_rows;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, C), [&](const int c) {
+            T v = mine ? wte(row, c) : T(0);
+            if (pos) v += wpe(t, c);
+            out(n, c) = v;
+          });
+        });
       });
 }
 
@@ -28,7 +33,11 @@ void embedding_backward(View2<T> dwte, View2<T> dwpe, View2<const T> dout, View1
                         token_t vocab_start, token_t vocab_rows, int B, int seq_len) {
   const int C = static_cast<int>(dout.extent(1));
   const long N = static_cast<long>(B) * seq_len;
-  // Token rows can repeat, so parallelise over channels and walk the tokens in order.
+  // Token rows can repeat, so parallelise over channels and walk the tokens in order. Left as one
+  // thread per channel: adjacent threads take adjacent channels, so a GPU already coalesces these
+  // reads and writes; what it lacks is parallelism (C threads, each a chain of N read-modify-writes).
+  // More needs the positions grouped by token id (a sort the caller would provide scratch for),
+  // not a new shape of this loop.
   Kokkos::parallel_for(
       "trident::embedding_backward_wte", Kokkos::RangePolicy<ExecSpace>(0, C), KOKKOS_LAMBDA(const int c) {
         for (long n = 0; n < N; ++n) {
@@ -37,6 +46,7 @@ void embedding_backward(View2<T> dwte, View2<T> dwpe, View2<const T> dout, View1
         }
       });
   if (dwpe.extent(0) == 0) return;
+  // One thread per (position, channel), adjacent threads on adjacent channels: coalesced as is.
   Kokkos::parallel_for(
       "trident::embedding_backward_wpe", Kokkos::RangePolicy<ExecSpace>(0, static_cast<long>(seq_len) * C),
       KOKKOS_LAMBDA(const long i) {

@@ -2,28 +2,39 @@
 
 #include "kernels/gemm.hpp"
 #include "kernels/instantiate.hpp"
+#include "kernels/row_parallel.hpp"
 
 namespace trident {
+
+namespace {
+
+/// out(n, o) += bias(o) for every row: short rows (kernels/row_parallel.hpp), a team thread per
+/// row and its vector lanes over the OC columns, so a GPU warp touches consecutive addresses.
+template <class T>
+void add_row_bias(const char* label, View2<T> out, View1<const T> bias) {
+  const int OC = static_cast<int>(out.extent(1));
+  const std::int64_t N = static_cast<std::int64_t>(out.extent(0));
+  Kokkos::parallel_for(
+      label, short_row_policy(N), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, N, [&](const std::int64_t n) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, OC), [&](const int o) { out(n, o) += bias(o); });
+        });
+      });
+}
+
+}  // namespace
 
 template <class T>
 void linear_forward(View2<T> out, View2<const T> inp, View2<const T> weight, View1<const T> bias, GemmInputs inputs) {
   gemm<T>('N', 'T', T(1), inp, weight, T(0), out, inputs);
   if (bias.extent(0) == 0) return;
-  const int OC = static_cast<int>(out.extent(1));
-  Kokkos::parallel_for(
-      "trident::linear_forward_bias", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)), KOKKOS_LAMBDA(const size_t n) {
-        for (int o = 0; o < OC; ++o) out(n, o) += bias(o);
-      });
+  add_row_bias<T>("trident::linear_forward_bias", out, bias);
 }
 
 template <class T>
 void add_bias(View2<T> out, View1<const T> bias) {
   if (bias.extent(0) == 0) return;
-  const int OC = static_cast<int>(out.extent(1));
-  Kokkos::parallel_for(
-      "trident::add_bias", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)), KOKKOS_LAMBDA(const size_t n) {
-        for (int o = 0; o < OC; ++o) out(n, o) += bias(o);
-      });
+  add_row_bias<T>("trident::add_bias", out, bias);
 }
 
 template <class T>
@@ -32,14 +43,16 @@ void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<cons
   if (dinp.extent(0) > 0) gemm<T>('N', 'N', T(1), dout, weight, accumulate_dinp ? T(1) : T(0), dinp, inputs);
   gemm<T>('T', 'N', T(1), dout, inp, T(1), dweight, inputs);
   if (dbias.extent(0) == 0) return;
-  const long N = static_cast<long>(dout.extent(0));
-  Kokkos::parallel_for(
-      "trident::linear_backward_bias", Kokkos::RangePolicy<ExecSpace>(0, dout.extent(1)),
-      KOKKOS_LAMBDA(const size_t o) {
+  // dbias sums the N rows of dout: a column reduction (kernels/row_parallel.hpp; fixed order, no atomics).
+  const std::int64_t N = static_cast<std::int64_t>(dout.extent(0));
+  column_sums<T>(
+      "trident::linear_backward_bias", static_cast<int>(dout.extent(1)),
+      KOKKOS_LAMBDA(const int o, const std::int64_t first, const std::int64_t stride) {
         T acc = 0;
-        for (long n = 0; n < N; ++n) acc += dout(n, o);
-        dbias(o) += acc;
-      });
+        for (std::int64_t n = first; n < N; n += stride) acc += dout(n, o);
+        return acc;
+      },
+      KOKKOS_LAMBDA(const int o, const T& sum) { dbias(o) += sum; });
 }
 
 #define TRIDENT_INST(T)                                                                                   \
