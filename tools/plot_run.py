@@ -138,7 +138,8 @@ def main(argv=None):
         mx, my = series(rows, "mfu")
         if mx:
             scale = 100.0 if max(my) <= 1.0 else 1.0  # a fraction or a percentage
-            ax_mfu.plot(mx, [m * scale for m in my], color=c, lw=0.7, ls=":", label=f"{label} MFU" if overlay else "MFU")
+            ax_mfu.plot(mx, [m * scale for m in my], color=c if overlay else "tab:red", lw=0.7, ls=":",
+                        label=f"{label} MFU" if overlay else "MFU")
         present = [m for m in MEM_COLUMNS if any(number(r.get(m)) is not None for r in rows)]
         if present and not overlay:
             steps = series(rows, present[0])[0]
@@ -182,7 +183,7 @@ def main(argv=None):
         ax_speed.legend(lines, [h.get_label() for h in lines], fontsize=7)
     n_restarts = sum(len(restarts(rows)) for _, _, rows in runs)
     title = args.title or ", ".join(r[0] for r in runs)
-    summary = f"{sum(len(r[2]) for r in runs)} steps, {n_restarts} restarts"
+    summary = f"{sum(len(r[2]) for r in runs)} steps, {n_restarts} restart{'' if n_restarts == 1 else 's'}"
     fig.suptitle(f"{title}  ({summary}: dashed lines)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -18,7 +18,7 @@ cp -r "$WORK/run" "$WORK/run2"
 
 expect_exit 0 "wrote $WORK/run/metrics.png" -- "${plot[@]}" "$WORK/run"
 check "a PNG" bash -c "head -c 8 '$WORK/run/metrics.png' | grep -q PNG"
-expect_exit 0 "wrote $WORK/title.png: x \(6 steps, 1 restarts\)" -- "${plot[@]}" "$WORK/run" -o "$WORK/title.png" --title x --smooth 3
+expect_exit 0 "wrote $WORK/title.png: x \(6 steps, 1 restart\)" -- "${plot[@]}" "$WORK/run" -o "$WORK/title.png" --title x --smooth 3
 check "the restart is found at step 4, where the second leg starts" bash -c "cd '$repo/tools' && /usr/bin/python3 -c '
 import csv, plot_run
 rows = list(csv.DictReader(open(\"$WORK/run/metrics.csv\")))
