@@ -89,9 +89,9 @@ static void trident_cpu_check(int argc, char** argv, char** envp) {
   gethostname(host, sizeof(host) - 1);
   put(" (host ");
   put(host);
-  put("), which this executable was compiled for: CPU target '" TRIDENT_CPU_TARGET "'");
-  if (strcmp(TRIDENT_CPU_TARGET, "native") == 0) put(" (the CPU of the build machine)");
-  put(", flags '" TRIDENT_CPU_FLAGS "', instruction sets " TRIDENT_CPU_FEATURES ".\n"
+  put("), which this executable was compiled for: CPU target '" TRIDENT_CPU_TARGET "' (" TRIDENT_CPU_FLAGS);
+  if (strcmp(TRIDENT_CPU_TARGET, "native") == 0) put(": the CPU of the build machine");
+  put("), instruction sets " TRIDENT_CPU_FEATURES ".\n"
       "trident: rebuild for this CPU: cmake -DTRIDENT_CPU_TARGET=<arch> (e.g. x86-64-v3 for any "
       "AVX2 CPU, x86-64-v4 for AVX-512, or the compute nodes' -march name; `default` for the "
       "compiler's baseline), see docs/install.md, \"CPU targets\". Stopped before running any of "

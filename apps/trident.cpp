@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   if (args[0] == "--version") {
     trident::log::info("trident %s (git %s)", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT);
     trident::log::info("CPU target: %s (%s); instruction sets: %s", TRIDENT_CPU_TARGET,
-                       TRIDENT_CPU_FLAGS[0] ? TRIDENT_CPU_FLAGS : "no -march flag", TRIDENT_CPU_FEATURES);
+                       TRIDENT_CPU_FLAGS, TRIDENT_CPU_FEATURES);
     return 0;
   }
   const std::string cmd = args[0];

@@ -24,14 +24,19 @@ set(_TRIDENT_CPU_MACROS
   __AMX_TILE__ amx-tile   __AMX_BF16__ amx-bf16   __AMX_INT8__ amx-int8)
 
 # trident_cpu_features(<out> <compiler> <flags...>): sets <out> to the list of extensions that
-# `<compiler> <flags> -dM -E -x c++ /dev/null` defines. Empty for a non-x86 target. Fails the
-# configuration when the compiler rejects the flags.
+# `<compiler> <flags> -dM -E -x c++ /dev/null` defines (empty for a non-x86 target), and
+# <out>_ERROR to the compiler's complaint when it cannot do that (a wrapper such as nvcc_wrapper
+# that does not pass -dM on, or flags it rejects), else to "".
 function(trident_cpu_features out compiler)
   execute_process(COMMAND ${compiler} ${ARGN} -dM -E -x c++ /dev/null
     OUTPUT_VARIABLE _macros ERROR_VARIABLE _err RESULT_VARIABLE _rc)
-  if(NOT _rc EQUAL 0)
-    message(FATAL_ERROR "'${compiler} ${ARGN}' rejects the CPU target flags: ${_err}")
+  if(NOT _rc EQUAL 0 OR NOT _macros MATCHES "#define __")
+    string(STRIP "'${compiler} ${ARGN}' rejects the CPU target flags or prints no macros: ${_err}" _err)
+    set(${out} "" PARENT_SCOPE)
+    set(${out}_ERROR "${_err}" PARENT_SCOPE)
+    return()
   endif()
+  set(${out}_ERROR "" PARENT_SCOPE)
   set(_features "")
   if(_macros MATCHES "#define __x86_64__ 1")
     set(_pairs ${_TRIDENT_CPU_MACROS})
@@ -55,6 +60,9 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   endif()
   separate_arguments(_flags UNIX_COMMAND "${FLAGS}")
   trident_cpu_features(_f ${COMPILER} ${_flags})
+  if(_f_ERROR)
+    message(FATAL_ERROR "${_f_ERROR}")
+  endif()
   list(JOIN _f " " _line)
   execute_process(COMMAND ${CMAKE_COMMAND} -E echo "${_line}")
 endif()

@@ -44,6 +44,16 @@ endif()
 string(TOUPPER "${CMAKE_BUILD_TYPE}" _cfg)
 separate_arguments(_cxx_flags UNIX_COMMAND "${CMAKE_CXX_FLAGS} ${CMAKE_CXX_FLAGS_${_cfg}}")
 trident_cpu_features(TRIDENT_CPU_FEATURES ${CMAKE_CXX_COMPILER} ${_cxx_flags} ${TRIDENT_ARCH_FLAGS})
+if(TRIDENT_CPU_FEATURES_ERROR)
+  # A compiler wrapper that cannot list its macros (nvcc_wrapper as CMAKE_CXX_COMPILER): its host
+  # compiler is the C compiler's family, so ask that one with the same target flags.
+  separate_arguments(_c_flags UNIX_COMMAND "${CMAKE_C_FLAGS} ${CMAKE_C_FLAGS_${_cfg}}")
+  trident_cpu_features(TRIDENT_CPU_FEATURES ${CMAKE_C_COMPILER} ${_c_flags} ${TRIDENT_ARCH_FLAGS})
+  if(TRIDENT_CPU_FEATURES_ERROR)
+    message(WARNING "Cannot tell which instruction sets the CPU target enables, so the executable will not check "
+                    "them at start-up: ${TRIDENT_CPU_FEATURES_ERROR}")
+  endif()
+endif()
 
 # Keep only the names this compiler's __builtin_cpu_supports knows (older compilers know fewer);
 # one compile for the whole list, one per name only when that fails.
@@ -72,6 +82,9 @@ elseif(TRIDENT_CPU_FEATURES)
 endif()
 list(JOIN TRIDENT_CPU_FEATURES " " _features_line)
 list(JOIN TRIDENT_ARCH_FLAGS " " _flags_line)
+if(NOT _flags_line)
+  set(_flags_line "no -march flag")
+endif()
 list(JOIN TRIDENT_CPU_CHECKED " " _checked_line)
 message(STATUS "CPU target: ${TRIDENT_CPU_TARGET} (${_flags_line}); checked at start-up: ${_checked_line}")
 
