@@ -47,11 +47,11 @@ module help trident 2>&1 | grep -q 'TRIDENT_ROOT' && echo "help=ok"
 module whatis trident 2>&1 | grep -q 'GPT training' && echo "whatis=ok"
 cd "$run" || exit 11
 trident prep --tokenizer char --output data/shakespeare_char.h5 "$WORK/text.txt" >prep.log 2>&1 || exit 12
-# The example deck straight from the module, a few steps, 2 ranks.
-mpiexec -n 2 trident train --config "\$TRIDENT_ROOT/input/shakespeare_char.ini" --resume \
-  --train.max_steps=4 --train.log_interval=1 --train.eval_interval=4 --train.eval_iters=2 >train.log 2>&1 || exit 13
+# The example deck straight from the module, a few steps of a 6-step run, 2 ranks.
+mpiexec -n 2 trident train --config "\$TRIDENT_ROOT/input/shakespeare_char.ini" --resume --train.max_steps=6 \
+  --train.stop_at_step=4 --train.log_interval=1 --train.eval_interval=2 --train.eval_iters=2 >train.log 2>&1 || exit 13
 # The installed job script without Slurm (mpiexec launcher): trident from PATH, deck from TRIDENT_ROOT.
-TRIDENT_LAUNCHER=mpiexec TRIDENT_ARGS="--train.max_steps=6 --train.log_interval=1 --train.eval_interval=6 --train.eval_iters=2" \
+TRIDENT_LAUNCHER=mpiexec TRIDENT_ARGS="--train.max_steps=6 --train.log_interval=1 --train.eval_interval=2 --train.eval_iters=2" \
   bash "\$TRIDENT_ROOT/jobscripts/train.sbatch" >job.log 2>&1 || exit 14
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
   trident-plot runs/shakespeare_char >plot.log 2>&1 || exit 15
@@ -71,7 +71,7 @@ check "module help names TRIDENT_ROOT" grep -qx "help=ok" <<<"$out"
 check "module whatis describes Trident" grep -qx "whatis=ok" <<<"$out"
 check "module unload takes it all back" grep -qx "after_unload=none root=unset" <<<"$out"
 [ -f "$run/train.log" ] && sed 's/^/    train.log | /' "$run/train.log" | tail -4
-check "trained 4 steps of the example deck from outside the source tree" grep -q "step      4/4 " "$run/train.log"
+check "trained 4 steps of the example deck from outside the source tree" grep -q "step      4/6 " "$run/train.log"
 check "the end-of-run line points at the installed trident-plot" \
   grep -q "metrics: runs/shakespeare_char/metrics.csv | plot: trident-plot runs/shakespeare_char" "$run/train.log"
 [ -f "$run/job.log" ] && sed 's/^/    job.log | /' "$run/job.log" | grep -E "running:|error|step      6" | head -5
