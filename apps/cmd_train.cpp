@@ -6,9 +6,10 @@
 #include "io/token_file.hpp"
 #include "train/trainer.hpp"
 
-#include <cstdlib>
-
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
 
 namespace trident::app {
 
@@ -34,6 +35,26 @@ options:
   -h, --help             this text
 
 deck keys and defaults:)";
+
+namespace fs = std::filesystem;
+
+// How to call `trident-plot` (tools/plot_run.py): it sits next to the executable in an install's
+// bin/ and in a build's bin/. Its bare name when PATH finds that very file, else its path; empty
+// when there is none.
+std::string plot_command() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  const fs::path plot = exe.parent_path() / "trident-plot";
+  if (!fs::exists(plot, ec)) return "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const fs::path candidate = fs::path(dir.empty() ? "." : dir) / "trident-plot";
+    if (fs::exists(candidate, ec)) return fs::equivalent(candidate, plot, ec) ? "trident-plot" : plot.string();
+  }
+  return plot.string();
+}
 }  // namespace
 
 int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
@@ -89,7 +110,17 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     if (rt.world_rank() == 0) std::printf("%s", cfg.to_ini().c_str());
     return 0;
   }
-  return run_train(cfg, rt.world(), opt);
+  const int status = run_train(cfg, rt.world(), opt);
+  // The last line of a run that ended with its checkpoint (done, or stopped on request or on a
+  // signal): where its metrics are and the command that draws them.
+  const std::string metrics = (fs::path(cfg.train.out_dir) / "metrics.csv").string();
+  std::error_code ec;
+  if (rt.world_rank() == 0 && (status == 0 || status == 3) && fs::exists(metrics, ec)) {
+    const std::string plot = plot_command();
+    log::info("metrics: %s | plot: %s %s", metrics.c_str(),
+              plot.empty() ? "/usr/bin/python3 tools/plot_run.py" : plot.c_str(), cfg.train.out_dir.c_str());
+  }
+  return status;
 }
 
 }  // namespace trident::app

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "train/signals.hpp"
+#include "trident_cpu_target.h"
 #include "trident_version.hpp"
 
 #include <cstdio>
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
   }
   if (args[0] == "--version") {
     trident::log::info("trident %s (git %s)", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT);
+    trident::log::info("CPU target: %s (%s); instruction sets: %s", TRIDENT_CPU_TARGET,
+                       TRIDENT_CPU_FLAGS, TRIDENT_CPU_FEATURES);
     return 0;
   }
   const std::string cmd = args[0];

@@ -3,8 +3,9 @@
 
 find_package(MPI REQUIRED COMPONENTS C CXX)
 
+# 1.10.7: H5Pset_file_locking (io/checkpoint_file.cpp); in the 1.12 series it came with 1.12.1.
 set(HDF5_PREFER_PARALLEL TRUE)
-find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(HDF5 1.10.7 REQUIRED COMPONENTS C)
 if(NOT HDF5_IS_PARALLEL)
   message(FATAL_ERROR
     "Trident needs a parallel (MPI) build of HDF5, but the HDF5 found at '${HDF5_INCLUDE_DIRS}' "
@@ -15,6 +16,11 @@ endif()
 # -DKokkos_ROOT (docs/gpu.md). Debian's imported target points at a non-existent /usr/lib/include;
 # point it at the real header directory (see docs/design.md, "Toolchain").
 find_package(Kokkos REQUIRED)
+# Kokkos' version file accepts only its own major version, so the minimum is checked here: 3.4 is
+# Debian 12's (the API subset Trident uses is the one 3.4 and 4.x share).
+if(Kokkos_VERSION VERSION_LESS 3.4)
+  message(FATAL_ERROR "Kokkos ${Kokkos_VERSION} is too old: Trident needs 3.4 or newer (4.x for CUDA)")
+endif()
 if(TARGET Kokkos::kokkos AND Kokkos_INCLUDE_DIRS)
   set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")
 endif()
@@ -25,12 +31,17 @@ include(${CMAKE_CURRENT_LIST_DIR}/TridentCuda.cmake)
 if(NOT TRIDENT_HAVE_CUDA)
   find_package(KokkosKernels REQUIRED)
 endif()
-# Debian's KokkosKernels exports no Kokkos::kokkoskernels target: wrap its library in one.
+# A standalone KokkosKernels (Spack, a site's install) exports Kokkos::kokkoskernels; Debian's (inside
+# Trilinos) exports no target: wrap its library in one.
 if(NOT TRIDENT_HAVE_CUDA AND NOT TARGET trident_kokkoskernels)
   add_library(trident_kokkoskernels INTERFACE)
-  find_library(TRIDENT_KK_LIB NAMES trilinos_kokkoskernels REQUIRED)
-  target_include_directories(trident_kokkoskernels SYSTEM INTERFACE ${KokkosKernels_INCLUDE_DIRS})
-  target_link_libraries(trident_kokkoskernels INTERFACE ${TRIDENT_KK_LIB} Kokkos::kokkos ${KokkosKernels_TPL_LIBRARIES})
+  if(TARGET Kokkos::kokkoskernels)
+    target_link_libraries(trident_kokkoskernels INTERFACE Kokkos::kokkoskernels)
+  else()
+    find_library(TRIDENT_KK_LIB NAMES trilinos_kokkoskernels kokkoskernels REQUIRED)
+    target_include_directories(trident_kokkoskernels SYSTEM INTERFACE ${KokkosKernels_INCLUDE_DIRS})
+    target_link_libraries(trident_kokkoskernels INTERFACE ${TRIDENT_KK_LIB} Kokkos::kokkos ${KokkosKernels_TPL_LIBRARIES})
+  endif()
 endif()
 # The Trilinos headers trigger warnings we cannot fix; treat them as system headers.
 set_target_properties(Kokkos::kokkos PROPERTIES INTERFACE_SYSTEM_INCLUDE_DIRECTORIES "${Kokkos_INCLUDE_DIRS}")

@@ -5,8 +5,9 @@
 #   (no flag)  build stack: compiler, MPICH, parallel HDF5, Kokkos/KokkosKernels (Trilinos),
 #              OpenBLAS, Boost.Program_options, GoogleTest, Google Benchmark, Random123, xxHash,
 #              SentencePiece (the bpe tokenizer)
-#   --test     also the integration and reference stack: Slurm + munge, Debian's python3-torch,
-#              numpy, h5py, matplotlib (used by the PyTorch oracle test and the plot scripts)
+#   --test     also the integration and reference stack: Slurm + munge, Lmod (the install/module
+#              test), Debian's python3-torch, numpy, h5py, matplotlib (used by the PyTorch oracle
+#              test, the plot scripts and trident-plot)
 #
 # Idempotent: packages already present are skipped by apt. Needs root (or sudo).
 source "$(dirname "$0")/script_help.sh"
@@ -32,7 +33,7 @@ build_pkgs=(cmake g++ make pkg-config mpich libmpich-dev libhdf5-mpich-dev hdf5-
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   libboost-program-options-dev libbenchmark-dev libgtest-dev librandom123-dev libxxhash-dev
   libsentencepiece-dev)
-test_pkgs=(slurm-wlm munge python3-torch python3-numpy python3-h5py python3-matplotlib)
+test_pkgs=(slurm-wlm munge lmod python3-torch python3-numpy python3-h5py python3-matplotlib)
 
 pkgs=("${build_pkgs[@]}")
 [ "$want_test" = 1 ] && pkgs+=("${test_pkgs[@]}")

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# trident-plot (tools/plot_run.py): a real run trained in two legs (a restart) is drawn as a PNG,
+# with the restart found at the step where the leg changes; two runs overlaid; the errors named.
+# Skips (77) when /usr/bin/python3 has no matplotlib (Debian: python3-matplotlib).
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+plot=(/usr/bin/python3 "$repo/tools/plot_run.py")
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || { echo "skipped: no matplotlib for /usr/bin/python3"; exit 77; }
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+tiny_deck "$WORK/deck.ini" "$WORK/run" "$WORK/tok.h5"
+"$TRIDENT" train --config "$WORK/deck.ini" --train.stop_at_step=3 >"$WORK/leg1.log" 2>&1
+"$TRIDENT" train --config "$WORK/deck.ini" --resume >"$WORK/leg2.log" 2>&1
+check "the end-of-run line names trident-plot and the run" grep -q "metrics: $WORK/run/metrics.csv | plot: .*trident-plot $WORK/run" "$WORK/leg2.log"
+cp -r "$WORK/run" "$WORK/run2"
+
+expect_exit 0 "wrote $WORK/run/metrics.png" -- "${plot[@]}" "$WORK/run"
+check "a PNG" bash -c "head -c 8 '$WORK/run/metrics.png' | grep -q PNG"
+expect_exit 0 "wrote $WORK/title.png: x \(6 steps, 1 restart\)" -- "${plot[@]}" "$WORK/run" -o "$WORK/title.png" --title x --smooth 3
+check "the restart is found at step 4, where the second leg starts" bash -c "cd '$repo/tools' && /usr/bin/python3 -c '
+import csv, plot_run
+rows = list(csv.DictReader(open(\"$WORK/run/metrics.csv\")))
+assert plot_run.restarts(rows) == [4.0], plot_run.restarts(rows)'"
+expect_exit 0 "wrote $WORK/both.png" -- "${plot[@]}" "$WORK/run" "$WORK/run2/metrics.csv" -o "$WORK/both.png"
+check "overlay PNG" test -s "$WORK/both.png"
+expect_exit 1 "no metrics.csv" -- "${plot[@]}" "$WORK/nothing"
+head -n 1 "$WORK/run/metrics.csv" > "$WORK/empty.csv"
+expect_exit 2 "has no rows yet" -- "${plot[@]}" "$WORK/empty.csv"
+expect_exit 2 "usage: trident-plot" -- "${plot[@]}"
+expect_exit 0 "usage: trident-plot" -- "${plot[@]}" --help
+
+echo "$FAILED failed"
+exit "$FAILED"

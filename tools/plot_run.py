@@ -1,0 +1,195 @@
+#!/usr/bin/python3
+"""plot_run.py (installed as trident-plot): draw a Trident run's metrics.csv as a PNG.
+
+usage: trident-plot [-o OUT.png] [--smooth N] [--title T] RUN [RUN ...]
+       /usr/bin/python3 tools/plot_run.py ...            (from a source tree)
+
+RUN is a run directory ([train] out_dir, holding metrics.csv) or a metrics.csv file. One RUN
+writes RUN/metrics.png unless -o says otherwise; several RUNs are overlaid (one colour each,
+labelled by directory name) into -o (default runs_compare.png in the current directory).
+
+Panels: train loss (thin; --smooth N adds an N-step moving average) and validation loss (dots);
+learning rate; gradient norm (log scale); tokens/s and MFU; memory per rank by category (stacked
+for one run, the tracked total per run when overlaid) and peak RSS; step time, and the steps of
+`skipped`/`nonfinite` columns where metrics.csv has one. metrics.csv holds the history of the
+state being trained across restarts (one row per step, the `leg` column naming the invocation of
+`trident train` that trained it): a dashed vertical line marks where each restart took over.
+
+Needs matplotlib (Debian: python3-matplotlib, installed by tools/install_deps.sh --test).
+Exit status: 0 written, 1 no matplotlib or unreadable file, 2 bad usage or a run without rows.
+"""
+import argparse
+import csv
+import os
+import sys
+
+MEM_COLUMNS = ["mem_params", "mem_grads", "mem_optimizer", "mem_gathered", "mem_activations", "mem_comm"]
+SKIP_COLUMNS = ["skipped", "skipped_steps", "nonfinite"]
+
+
+def number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_run(path):
+    """(label, csv path, rows as dicts of floats/str) of a run directory or a metrics.csv."""
+    csv_path = os.path.join(path, "metrics.csv") if os.path.isdir(path) else path
+    if not os.path.isfile(csv_path):
+        raise FileNotFoundError(f"{path}: no metrics.csv (give a run directory, [train] out_dir, or a metrics.csv)")
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    label = os.path.basename(os.path.normpath(os.path.dirname(os.path.abspath(csv_path))))
+    return label, csv_path, rows
+
+
+def series(rows, column):
+    """(steps, values) of the rows where `column` is a number."""
+    xs, ys = [], []
+    for r in rows:
+        x, y = number(r.get("step")), number(r.get(column))
+        if x is not None and y is not None:
+            xs.append(x)
+            ys.append(y)
+    return xs, ys
+
+
+def moving_average(ys, n):
+    out, acc = [], 0.0
+    for i, y in enumerate(ys):
+        acc += y
+        if i >= n:
+            acc -= ys[i - n]
+        out.append(acc / min(i + 1, n))
+    return out
+
+
+def restarts(rows):
+    """Steps where the leg (invocation of trident train) changes: the first step of each later leg."""
+    out, prev = [], None
+    for r in rows:
+        leg = r.get("leg")
+        if leg and prev is not None and leg != prev:
+            out.append(number(r.get("step")))
+        prev = leg or prev
+    return [s for s in out if s is not None]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="trident-plot", description=__doc__.split("\n\n")[0],
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory or metrics.csv")
+    ap.add_argument("-o", "--output", help="PNG to write (default RUN/metrics.png, or runs_compare.png for several)")
+    ap.add_argument("--smooth", type=int, default=0, metavar="N", help="also draw an N-step moving average of the train loss")
+    ap.add_argument("--title", help="figure title (default: the run names)")
+    args = ap.parse_args(argv)
+    if args.smooth < 0:
+        ap.error("--smooth N needs N >= 0")
+
+    runs = []
+    for path in args.runs:
+        try:
+            label, csv_path, rows = read_run(path)
+        except OSError as e:
+            print(f"trident-plot: error: {e}", file=sys.stderr)
+            return 1
+        if not rows:
+            print(f"trident-plot: error: {csv_path} has no rows yet", file=sys.stderr)
+            return 2
+        runs.append((label, csv_path, rows))
+    labels = [r[0] for r in runs]
+    if len(set(labels)) < len(labels):  # same directory names: tell them apart by their paths
+        runs = [(os.path.dirname(os.path.abspath(c)), c, rows) for _, c, rows in runs]
+    out = args.output or (os.path.join(os.path.dirname(runs[0][1]), "metrics.png") if len(runs) == 1 else "runs_compare.png")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("trident-plot: error: needs matplotlib (Debian: apt-get install python3-matplotlib; "
+              "or pip install matplotlib)", file=sys.stderr)
+        return 1
+
+    overlay = len(runs) > 1
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    (ax_loss, ax_lr, ax_norm), (ax_speed, ax_mem, ax_time) = axes
+    ax_mfu = ax_speed.twinx()
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (label, _, rows) in enumerate(runs):
+        c = colors[i % len(colors)]
+        name = label if overlay else None
+        xs, ys = series(rows, "train_loss")
+        ax_loss.plot(xs, ys, color=c, lw=0.6, alpha=0.45 if args.smooth else 0.9,
+                     label=f"{label} train" if overlay else "train")
+        if args.smooth > 1 and ys:
+            ax_loss.plot(xs, moving_average(ys, args.smooth), color=c, lw=1.4,
+                         label=f"{label} train ({args.smooth}-step mean)" if overlay else f"train ({args.smooth}-step mean)")
+        vx, vy = series(rows, "val_loss")
+        if vx:
+            ax_loss.plot(vx, vy, "o-", color=c, ms=4, lw=1.0, mec="black", mew=0.5,
+                         label=f"{label} val" if overlay else "val")
+        ax_lr.plot(*series(rows, "lr"), color=c, label=name)
+        ax_norm.plot(*series(rows, "grad_norm"), color=c, lw=0.7, label=name)
+        ax_speed.plot(*series(rows, "tokens_per_sec"), color=c, lw=0.7, label=f"{label} tok/s" if overlay else "tok/s")
+        mx, my = series(rows, "mfu")
+        if mx:
+            scale = 100.0 if max(my) <= 1.0 else 1.0  # a fraction or a percentage
+            ax_mfu.plot(mx, [m * scale for m in my], color=c if overlay else "tab:red", lw=0.7, ls=":",
+                        label=f"{label} MFU" if overlay else "MFU")
+        present = [m for m in MEM_COLUMNS if any(number(r.get(m)) is not None for r in rows)]
+        if present and not overlay:
+            steps = series(rows, present[0])[0]
+            stacks = [[number(r.get(m)) or 0.0 for r in rows if number(r.get("step")) is not None] for m in present]
+            ax_mem.stackplot(steps, *stacks, labels=[m[4:] for m in present], alpha=0.8)
+        elif present:
+            totals = [sum(number(r.get(m)) or 0.0 for m in present) for r in rows if number(r.get("step")) is not None]
+            ax_mem.plot(series(rows, present[0])[0], totals, color=c, label=f"{label} tracked")
+        px, py = series(rows, "peak_mem_mib")
+        if px and not overlay:
+            ax_mem.plot(px, py, color="black", lw=1.0, ls="--", label="peak RSS")
+        elif px:
+            ax_mem.plot(px, py, color=c, lw=1.0, ls="--", label=f"{label} peak RSS")
+        ax_time.plot(*series(rows, "ms_per_step"), color=c, lw=0.7, label=name)
+        for col in SKIP_COLUMNS:
+            sx = [x for x, y in zip(*series(rows, col)) if y > 0]
+            if sx:
+                ax_time.plot(sx, [0] * len(sx), "x", color="red" if not overlay else c, ms=7,
+                             label=f"{label} {col}" if overlay else f"{col} steps ({len(sx)})")
+        for s in restarts(rows):
+            for ax in (ax_loss, ax_lr, ax_norm, ax_speed, ax_mem, ax_time):
+                ax.axvline(s, color=c if overlay else "gray", ls="--", lw=0.8, alpha=0.6)
+
+    ax_loss.set_title("loss")
+    ax_lr.set_title("learning rate")
+    ax_norm.set_title("gradient norm (before clipping)")
+    ax_norm.set_yscale("log")
+    ax_speed.set_title("throughput")
+    ax_speed.set_ylabel("tokens/s (global)")
+    ax_mfu.set_ylabel("MFU (%, dotted)")
+    ax_mem.set_title("memory per rank (MiB)")
+    ax_time.set_title("step time (ms)")
+    for ax in axes.flat:
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in (ax_loss, ax_mem, ax_time) + ((ax_lr,) if overlay else ()):
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    lines = ax_speed.get_legend_handles_labels()[0] + ax_mfu.get_legend_handles_labels()[0]
+    if lines:
+        ax_speed.legend(lines, [h.get_label() for h in lines], fontsize=7)
+    n_restarts = sum(len(restarts(rows)) for _, _, rows in runs)
+    title = args.title or ", ".join(r[0] for r in runs)
+    summary = f"{sum(len(r[2]) for r in runs)} steps, {n_restarts} restart{'' if n_restarts == 1 else 's'}"
+    fig.suptitle(f"{title}  ({summary}: dashed lines)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"trident-plot: wrote {out}: {title} ({summary})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
