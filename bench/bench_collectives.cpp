@@ -246,7 +246,7 @@ void write_outputs(const Options& o, const std::vector<Row>& rows, const std::ve
     f << "backend,axis,op,ranks,bytes,iters,time_us,algbw_gbs,busbw_gbs\n";
     char line[256];
     for (const Row& r : rows) {
-      std::snprintf(line, sizeof line, "%s,%s,%s,%d,%.0f,%d,%.4f,%.6f,%.6f\n", r.backend.c_str(), r.axis.c_str(),
+      std::snprintf(line, sizeof line, "%s,%s,%s,%d,%.0f,%d,%.9g,%.9g,%.9g\n", r.backend.c_str(), r.axis.c_str(),
                     r.op.c_str(), r.n, r.bytes, r.iters, r.seconds * 1e6, r.algbw / 1e9, r.busbw / 1e9);
       f << line;
     }

@@ -120,9 +120,10 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
                coll(mach, CommOp::all_reduce, tp, 2.0 * N * es, tp_intra);
     }
     tpc[static_cast<size_t>(s)] = tpt;
-    // p2p: the activation forward and its gradient backward cross each stage boundary once per
-    // micro-batch; counted on the sending side of each boundary.
-    p2p[static_cast<size_t>(s)] = last ? 0.0 : 2.0 * coll(mach, CommOp::send, 2, act_bytes, pp_intra);
+    // p2p: a stage waits in a blocking recv for its input activation (all but the first) and for
+    // its output gradient (all but the last), once per micro-batch each (train/trainer.cpp); the
+    // sends are non-blocking.
+    p2p[static_cast<size_t>(s)] = ((first ? 0 : 1) + (last ? 0 : 1)) * coll(mach, CommOp::send, 2, act_bytes, pp_intra);
     const StageCompute& c = comp[static_cast<size_t>(s)];
     t_stage[static_cast<size_t>(s)] = c.fwd + c.bwd + c.recompute + tpt + p2p[static_cast<size_t>(s)];
     if (t_stage[static_cast<size_t>(s)] > t_stage[crit]) crit = static_cast<size_t>(s);

@@ -16,7 +16,8 @@
 //    checkpointing adds one block forward per block in backward (F's 96 instead of 72).
 //  - Optimizer: this rank's owned parameters (Psi_stage / S from ZeRO stage 1) at the measured
 //    norm + AdamW rate.
-//  - Pipeline: stage times t_s (forward + backward of one micro-batch plus its p2p transfers),
+//  - Pipeline: stage times t_s (forward + backward of one micro-batch plus the transfers it waits
+//    for in blocking receives: the input activation, the output gradient),
 //    M micro-batches: (M - 1) max_s t_s + sum_s t_s, which is (M + pp - 1) t for equal stages; the
 //    bubble is what exceeds M max_s t_s, (pp - 1) / M of the ideal (Narayanan et al. 2021, sec.
 //    2.2; GPipe and 1F1B have the same bubble, 1F1B only needs fewer stashes).
