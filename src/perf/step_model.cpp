@@ -143,7 +143,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
   const GptSchedule sched = GptSchedule::make(layout, m);
   const auto& units = layout.units();
   double local_owned = 0, n_total = 0;
-  double dp_total = 0, overlappable_reduce = 0, overlappable_gather = 0;
+  double dp_total = 0, overlappable_reduce = 0, overlappable_gather = 0, block_ag = 0;
   auto is_special = [&](size_t u) {
     return std::find(sched.special_units.begin(), sched.special_units.end(), static_cast<int>(u)) !=
            sched.special_units.end();
@@ -169,13 +169,22 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
     if (par.zero_stage == 3) {
       const double ag = coll(mach, CommOp::all_gather, S, padded * pbytes, shard_intra);
       const double rs = M * coll(mach, CommOp::reduce_scatter, S, padded * rbytes, shard_intra);
-      // Blocks: forward and backward of every micro-batch (the last block of a pass stays resident
-      // into the backward); embedding and head: once per step (own slots).
-      const double gathers = is_special(u) ? 1.0 : (n_block_units > 1 ? 2.0 * M - 1.0 : static_cast<double>(M));
-      dp_total += gathers * ag + rs;
-      if (par.prefetch) overlappable_gather += std::max(0.0, gathers - 2.0) * ag;
+      dp_total += rs;
       if (par.overlap_reduce && u != 0) overlappable_reduce += rs;
+      if (is_special(u)) dp_total += ag;  // embedding and head: own slots, gathered once per step
+      else block_ag += ag;
     }
+  }
+  if (par.zero_stage == 3 && n_block_units > 0) {
+    // Blocks share two alternating slots: the two blocks resident at each turn of the schedule
+    // (forward -> backward of a micro-batch, backward -> next forward) are not gathered again, so a
+    // step gathers 2 M (n_b - 2) + 2 block units for n_b > 2, and each block once for n_b <= 2.
+    const double nb = static_cast<double>(n_block_units);
+    const double count = nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0;
+    const double gathered = block_ag * count / nb;
+    dp_total += gathered;
+    // With prefetch, every gather but the first of each pass can run under the previous unit's compute.
+    if (par.prefetch) overlappable_gather += gathered * std::max(0.0, count - 2.0 * M) / count;
   }
   if (par.zero_stage == 0 && tr.reduce_dtype != Precision::bf16)
     dp_total += coll(mach, CommOp::all_reduce, S, n_total * rbytes, shard_intra);

@@ -28,9 +28,10 @@
 //    ceil(n_u / S)): stage 0 one all-reduce of the gradient (per unit with bf16 reduce); stage 1 a
 //    reduce-scatter and an all-gather per unit per step; stage 2 a reduce-scatter per unit per
 //    micro-batch (overlapped with the rest of backward when overlap_reduce) and an all-gather per
-//    unit per step; stage 3 an all-gather per block unit forward and again in backward (but for the
-//    last, still resident), the embedding and head once per step, and a reduce-scatter per unit per
-//    micro-batch (prefetch and overlap_reduce hide them up to the compute available, times the
+//    unit per step; stage 3 the block units through two alternating slots (2 M (n_b - 2) + 2
+//    gathers a step for n_b > 2 block units: the two resident at each forward/backward turn are not
+//    gathered again; n_b <= 2: once each), the embedding and head once per step (own slots), and a
+//    reduce-scatter per unit per micro-batch (prefetch and overlap_reduce hide them up to the compute available, times the
 //    machine's overlap_efficiency). HSDP adds an all-reduce of the gradient shard across replicas;
 //    pp > 1 an all-reduce of the tied embedding's gradient between first and last stage; every step
 //    has the loss all-reduce, the loss broadcast over pp and the gradient-norm all-reduces.

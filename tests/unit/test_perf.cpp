@@ -238,6 +238,23 @@ TEST(StepModel, DataParallelHandComputed) {
   const StepPrediction p2 = predict_step(c2, mach);
   EXPECT_EQ(p2.num_micro_batches, 2);
   EXPECT_NEAR(p2.dp_comm_s, (2 * 4 + 4) * 1e-5 + (2 + 1) * 0.5 * 4 * padded * 1e-9, 1e-12);
+  // Stage 3, 2 micro-batches, 2 block units (both stay in the two block slots): each unit gathered
+  // once per step, reduce-scattered once per micro-batch.
+  Config c3 = c2;
+  c3.parallel.zero_stage = 3;
+  const StepPrediction p3 = predict_step(c3, mach);
+  EXPECT_NEAR(p3.dp_comm_s, (4 + 2 * 4) * 1e-5 + (1 + 2) * 0.5 * 4 * padded * 1e-9, 1e-12);
+  // 4 blocks of one unit each: 2 M (4 - 2) + 2 = 10 block gathers with M = 2.
+  Config c4 = c3;
+  c4.model.n_layer = 4;
+  const ParamLayout L4 = ParamLayout::gpt(c4.model, 1);
+  ASSERT_EQ(L4.units().size(), 6u);
+  double special = 0, block = 0;
+  for (size_t u = 0; u < L4.units().size(); ++u)
+    (u == 0 || u == 5 ? special : block) += std::ceil(L4.units()[u].numel / 2.0) * 2;
+  const StepPrediction p4 = predict_step(c4, mach);
+  EXPECT_NEAR(p4.dp_comm_s,
+              (2 + 10 + 2 * 6) * 1e-5 + 0.5 * 4 * 1e-9 * (special + block * 10.0 / 4 + 2 * (special + block)), 1e-12);
 }
 
 TEST(StepModel, TensorParallelHandComputed) {
