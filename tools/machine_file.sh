@@ -17,12 +17,15 @@
 #   --out FILE       output file (default input/machines/NAME.ini)
 #   --note TEXT      provenance line written to [machine] note (the load on the machine, ...)
 #   --min-time S     Google Benchmark's --benchmark_min_time per kernel case (default 0.5)
+#   --clock wall|cpu rates per wall-clock second (default: what a rank gets on this machine as it is,
+#                    load included) or per CPU second (Google Benchmark's counters: the core alone)
+#   --reuse          write the file from the raw results of an earlier run (no benchmarks)
 # Raw results stay in runs/machine/<name>/ (kernels.json, collectives.csv/json).
 source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5
+name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) name=$2; shift 2 ;;
@@ -32,6 +35,8 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --note) note=$2; shift 2 ;;
     --min-time) min_time=$2; shift 2 ;;
+    --clock) clock=$2; shift 2 ;;
+    --reuse) reuse=1; shift ;;
     *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +48,8 @@ raw="runs/machine/$name"
 mkdir -p "$raw" "$(dirname "$out")"
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
+[ "$clock" = wall ] || [ "$clock" = cpu ] || { echo "machine_file.sh: --clock wall or cpu" >&2; exit 2; }
+if [ "$reuse" = 0 ]; then
 echo "== bench_kernels (1 BLAS thread)" >&2
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" \
   --benchmark_filter='BM_LinearForward|BM_Attention/.*/fast:1|BM_LayerNorm|BM_Gelu|BM_AdamW' \
@@ -50,11 +57,12 @@ OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" \
 echo "== bench_collectives at $ranks ranks" >&2
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$build/bin/bench_collectives" --dp "$ranks" --axes dp \
   --backend mpi --max-bytes "$max_bytes" --csv "$raw/collectives.csv" --json "$raw/collectives.json" --quiet >&2
+fi
 
 mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
-"$PY" - "$raw" "$out" "$name" "$ranks" "$mem_kib" "$note" "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'PY'
+"$PY" - "$raw" "$out" "$name" "$ranks" "$mem_kib" "$note" "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$clock" <<'PY'
 import json, sys
-raw, out, name, ranks, mem_kib, note, date, commit = sys.argv[1:]
+raw, out, name, ranks, mem_kib, note, date, commit, clock = sys.argv[1:]
 ranks = int(ranks)
 k = json.load(open(f"{raw}/kernels.json"))
 cpu = k.get("context", {})
@@ -62,7 +70,9 @@ def rate(prefix, counter):
     rows = [b for b in k["benchmarks"] if b["name"].startswith(prefix) and b.get("run_type", "iteration") == "iteration"]
     if not rows:
         sys.exit(f"machine_file.sh: no {prefix} in {raw}/kernels.json")
-    return {b["name"]: b[counter] for b in rows}
+    # Google Benchmark's rate counters are per CPU second; per wall-clock second they are scaled by
+    # cpu_time / real_time (equal on a quiet machine; smaller when the core is shared).
+    return {b["name"]: b[counter] * (b["cpu_time"] / b["real_time"] if clock == "wall" else 1.0) for b in rows}
 lin = rate("BM_LinearForward", "FLOP/s")
 peak = max(lin.values())
 deck_shape = lin.get("BM_LinearForward/N:384/C:128/OC:384", peak)
@@ -79,6 +89,7 @@ lines = [
     f"# Written by tools/machine_file.sh on {date} at commit {commit} from the bundled benchmarks",
     f"# (raw results in {raw}/): bench_kernels with one BLAS thread per rank, bench_collectives at",
     f"# {ranks} ranks on this node. Not typed in: rerun the tool to refresh it.",
+    f"# Kernel rates per {'wall-clock' if clock == 'wall' else 'CPU'} second (--clock {clock}).",
     "[machine]",
     f"name = {name}",
     f"note = {note}" if note else f"note = measured by tools/machine_file.sh on {date}",
