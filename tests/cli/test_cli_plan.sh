@@ -48,8 +48,8 @@ expect_exit 0 "predicted memory per rank" -- "$MPIEXEC" -n 2 "$TRIDENT" train --
   --train.activation_checkpointing=$ck --parallel.pp_schedule=$sc
 check "every fitting layout is within 1024 MiB" awk -F, 'NR > 1 && $8 == 1 && $20 > 1024 {bad = 1} END {exit bad}' "$WORK/plan.csv"
 
-# A machine with 1 MiB per device: no layout of this model fits; exit 1 with the smallest listed.
-sed 's/^memory_per_device_gib = 1$/memory_per_device_gib = 0.001/' "$WORK/m.ini" > "$WORK/small.ini"
+# A machine with 0.1 MiB per device: no layout of this model (about 1 MiB a rank) fits; exit 1 with the smallest listed.
+sed 's/^memory_per_device_gib = 1$/memory_per_device_gib = 0.0001/' "$WORK/m.ini" > "$WORK/small.ini"
 expect_exit 1 "no valid layout fits in memory" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/small.ini" --ranks 2
 
 # The machine file committed for the project's machine parses.
