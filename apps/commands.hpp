@@ -14,5 +14,6 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args);
 int cmd_train(Runtime& rt, const std::vector<std::string>& args);
 int cmd_sample(Runtime& rt, const std::vector<std::string>& args);
 int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args);
+int cmd_plan(Runtime& rt, const std::vector<std::string>& args);
 
 }  // namespace trident::app

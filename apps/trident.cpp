@@ -20,6 +20,7 @@ commands:
   train    train a model from an input deck; resume from a checkpoint
   sample   generate text from a checkpoint
   ckpt     inspect and convert checkpoints: ls, verify, diff, reshard, export (safetensors)
+  plan     rank the layouts (dp, tp, pp, ZeRO, micro-batch, recompute) of a deck by predicted step time
 
 options:
   -h, --help     this text; `trident <command> --help` documents each command
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return trident::app::cmd_train(rt, args);
     if (cmd == "sample") return trident::app::cmd_sample(rt, args);
     if (cmd == "ckpt") return trident::app::cmd_ckpt(rt, args);
+    if (cmd == "plan") return trident::app::cmd_plan(rt, args);
     throw trident::ConfigError("unknown command '" + cmd + "' (try `trident --help`)");
   } catch (const trident::Error& e) {
     // A collective error is raised identically on every rank: report it once and end cleanly.

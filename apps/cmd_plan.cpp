@@ -1,0 +1,180 @@
+// apps/cmd_plan.cpp: `trident plan`: rank a deck's layouts by predicted step time (perf/planner.hpp).
+#include "apps/commands.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "io/token_file.hpp"
+#include "perf/machine.hpp"
+#include "perf/planner.hpp"
+#include "train/trainer.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace trident::app {
+
+namespace {
+const char* kPlanUsage = R"(usage: trident plan --config DECK --machine FILE (--ranks N | --nodes K) [options]
+
+Enumerates the layouts of the deck's model for N ranks: dp x tp x pp, ZeRO stage, micro-batch size,
+activation checkpointing and (with pp > 1) pipeline schedule; keeps those that `trident train`'s
+deck validation accepts for N ranks and whose predicted memory per rank (what `trident train
+--dry-run` prints, plus the machine file's runtime overhead) fits the machine's memory per device;
+ranks them by predicted step time (perf/step_model.hpp; docs/scaling.md) and prints the table and
+the breakdown of the fastest. The deck's other keys (model, batch, dtypes, unit_blocks, prefetch,
+overlap_reduce) are kept. Runs on one rank; nothing is allocated or trained.
+
+options:
+  --config DECK          the input deck (required)
+  --machine FILE         machine description file, e.g. input/machines/devbox-2core.ini (required)
+  --ranks N              total ranks (devices) of the job
+  --nodes K              or: K nodes of the machine file's devices_per_node ranks each
+  --top K                print the breakdown of the K fastest layouts (default 3)
+  --show K               rows of the ranking table (default 20; 0 = all)
+  --zero-stages LIST     ZeRO stages to try, comma separated (default 0,1,2,3)
+  --tp LIST, --pp LIST   only these tp / pp sizes (default: every divisor of N)
+  --fixed-micro-batch    keep the deck's micro_batch_size instead of trying every divisor
+  --fixed-recompute      keep the deck's activation_checkpointing instead of trying none and block
+  --fixed-schedule       keep the deck's pp_schedule instead of trying 1f1b and gpipe
+  --csv FILE             write every valid layout (fitting or not) with its prediction
+  --section.key=VALUE    override a deck key, e.g. --model.vocab_size=50304 (needed when the deck
+                         says vocab_size = 0 and its [data] path cannot be read here)
+  -h, --help             this text
+
+Exit status: 0 a ranking was printed, 1 no valid layout fits in memory (the smallest are listed),
+2 bad options, deck or machine file.
+
+machine file keys (INI; docs/scaling.md, tools/machine_file.sh writes one from the benchmarks):
+)";
+
+std::vector<int> int_list(const std::string& opt, const std::string& v) {
+  std::vector<int> out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long x = std::strtol(item.c_str(), &end, 10);
+    require_config(!item.empty() && *end == '\0' && x >= 0 && x < (1L << 30),
+                   opt + " " + v + ": expected comma-separated non-negative integers");
+    out.push_back(static_cast<int>(x));
+  }
+  require_config(!out.empty(), opt + ": empty list");
+  return out;
+}
+
+int positive(const std::string& opt, const std::string& v, int lo) {
+  char* end = nullptr;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  require_config(!v.empty() && *end == '\0' && x >= lo && x < (1L << 30),
+                 opt + " " + v + ": expected an integer >= " + std::to_string(lo));
+  return static_cast<int>(x);
+}
+
+void print_row(const PlanCandidate& c, int rank, int ranks, const MachineSpec& m) {
+  const StepPrediction& p = c.pred;
+  const Precision ct = c.cfg.train.compute_dtype == Precision::bf16 ? Precision::bf16 : c.cfg.train.dtype;
+  std::printf("%4d  %-58s %10.2f %10.0f %6.1f%% %10.1f\n", rank, layout_name(c.cfg).c_str(), p.total_s * 1e3,
+              p.tokens / p.total_s, 100.0 * p.mfu(ranks, m.gemm_flops(ct) / m.gemm_efficiency),
+              p.memory_total_bytes / (1024.0 * 1024.0));
+}
+}  // namespace
+
+int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
+  std::string deck, machine, csv;
+  std::vector<std::string> overrides;
+  int ranks = 0, nodes = 0, top = 3, show = 20;
+  PlanOptions opt;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value_of = [&](const std::string& name) -> std::string {
+      if (a.size() > name.size() && a[name.size()] == '=') return a.substr(name.size() + 1);
+      if (i + 1 >= args.size()) throw ConfigError(name + " needs a value");
+      return args[++i];
+    };
+    auto is = [&](const char* name) { return a == name || a.rfind(std::string(name) + "=", 0) == 0; };
+    if (a == "-h" || a == "--help") {
+      if (rt.world_rank() == 0) std::printf("%s%s", kPlanUsage, machine_file_help().c_str());
+      return 0;
+    } else if (is("--config")) deck = value_of("--config");
+    else if (is("--machine")) machine = value_of("--machine");
+    else if (is("--ranks")) ranks = positive("--ranks", value_of("--ranks"), 1);
+    else if (is("--nodes")) nodes = positive("--nodes", value_of("--nodes"), 1);
+    else if (is("--top")) top = positive("--top", value_of("--top"), 0);
+    else if (is("--show")) show = positive("--show", value_of("--show"), 0);
+    else if (is("--zero-stages")) {
+      opt.zero_stages = int_list("--zero-stages", value_of("--zero-stages"));
+      for (int z : opt.zero_stages) require_config(z <= 3, "--zero-stages: " + std::to_string(z) + " is not 0, 1, 2 or 3");
+    } else if (is("--tp")) opt.tp_sizes = int_list("--tp", value_of("--tp"));
+    else if (is("--pp")) opt.pp_sizes = int_list("--pp", value_of("--pp"));
+    else if (a == "--fixed-micro-batch") opt.vary_micro_batch = false;
+    else if (a == "--fixed-recompute") opt.vary_recompute = false;
+    else if (a == "--fixed-schedule") opt.vary_schedule = false;
+    else if (is("--csv")) csv = value_of("--csv");
+    else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
+      if (a.find('=') != std::string::npos) overrides.push_back(a);
+      else if (i + 1 < args.size()) overrides.push_back(a + "=" + args[++i]);
+      else throw ConfigError("override " + a + " needs a value");
+    } else {
+      throw ConfigError("unknown argument '" + a + "' (try `trident plan --help`)");
+    }
+  }
+  require_config(!deck.empty(), "no input deck: give --config DECK (try `trident plan --help`)");
+  require_config(!machine.empty(), "no machine file: give --machine FILE (input/machines/*.ini; try `trident plan --help`)");
+  require_config((ranks > 0) != (nodes > 0), "give exactly one of --ranks N and --nodes K");
+  const MachineSpec mach = parse_machine_file(machine);
+  opt.ranks = ranks > 0 ? ranks : nodes * mach.devices_per_node;
+  Config cfg = parse_deck(deck, overrides);
+  if (cfg.model.vocab_size == 0) {
+    try {
+      resolve_vocab(cfg, TokenFileReader(cfg.data.path).info());
+    } catch (const Error& e) {
+      throw ConfigError("[model] vocab_size = 0 takes the vocabulary of [data] path = " + cfg.data.path +
+                        ", which cannot be read here (" + e.what() + "): give --model.vocab_size=N");
+    }
+  }
+  if (rt.world_rank() != 0) return 0;
+
+  const PlanResult res = plan_layouts(cfg, mach, opt);
+  if (!csv.empty()) {
+    std::ofstream f(csv);
+    require_config(static_cast<bool>(f), "--csv " + csv + ": cannot be written");
+    f << "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
+         "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib\n";
+    for (const auto* list : {&res.fitting, &res.too_big})
+      for (const PlanCandidate& c : *list) {
+        const StepPrediction& p = c.pred;
+        char line[512];
+        std::snprintf(line, sizeof line,
+                      "%d,%d,%d,%d,%lld,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n",
+                      c.cfg.parallel.dp, c.cfg.parallel.tp, c.cfg.parallel.pp, c.cfg.parallel.zero_stage,
+                      static_cast<long long>(c.cfg.train.micro_batch_size), name_of(c.cfg.train.activation_checkpointing),
+                      name_of(c.cfg.parallel.pp_schedule), c.fits ? 1 : 0, p.total_s * 1e3, p.forward_s * 1e3,
+                      p.backward_s * 1e3, p.recompute_s * 1e3, p.tp_comm_s * 1e3, p.pp_comm_s * 1e3, p.bubble_s * 1e3,
+                      p.dp_comm_s * 1e3, p.dp_hidden_s * 1e3, p.optimizer_s * 1e3, p.other_s * 1e3,
+                      p.memory_total_bytes / (1024.0 * 1024.0));
+        f << line;
+      }
+  }
+  std::printf("plan for %s on %s (%s): %d ranks, global batch %lld x %d tokens\n", cfg.deck_name.c_str(),
+              mach.name.c_str(), mach.note.empty() ? "no note" : mach.note.c_str(), opt.ranks,
+              static_cast<long long>(cfg.train.global_batch_size), cfg.model.block_size);
+  std::printf("%d layouts enumerated: %zu fit in %.0f MiB per rank, %zu valid but too large, %d refused by the deck "
+              "validation\n",
+              res.enumerated, res.fitting.size(), mach.memory_bytes / (1024.0 * 1024.0), res.too_big.size(), res.invalid);
+  if (res.invalid > 0) std::printf("  e.g. %s\n", res.first_invalid_reason.c_str());
+  if (res.fitting.empty()) {
+    std::printf("no valid layout fits in memory; the smallest:\n");
+    for (size_t i = 0; i < res.too_big.size() && i < 5; ++i) print_row(res.too_big[i], static_cast<int>(i + 1), opt.ranks, mach);
+    return 1;
+  }
+  std::printf("\n%4s  %-58s %10s %10s %7s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU", "mem_MiB");
+  for (size_t i = 0; i < res.fitting.size() && (show == 0 || static_cast<int>(i) < show); ++i)
+    print_row(res.fitting[i], static_cast<int>(i + 1), opt.ranks, mach);
+  std::printf("\nbreakdown of the fastest (ms per step; dp exposed = dp communication not hidden by compute):\n");
+  for (size_t i = 0; i < res.fitting.size() && static_cast<int>(i) < top; ++i)
+    std::printf("%zu. %s\n   %s\n", i + 1, layout_name(res.fitting[i].cfg).c_str(), describe(res.fitting[i].pred).c_str());
+  return 0;
+}
+
+}  // namespace trident::app

@@ -1,0 +1,88 @@
+// perf/planner.cpp: see planner.hpp.
+#include "perf/planner.hpp"
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+#include <algorithm>
+
+namespace trident {
+
+namespace {
+std::vector<int> divisors(long long n) {
+  std::vector<int> d;
+  for (long long i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(static_cast<int>(i));
+  return d;
+}
+bool allowed(const std::vector<int>& only, int v) {
+  return only.empty() || std::find(only.begin(), only.end(), v) != only.end();
+}
+}  // namespace
+
+std::string layout_name(const Config& c) {
+  return log::format("dp=%d tp=%d pp=%d zero=%d mb=%lld ckpt=%s sched=%s", c.parallel.dp, c.parallel.tp, c.parallel.pp,
+                     c.parallel.zero_stage, static_cast<long long>(c.train.micro_batch_size),
+                     name_of(c.train.activation_checkpointing), name_of(c.parallel.pp_schedule));
+}
+
+PlanResult plan_layouts(const Config& deck, const MachineSpec& mach, const PlanOptions& opt) {
+  require_config(opt.ranks >= 1, "plan: the number of ranks must be >= 1");
+  PlanResult res;
+  const Recompute deck_rc = deck.train.activation_checkpointing;
+  const PipelineScheduleKind deck_sched = deck.parallel.pp_schedule;
+  for (int tp : divisors(opt.ranks)) {
+    if (!allowed(opt.tp_sizes, tp)) continue;
+    for (int pp : divisors(opt.ranks / tp)) {
+      if (!allowed(opt.pp_sizes, pp)) continue;
+      const int dp = opt.ranks / (tp * pp);
+      // Micro-batch sizes: divisors of the per-dp batch (global_batch_size / dp must be whole:
+      // otherwise validate() refuses every micro-batch, and one candidate says why).
+      std::vector<std::int64_t> mbs;
+      if (deck.train.global_batch_size % dp != 0 || !opt.vary_micro_batch) mbs.push_back(deck.train.micro_batch_size);
+      else
+        for (int d : divisors(deck.train.global_batch_size / dp)) mbs.push_back(d);
+      std::vector<Recompute> rcs{deck_rc};
+      if (opt.vary_recompute) rcs = {Recompute::none, Recompute::block};
+      std::vector<PipelineScheduleKind> scheds{deck_sched};
+      if (opt.vary_schedule && pp > 1) scheds = {PipelineScheduleKind::one_f_one_b, PipelineScheduleKind::gpipe};
+      for (int z : opt.zero_stages)
+        for (std::int64_t mb : mbs)
+          for (Recompute rc : rcs)
+            for (PipelineScheduleKind sk : scheds) {
+              ++res.enumerated;
+              Config c = deck;
+              c.parallel.dp = dp;
+              c.parallel.tp = tp;
+              c.parallel.pp = pp;
+              c.parallel.zero_stage = z;
+              if (deck.parallel.pp != pp) c.parallel.pp_layers.clear();  // the deck's split is for its own pp
+              // The deck's HSDP group only where it still divides dp (and sharding is on).
+              if (z == 0 || deck.parallel.shard_group_size <= 0 || dp % deck.parallel.shard_group_size != 0)
+                c.parallel.shard_group_size = 0;
+              c.train.micro_batch_size = mb;
+              c.train.activation_checkpointing = rc;
+              c.parallel.pp_schedule = sk;
+              PlanCandidate cand;
+              try {
+                validate(c, opt.ranks);  // the trainer's own validation, for this many ranks
+                cand.pred = predict_step(c, mach);
+              } catch (const Error& e) {
+                if (res.invalid++ == 0) res.first_invalid_reason = layout_name(c) + ": " + e.what();
+                continue;
+              }
+              cand.cfg = c;
+              cand.fits = cand.pred.memory_total_bytes <= mach.memory_bytes;
+              (cand.fits ? res.fitting : res.too_big).push_back(std::move(cand));
+            }
+    }
+  }
+  std::stable_sort(res.fitting.begin(), res.fitting.end(),
+                   [](const PlanCandidate& a, const PlanCandidate& b) { return a.pred.total_s < b.pred.total_s; });
+  std::stable_sort(res.too_big.begin(), res.too_big.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+    return a.pred.memory_total_bytes < b.pred.memory_total_bytes;
+  });
+  return res;
+}
+
+}  // namespace trident

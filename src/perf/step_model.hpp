@@ -1,0 +1,91 @@
+// perf/step_model.hpp: predicted time of one training step, and memory per rank, for a deck, a
+// layout and a machine file; first principles calibrated by the bundled benchmarks.
+//
+// Layer: perf. Local and pure: nothing is allocated, no communication. Memory per rank is the
+// trainer's own dry-run prediction (predict_memory, train/trainer.hpp: the ZeroEngine's plan and the
+// Gpt's activation plan), never a second formula.
+//
+// The model of one step (docs/scaling.md has the derivation and the measured errors):
+//  - Compute of one micro-batch of b sequences of T tokens on a stage, width C, tp ranks:
+//    GEMMs 24 b T C^2 / tp FLOPs per block forward and 2 b T C V / tp for the logits (Narayanan et
+//    al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters", sec. 5.1 / appendix:
+//    the terms of F = 72 B s l h^2 (1 + s/6h + V/12lh)); backward twice the forward; causal
+//    attention 6 b T^2 C / tp FLOPs forward + backward (bench_kernels' count: the mask halves it) at
+//    the measured attention rate; the memory-bound kernels (LayerNorm, residual, copies, cross
+//    entropy) by the bytes they move at memory_bw; GELU at its measured rate. Activation
+//    checkpointing adds one block forward per block in backward (F's 96 instead of 72).
+//  - Optimizer: this rank's owned parameters (Psi_stage / S from ZeRO stage 1) at the measured
+//    norm + AdamW rate.
+//  - Pipeline: stage times t_s (forward + backward of one micro-batch plus the transfers it waits
+//    for in blocking receives: the input activation, the output gradient),
+//    M micro-batches: (M - 1) max_s t_s + sum_s t_s, which is (M + pp - 1) t for equal stages; the
+//    bubble is what exceeds M max_s t_s, (pp - 1) / M of the ideal (Narayanan et al. 2021, sec.
+//    2.2; GPipe and 1F1B have the same bubble, 1F1B only needs fewer stashes).
+//  - Tensor parallelism (Trident's Gpt, model/gpt.cpp): per block 2 all-reduces of b T C elements
+//    forward, 2 backward, 2 more when recomputing; the embedding 1; the head 1 forward (plus the
+//    vocab-parallel cross entropy's max and sums, 3 b T elements) and 1 backward. Blocking: exposed.
+//  - Data parallelism (train/zero.cpp, per unit u of n_u elements cut into S pieces of
+//    ceil(n_u / S)): stage 0 one all-reduce of the gradient (per unit with bf16 reduce); stage 1 a
+//    reduce-scatter and an all-gather per unit per step; stage 2 a reduce-scatter per unit per
+//    micro-batch (overlapped with the rest of backward when overlap_reduce) and an all-gather per
+//    unit per step; stage 3 the block units through two alternating slots (2 M (n_b - 2) + 2
+//    gathers a step for n_b > 2 block units: the two resident at each forward/backward turn are not
+//    gathered again; n_b <= 2: once each), the embedding and head once per step (own slots), and a
+//    reduce-scatter per unit per micro-batch (prefetch and overlap_reduce hide them up to the compute available, times the
+//    machine's overlap_efficiency). HSDP adds an all-reduce of the gradient shard across replicas;
+//    pp > 1 an all-reduce of the tied embedding's gradient between first and last stage; every step
+//    has the loss all-reduce, the loss broadcast over pp and the gradient-norm all-reduces.
+//  - Each collective: perf/collective_model.hpp, on the intra-node link when every rank of its group
+//    sits on one node (ranks placed node by node; tp fastest, then dp, then pp:
+//    parallel/process_grid.hpp), else inter-node.
+#pragma once
+
+#include "core/config.hpp"
+#include "perf/machine.hpp"
+#include "train/zero.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace trident {
+
+/// Predicted time of one optimizer step, seconds, split by cause (see the header comment).
+/// total_s = pipeline_s + dp_exposed_s + optimizer_s + other_s, where pipeline_s holds compute,
+/// tp and pp communication and the bubble of the slowest stage.
+struct StepPrediction {
+  int num_micro_batches = 1;   ///< M: micro-batches per dp rank per step
+  double forward_s = 0;        ///< compute of all forwards of the critical stage
+  double backward_s = 0;       ///< compute of all backwards (recompute excluded)
+  double recompute_s = 0;      ///< the forwards recomputed by activation checkpointing
+  double tp_comm_s = 0;        ///< tp all-reduces of the critical stage (blocking)
+  double pp_comm_s = 0;        ///< p2p activation/gradient transfers on the critical path
+  double bubble_s = 0;         ///< pipeline fill and drain
+  double pipeline_s = 0;       ///< forward + backward + recompute + tp + pp + bubble
+  double dp_comm_s = 0;        ///< all dp collectives (ZeRO, HSDP, tied embedding), modelled
+  double dp_hidden_s = 0;      ///< the part of dp_comm_s overlapped with compute
+  double dp_exposed_s = 0;     ///< dp_comm_s - dp_hidden_s
+  double optimizer_s = 0;      ///< gradient norm + AdamW on this rank's pieces, plus zeroing
+  double other_s = 0;          ///< loss and norm all-reduces, loss broadcast
+  double total_s = 0;
+  double model_flops = 0;      ///< model FLOPs of the step (narayanan_flops), all ranks
+  double tokens = 0;           ///< tokens per step (global batch x T)
+  MemoryBytes memory{};        ///< predicted tracked bytes per rank by category (predict_memory)
+  double memory_total_bytes = 0;  ///< sum of memory plus the machine's runtime overhead
+  /// Model FLOP/s utilisation: model_flops / (total_s * ranks * peak GEMM FLOP/s). Local.
+  double mfu(int ranks, double peak_flops) const { return model_flops / (total_s * ranks * peak_flops); }
+};
+
+/// Model FLOPs of one step of `global_batch` sequences: Narayanan et al. 2021, sec. 5.1,
+/// F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without and 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
+/// with activation recomputation (B batch, s = block_size, l = n_layer, h = n_embd, V = vocab_size).
+/// Local, pure.
+double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute);
+
+/// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on
+/// machine `mach`. Local, pure. Throws what predict_memory throws for a layout it cannot build.
+StepPrediction predict_step(const Config& cfg, const MachineSpec& mach);
+
+/// One line per component of `p` ("compute fwd 12.3 ms | ..."), for logs and `trident plan`. Local.
+std::string describe(const StepPrediction& p);
+
+}  // namespace trident

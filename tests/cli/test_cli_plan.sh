@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `trident plan`: bad input ends with a message and exit 2; a good deck and machine file give a
+# ranking whose best layout `trident train --dry-run` accepts for the same ranks, and nothing in the
+# ranking exceeds the machine's memory; a machine too small for the model gives exit 1.
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+tiny_deck "$WORK/deck.ini" "$WORK/run" "$WORK/tok.h5"
+cat > "$WORK/m.ini" <<'M'
+[machine]
+name = cli test box
+devices_per_node = 4
+memory_per_device_gib = 1
+[compute]
+peak_tflops_float = 0.1
+memory_gbs = 10
+[link.intra]
+alpha_us = 5
+busbw_gbs = 2
+M
+
+expect_exit 0 "--machine FILE" -- "$TRIDENT" plan --help
+expect_exit 0 "busbw_gbs" -- "$TRIDENT" plan --help
+expect_exit 2 "no input deck" -- "$TRIDENT" plan --machine "$WORK/m.ini" --ranks 2
+expect_exit 2 "no machine file" -- "$TRIDENT" plan --config "$WORK/deck.ini" --ranks 2
+expect_exit 2 "exactly one of --ranks N and --nodes K" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini"
+expect_exit 2 "--ranks 0: expected an integer >= 1" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 0
+expect_exit 2 "machine file $WORK/nope.ini: cannot be read" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/nope.ini" --ranks 2
+printf 'bogus = 1\n' >> "$WORK/m_bad.ini"; cat "$WORK/m.ini" "$WORK/m_bad.ini" > "$WORK/m2.ini"
+expect_exit 2 "unknown key \[link.intra\] bogus" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m2.ini" --ranks 2
+expect_exit 2 "unknown argument '--rank'" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --rank 2
+expect_exit 2 "--zero-stages: 5 is not 0, 1, 2 or 3" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --zero-stages 5
+sed 's|^path = .*|path = /nonexistent/tok.h5|' "$WORK/deck.ini" > "$WORK/nodata.ini"
+expect_exit 2 "give --model.vocab_size=N" -- "$TRIDENT" plan --config "$WORK/nodata.ini" --machine "$WORK/m.ini" --ranks 2
+expect_exit 0 "breakdown of the fastest" -- "$TRIDENT" plan --config "$WORK/nodata.ini" --machine "$WORK/m.ini" --ranks 2 --model.vocab_size=65
+expect_exit 0 "4 ranks" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --nodes 1
+
+# The best layout for 2 ranks, as deck overrides, passes `trident train --dry-run` at 2 ranks.
+"$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/plan.csv" > "$WORK/plan.txt" 2>&1
+check "plan wrote its CSV" test -s "$WORK/plan.csv"
+best=$(awk -F, 'NR > 1 && $8 == 1 {print; exit}' "$WORK/plan.csv")
+IFS=, read -r dp tp pp zs mb ck sc _ <<<"$best"
+expect_exit 0 "predicted memory per rank" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --dry-run 2 \
+  --parallel.dp=$dp --parallel.tp=$tp --parallel.pp=$pp --parallel.zero_stage=$zs --train.micro_batch_size=$mb \
+  --train.activation_checkpointing=$ck --parallel.pp_schedule=$sc
+check "every fitting layout is within 1024 MiB" awk -F, 'NR > 1 && $8 == 1 && $20 > 1024 {bad = 1} END {exit bad}' "$WORK/plan.csv"
+
+# A machine with 0.1 MiB per device: no layout of this model (about 1 MiB a rank) fits; exit 1 with the smallest listed.
+sed 's/^memory_per_device_gib = 1$/memory_per_device_gib = 0.0001/' "$WORK/m.ini" > "$WORK/small.ini"
+expect_exit 1 "no valid layout fits in memory" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/small.ini" --ranks 2
+
+# The machine file committed for the project's machine parses.
+expect_exit 0 "breakdown of the fastest" -- "$TRIDENT" plan --config "$SRC/input/shakespeare_char.ini" \
+  --machine "$SRC/input/machines/devbox-2core.ini" --ranks 2 --model.vocab_size=65
+exit $FAILED

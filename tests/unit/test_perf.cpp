@@ -1,0 +1,369 @@
+// The performance model (perf/): its arithmetic against hand-computed cases, the alpha-beta fit
+// against synthetic data with known alpha and beta, machine-file parsing, and the planner's promise
+// (property test): every layout it proposes passes the trainer's validation and fits in memory.
+#include "perf/collective_model.hpp"
+#include "perf/machine.hpp"
+#include "perf/planner.hpp"
+#include "perf/step_model.hpp"
+
+#include "core/error.hpp"
+#include "model/param_layout.hpp"
+#include "train/trainer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+namespace trident {
+namespace {
+
+// ---- nccl-tests' bus factors and the alpha-beta model ------------------------------------
+
+TEST(CollectiveModel, BusFactorsAreNcclTests) {
+  // nccl-tests doc/PERFORMANCE.md: allreduce 2(n-1)/n, reducescatter/allgather (n-1)/n, bcast 1, sendrecv 1.
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::all_reduce, 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::all_reduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::all_reduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::reduce_scatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::all_gather, 2), 0.5);
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::broadcast, 8), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::send, 2), 1.0);
+  EXPECT_DOUBLE_EQ(bus_factor(CommOp::all_reduce, 1), 0.0);
+  EXPECT_THROW(bus_factor(CommOp::barrier, 2), Error);
+  EXPECT_THROW(bus_factor(CommOp::all_reduce, 0), Error);
+}
+
+TEST(CollectiveModel, SecondsHandComputed) {
+  // 4 ranks, 1 MiB all-reduce, alpha 10 us, 10 GB/s bus: 1e-5 + 1.5 * 1048576 / 1e10.
+  EXPECT_NEAR(collective_seconds(CommOp::all_reduce, 4, 1048576.0, 1e-5, 1e-10), 1.672864e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(collective_seconds(CommOp::all_gather, 1, 1e6, 1e-5, 1e-10), 0.0);  // 1 rank: nothing
+  EXPECT_NEAR(collective_seconds(CommOp::send, 2, 1000.0, 2e-6, 1e-9), 3e-6, 1e-18);
+}
+
+TEST(CollectiveModel, FitRecoversAlphaBetaFromNoiselessData) {
+  const double alpha = 7.5e-6, beta = 2.5e-10;  // 7.5 us, 4 GB/s
+  std::vector<double> x, t;
+  for (double s = 4; s <= 256.0 * 1024 * 1024; s *= 2) {
+    x.push_back(s);
+    t.push_back(alpha + beta * s);
+  }
+  const AlphaBeta f = fit_alpha_beta(x, t);
+  EXPECT_NEAR(f.alpha_s / alpha, 1.0, 1e-9);
+  EXPECT_NEAR(f.beta_s_per_byte / beta, 1.0, 1e-9);
+  EXPECT_LT(f.max_rel_error, 1e-9);
+}
+
+TEST(CollectiveModel, FitRecoversAlphaBetaThroughNoise) {
+  // +-3% deterministic multiplicative noise (alternating sign, varying size): within 5%.
+  const double alpha = 3e-5, beta = 1e-9;
+  std::vector<double> x, t;
+  int i = 0;
+  for (double s = 4; s <= 64.0 * 1024 * 1024; s *= 2, ++i) {
+    const double noise = 1.0 + 0.03 * ((i % 2) ? 1.0 : -1.0) * ((i % 3) + 1) / 3.0;
+    x.push_back(s);
+    t.push_back((alpha + beta * s) * noise);
+  }
+  const AlphaBeta f = fit_alpha_beta(x, t);
+  EXPECT_NEAR(f.alpha_s / alpha, 1.0, 0.05);
+  EXPECT_NEAR(f.beta_s_per_byte / beta, 1.0, 0.05);
+  EXPECT_GT(f.max_rel_error, 0.005);  // the noise is seen
+  EXPECT_LT(f.max_rel_error, 0.07);
+}
+
+TEST(CollectiveModel, FitClampsAndRejects) {
+  // Pure bandwidth data (t = beta x): alpha is 0, not negative.
+  const AlphaBeta f = fit_alpha_beta({1e3, 1e4, 1e5}, {1e-6, 1e-5, 1e-4});
+  EXPECT_NEAR(f.alpha_s, 0.0, 1e-15);
+  EXPECT_NEAR(f.beta_s_per_byte, 1e-9, 1e-18);
+  EXPECT_THROW(fit_alpha_beta({1.0}, {1.0}), Error);
+  EXPECT_THROW(fit_alpha_beta({1.0, 2.0}, {1.0, 0.0}), Error);
+  EXPECT_THROW(fit_alpha_beta({1.0, 2.0}, {1.0}), Error);
+}
+
+// ---- FLOPs (Narayanan et al. 2021) ----------------------------------------------------------
+
+TEST(StepModel, NarayananFlopsHandComputed) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_embd = 64;
+  m.block_size = 32;
+  m.vocab_size = 100;
+  // 6 N tokens (N = 12 l h^2 = 98304, 4 * 32 tokens) = 75497472; attention 12 B s^2 l h = 6291456;
+  // logits 6 B s h V = 4915200.
+  EXPECT_DOUBLE_EQ(narayanan_flops(m, 4, false), 86704128.0);
+  // Recomputation: 8 N tokens = 100663296; attention 16 B s^2 l h = 8388608; logits 4915200.
+  EXPECT_DOUBLE_EQ(narayanan_flops(m, 4, true), 113967104.0);
+}
+
+// ---- machine files --------------------------------------------------------------------------
+
+const char* kMachine = R"(
+[machine]
+name = test box
+note = synthetic, for unit tests
+devices_per_node = 2
+memory_per_device_gib = 1
+[compute]
+peak_tflops_float = 0.001     # 1e9 FLOP/s
+attention_tflops = 0.0005
+memory_gbs = 2
+gelu_gelems = 0.1
+optimizer_gparams = 0.01
+overlap_efficiency = 0
+[link.intra]
+alpha_us = 10
+busbw_gbs = 1
+)";
+
+TEST(Machine, ParsesEveryUnit) {
+  const MachineSpec m = parse_machine_text(kMachine, "test");
+  EXPECT_EQ(m.name, "test box");
+  EXPECT_EQ(m.devices_per_node, 2);
+  EXPECT_DOUBLE_EQ(m.memory_bytes, 1024.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(m.peak_flops_f32, 1e9);
+  EXPECT_DOUBLE_EQ(m.gemm_flops(Precision::f64), 5e8);  // absent double peak: half of float
+  EXPECT_DOUBLE_EQ(m.attention_flops, 5e8);
+  EXPECT_DOUBLE_EQ(m.memory_bw, 2e9);
+  EXPECT_DOUBLE_EQ(m.intra.generic.alpha_s, 1e-5);
+  EXPECT_DOUBLE_EQ(m.intra.generic.beta_bus, 1e-9);
+  EXPECT_DOUBLE_EQ(m.inter.generic.beta_bus, 1e-9);  // one-node file: inter = intra
+  // A measured per-operation cost replaces the generic one for that operation only.
+  const MachineSpec m2 =
+      parse_machine_text(std::string(kMachine) + "all_reduce_alpha_us = 3\nall_reduce_busbw_gbs = 4\n", "test");
+  EXPECT_DOUBLE_EQ(m2.intra.cost(CommOp::all_reduce).alpha_s, 3e-6);
+  EXPECT_DOUBLE_EQ(m2.intra.cost(CommOp::all_reduce).beta_bus, 0.25e-9);
+  EXPECT_DOUBLE_EQ(m2.intra.cost(CommOp::all_gather).alpha_s, 1e-5);
+}
+
+TEST(Machine, RejectsBadFiles) {
+  const std::string base = kMachine;
+  EXPECT_THROW(parse_machine_text(base + "bogus = 1\n", "t"), ConfigError);
+  EXPECT_THROW(parse_machine_text(base + "alpha_us = 3\n", "t"), ConfigError);  // given twice
+  EXPECT_THROW(parse_machine_text("[machine]\ndevices_per_node = 2\n", "t"), ConfigError);  // required keys missing
+  std::string bad = base;
+  bad.replace(bad.find("memory_gbs = 2"), 14, "memory_gbs = x");
+  EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
+  bad = base;
+  bad.replace(bad.find("devices_per_node = 2"), 20, "devices_per_node = 0");
+  EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
+  EXPECT_THROW(parse_machine_file("/nonexistent/machine.ini"), ConfigError);
+}
+
+// ---- the step model against hand-computed cases ---------------------------------------------
+
+Config small_deck(int dp, int tp, int pp, std::int64_t global_batch, std::int64_t micro_batch) {
+  Config c;
+  c.model.n_layer = 2;
+  c.model.n_head = 2;
+  c.model.n_embd = 64;
+  c.model.block_size = 32;
+  c.model.vocab_size = 128;
+  c.parallel.dp = dp;
+  c.parallel.tp = tp;
+  c.parallel.pp = pp;
+  c.train.global_batch_size = global_batch;
+  c.train.micro_batch_size = micro_batch;
+  c.data.path = "unused.h5";
+  validate(c, dp * tp * pp);
+  return c;
+}
+
+// Hand derivation for the small deck (C = 64, T = 32, L = 2, V = 128), micro-batch 4 (N = 128
+// tokens), the test machine (GEMM 1e9, attention 5e8, memory 2e9 B/s, GELU 1e8/s, AdamW 1e7/s):
+//   block fwd = GEMM 24 N C^2 / 1e9 + attention 6 b T^2 C / 5e8 / 3 + memory 10 N C 4 / 2e9 + GELU 4 N C / 1e8 / 3
+constexpr double kGemmF = 24.0 * 128 * 64 * 64 / 1e9;      // 0.012582912
+constexpr double kAttn = 6.0 * 4 * 32 * 32 * 64 / 5e8;     // 0.003145728 (fwd + bwd)
+constexpr double kGelu = 4.0 * 128 * 64 / 1e8;             // 0.00032768 (fwd + bwd)
+constexpr double kBlkF = kGemmF + kAttn / 3 + 10.0 * 128 * 64 * 4 / 2e9 + kGelu / 3;
+constexpr double kBlkB = 2 * kGemmF + 2 * kAttn / 3 + 12.0 * 128 * 64 * 4 / 2e9 + 2 * kGelu / 3;
+constexpr double kEmbed = 2.0 * 128 * 64 * 4 / 2e9;  // each way
+constexpr double kHeadF = 2.0 * 128 * 64 * 128 / 1e9 + (3.0 * 128 * 128 + 4.0 * 128 * 64) * 4 / 2e9;
+constexpr double kHeadB = 4.0 * 128 * 64 * 128 / 1e9 + (2.0 * 128 * 128 + 6.0 * 128 * 64) * 4 / 2e9;
+// Parameters (bias = false): blocks 12 L C^2 + 2 L C (two LayerNorm weights), wte + wpe (V + T) C, ln_f C.
+constexpr double kPsi = 12.0 * 2 * 64 * 64 + 2.0 * 2 * 64 + (128.0 + 32) * 64 + 64;  // 108864
+
+TEST(StepModel, OneRankHandComputed) {
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  const Config c = small_deck(1, 1, 1, 4, 4);
+  EXPECT_EQ(ParamLayout::gpt(c.model).numel(), static_cast<std::int64_t>(kPsi));
+  const StepPrediction p = predict_step(c, mach);
+  EXPECT_EQ(p.num_micro_batches, 1);
+  EXPECT_NEAR(p.forward_s, 2 * kBlkF + kEmbed + kHeadF, 1e-12);
+  EXPECT_NEAR(p.backward_s, 2 * kBlkB + kEmbed + kHeadB, 1e-12);
+  EXPECT_DOUBLE_EQ(p.recompute_s, 0.0);
+  EXPECT_DOUBLE_EQ(p.bubble_s, 0.0);
+  EXPECT_DOUBLE_EQ(p.dp_comm_s, 0.0);
+  EXPECT_DOUBLE_EQ(p.tp_comm_s, 0.0);
+  // AdamW + norm on all parameters at 1e7/s, zeroing the gradient at 2e9 B/s.
+  EXPECT_NEAR(p.optimizer_s, kPsi / 1e7 + kPsi * 4 / 2e9, 1e-12);
+  EXPECT_NEAR(p.total_s, p.forward_s + p.backward_s + p.optimizer_s, 1e-12);
+  EXPECT_DOUBLE_EQ(p.model_flops, narayanan_flops(c.model, 4, false));
+  // Memory is the trainer's own prediction.
+  const MemoryBytes mem = predict_memory(c);
+  EXPECT_DOUBLE_EQ(p.memory_total_bytes, static_cast<double>(std::accumulate(mem.begin(), mem.end(), std::int64_t{0})));
+
+  // Activation checkpointing: one more block forward per block.
+  Config r = c;
+  r.train.activation_checkpointing = Recompute::block;
+  EXPECT_NEAR(predict_step(r, mach).recompute_s, 2 * kBlkF, 1e-12);
+}
+
+TEST(StepModel, DataParallelHandComputed) {
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  // Stage 0, dp = 2: one all-reduce of the 4-byte gradient: alpha + 2(n-1)/n * 4 Psi / 1 GB/s.
+  const StepPrediction p0 = predict_step(small_deck(2, 1, 1, 8, 4), mach);
+  EXPECT_NEAR(p0.dp_comm_s, 1e-5 + 1.0 * 4 * kPsi * 1e-9, 1e-12);
+  EXPECT_NEAR(p0.dp_exposed_s, p0.dp_comm_s, 1e-15);  // overlap_efficiency = 0
+  EXPECT_NEAR(p0.other_s, 1e-5 + 8e-9, 1e-15);  // the loss all-reduce (8 bytes) over dp
+  // Stage 1: a reduce-scatter and an all-gather per unit (embedding, 2 blocks, head): 8 alphas, and
+  // (n-1)/n = 1/2 of the padded units, twice; the optimizer works on half the (padded) parameters.
+  Config c1 = small_deck(2, 1, 1, 8, 4);
+  c1.parallel.zero_stage = 1;
+  const ParamLayout L = ParamLayout::gpt(c1.model, 1);
+  double padded = 0, owned = 0;
+  for (const auto& u : L.units()) {
+    padded += std::ceil(u.numel / 2.0) * 2;
+    owned += std::ceil(u.numel / 2.0);
+  }
+  ASSERT_EQ(L.units().size(), 4u);
+  const StepPrediction p1 = predict_step(c1, mach);
+  EXPECT_NEAR(p1.dp_comm_s, 8 * 1e-5 + 2 * 0.5 * 4 * padded * 1e-9, 1e-12);
+  EXPECT_NEAR(p1.optimizer_s, owned / 1e7 + kPsi * 4 / 2e9, 1e-12);
+  // Stage 2 with 2 micro-batches: the reduce-scatter per unit per micro-batch.
+  Config c2 = small_deck(2, 1, 1, 16, 4);
+  c2.parallel.zero_stage = 2;
+  const StepPrediction p2 = predict_step(c2, mach);
+  EXPECT_EQ(p2.num_micro_batches, 2);
+  EXPECT_NEAR(p2.dp_comm_s, (2 * 4 + 4) * 1e-5 + (2 + 1) * 0.5 * 4 * padded * 1e-9, 1e-12);
+  // Stage 3, 2 micro-batches, 2 block units (both stay in the two block slots): each unit gathered
+  // once per step, reduce-scattered once per micro-batch.
+  Config c3 = c2;
+  c3.parallel.zero_stage = 3;
+  const StepPrediction p3 = predict_step(c3, mach);
+  EXPECT_NEAR(p3.dp_comm_s, (4 + 2 * 4) * 1e-5 + (1 + 2) * 0.5 * 4 * padded * 1e-9, 1e-12);
+  // 4 blocks of one unit each: 2 M (4 - 2) + 2 = 10 block gathers with M = 2.
+  Config c4 = c3;
+  c4.model.n_layer = 4;
+  const ParamLayout L4 = ParamLayout::gpt(c4.model, 1);
+  ASSERT_EQ(L4.units().size(), 6u);
+  double special = 0, block = 0;
+  for (size_t u = 0; u < L4.units().size(); ++u)
+    (u == 0 || u == 5 ? special : block) += std::ceil(L4.units()[u].numel / 2.0) * 2;
+  const StepPrediction p4 = predict_step(c4, mach);
+  EXPECT_NEAR(p4.dp_comm_s,
+              (2 + 10 + 2 * 6) * 1e-5 + 0.5 * 4 * 1e-9 * (special + block * 10.0 / 4 + 2 * (special + block)), 1e-12);
+}
+
+TEST(StepModel, TensorParallelHandComputed) {
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  const StepPrediction p = predict_step(small_deck(1, 2, 1, 4, 4), mach);
+  // Per micro-batch: 4 all-reduces of N C floats per block (2 blocks), 1 for the embedding, 2 for
+  // the head, and the cross entropy's max (N floats) and sums (2 N floats); n = 2: factor 1.
+  const double ar = 1e-5 + 128.0 * 64 * 4 * 1e-9;
+  EXPECT_NEAR(p.tp_comm_s, 8 * ar + ar + 2 * ar + (1e-5 + 128.0 * 4 * 1e-9) + (1e-5 + 256.0 * 4 * 1e-9), 1e-12);
+  // GEMMs and attention are split over tp: the block forward's GEMM time halves.
+  const StepPrediction p1 = predict_step(small_deck(1, 1, 1, 4, 4), mach);
+  EXPECT_LT(p.forward_s, p1.forward_s);
+  EXPECT_NEAR(p1.forward_s - p.forward_s,
+              2 * (kGemmF / 2 + kAttn / 6 + kGelu / 6) + (2.0 * 128 * 64 * 64 / 1e9 + 3.0 * 128 * 64 * 4 / 2e9), 1e-12);
+}
+
+TEST(StepModel, PipelineBubbleIsFillAndDrain) {
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  // pp = 2, micro-batch 4: with M = 2 and M = 4 the fill/drain costs the same, and every extra
+  // micro-batch costs one critical-stage time: (M - 1) max_s t_s + sum_s t_s.
+  const StepPrediction a = predict_step(small_deck(1, 1, 2, 8, 4), mach);
+  const StepPrediction b = predict_step(small_deck(1, 1, 2, 16, 4), mach);
+  ASSERT_EQ(a.num_micro_batches, 2);
+  ASSERT_EQ(b.num_micro_batches, 4);
+  EXPECT_NEAR(a.bubble_s, b.bubble_s, 1e-12);
+  EXPECT_GT(a.bubble_s, 0.0);
+  const double t_crit = (b.pipeline_s - a.pipeline_s) / 2;
+  EXPECT_NEAR(a.pipeline_s, 2 * t_crit + a.bubble_s, 1e-12);
+  // Each of the 2 stages waits for one transfer per micro-batch (the first for the gradient, the
+  // last for the activation) of N C floats.
+  EXPECT_NEAR(b.pp_comm_s, 4 * (1e-5 + 128.0 * 64 * 4 * 1e-9), 1e-12);
+  // GPipe and 1F1B have the same bubble.
+  Config g = small_deck(1, 1, 2, 16, 4);
+  g.parallel.pp_schedule = PipelineScheduleKind::gpipe;
+  EXPECT_NEAR(predict_step(g, mach).total_s, b.total_s, 1e-12);
+}
+
+// ---- the planner's promise: valid and within memory (property test) ------------------------
+
+Config deck(int L, int NH, int C, int T, int V, std::int64_t G) {
+  Config c;
+  c.model.n_layer = L;
+  c.model.n_head = NH;
+  c.model.n_embd = C;
+  c.model.block_size = T;
+  c.model.vocab_size = V;
+  c.parallel.dp = 0;
+  c.train.global_batch_size = G;
+  c.data.path = "unused.h5";
+  return c;
+}
+
+TEST(Planner, NeverProposesAnInvalidOrOverMemoryLayout) {
+  MachineSpec mach = parse_machine_text(kMachine, "test");
+  const std::vector<Config> decks = {deck(4, 4, 128, 64, 65, 12),      // the example deck
+                                     deck(12, 10, 600, 64, 65, 8),     // bench_zero_50m
+                                     deck(6, 6, 384, 128, 50304, 24),  // a GPT-2-vocabulary model
+                                     deck(3, 3, 96, 16, 7, 9)};        // odd sizes
+  for (double mem_mib : {48.0, 256.0, 4096.0}) {
+    mach.memory_bytes = mem_mib * 1024 * 1024;
+    for (const Config& d : decks)
+      for (int ranks : {1, 2, 3, 4, 6, 8}) {
+        PlanOptions opt;
+        opt.ranks = ranks;
+        const PlanResult res = plan_layouts(d, mach, opt);
+        EXPECT_GT(res.enumerated, 0);
+        EXPECT_EQ(static_cast<size_t>(res.enumerated), res.fitting.size() + res.too_big.size() + res.invalid);
+        for (const PlanCandidate& c : res.fitting) {
+          SCOPED_TRACE(layout_name(c.cfg) + " ranks " + std::to_string(ranks));
+          Config again = c.cfg;
+          EXPECT_NO_THROW(validate(again, ranks));  // the trainer's validation accepts it
+          EXPECT_EQ(c.cfg.parallel.dp * c.cfg.parallel.tp * c.cfg.parallel.pp, ranks);
+          EXPECT_EQ(d.model.n_head % c.cfg.parallel.tp, 0);
+          EXPECT_EQ(c.cfg.train.global_batch_size % (c.cfg.train.micro_batch_size * c.cfg.parallel.dp), 0);
+          const MemoryBytes mem = predict_memory(c.cfg);  // what --dry-run prints
+          const double total = static_cast<double>(std::accumulate(mem.begin(), mem.end(), std::int64_t{0}));
+          EXPECT_LE(total + mach.runtime_overhead_bytes, mach.memory_bytes);
+          EXPECT_GT(c.pred.total_s, 0.0);
+        }
+        for (size_t i = 1; i < res.fitting.size(); ++i)
+          EXPECT_LE(res.fitting[i - 1].pred.total_s, res.fitting[i].pred.total_s);
+        for (const PlanCandidate& c : res.too_big) EXPECT_GT(c.pred.memory_total_bytes, mach.memory_bytes);
+      }
+  }
+}
+
+TEST(Planner, FindsTheKnownLayoutsAndRefusesTheInvalidOnes) {
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  // 4 heads, 4 layers, 8 ranks: tp = 8 would not divide the heads; pp = 8 exceeds the layers.
+  PlanOptions opt;
+  opt.ranks = 8;
+  const PlanResult res = plan_layouts(deck(4, 4, 128, 64, 65, 16), mach, opt);
+  bool saw_tp4 = false;
+  for (const auto* list : {&res.fitting, &res.too_big})
+    for (const PlanCandidate& c : *list) {
+      EXPECT_LE(c.cfg.parallel.tp, 4);
+      EXPECT_LE(c.cfg.parallel.pp, 4);
+      saw_tp4 |= c.cfg.parallel.tp == 4 && c.cfg.parallel.pp == 2;
+    }
+  EXPECT_TRUE(saw_tp4);
+  EXPECT_GT(res.invalid, 0);
+  EXPECT_FALSE(res.first_invalid_reason.empty());
+  // A memory of 1 byte: nothing fits, everything valid is listed as too big.
+  MachineSpec tiny = mach;
+  tiny.memory_bytes = 1;
+  const PlanResult none = plan_layouts(deck(4, 4, 128, 64, 65, 16), tiny, opt);
+  EXPECT_TRUE(none.fitting.empty());
+  EXPECT_FALSE(none.too_big.empty());
+}
+
+}  // namespace
+}  // namespace trident

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Writes a machine description file (input/machines/<name>.ini) for the performance model and
+# `trident plan` from the bundled benchmarks run on this machine, never from typed-in numbers:
+#   - bench_kernels (one BLAS thread, as a rank has one core): the GEMM rate (BM_LinearForward: the
+#     best shape is the peak, the example deck's shape over it the GEMM efficiency), causal attention
+#     (BM_Attention, fast kernel), memory-bound bandwidth (BM_LayerNorm), GELU (BM_Gelu), gradient
+#     norm + AdamW (BM_AdamW);
+#   - bench_collectives at --ranks ranks (one node): alpha and bus bandwidth per operation from its
+#     alpha-beta fits on the dp axis (all ranks), and the generic link as the all-reduce's;
+#   - memory per device: MemTotal / --ranks; devices per node: --ranks.
+# Usage: tools/machine_file.sh [--name NAME] [--ranks N] [--max-bytes B] [--build DIR] [--out FILE]
+#                              [--note TEXT] [--min-time S]
+#   --name NAME      machine name (default: the host name); file input/machines/NAME.ini
+#   --ranks N        ranks per node to measure collectives with (default: nproc)
+#   --max-bytes B    largest collective message (default 16M; bench_collectives' suffixes)
+#   --build DIR      build directory with bin/bench_kernels and bin/bench_collectives (default build)
+#   --out FILE       output file (default input/machines/NAME.ini)
+#   --note TEXT      provenance line written to [machine] note (the load on the machine, ...)
+#   --min-time S     Google Benchmark's --benchmark_min_time per kernel case (default 0.5)
+#   --clock wall|cpu rates per wall-clock second (default: what a rank gets on this machine as it is,
+#                    load included) or per CPU second (Google Benchmark's counters: the core alone)
+#   --reuse          write the file from the raw results of an earlier run (no benchmarks)
+# Raw results stay in runs/machine/<name>/ (kernels.json, collectives.csv/json).
+source "$(dirname "$0")/script_help.sh"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --name) name=$2; shift 2 ;;
+    --ranks) ranks=$2; shift 2 ;;
+    --max-bytes) max_bytes=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --note) note=$2; shift 2 ;;
+    --min-time) min_time=$2; shift 2 ;;
+    --clock) clock=$2; shift 2 ;;
+    --reuse) reuse=1; shift ;;
+    *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$out" ] || out="input/machines/$name.ini"
+for b in bench_kernels bench_collectives; do
+  [ -x "$build/bin/$b" ] || { echo "machine_file.sh: $build/bin/$b not built (cmake --build $build --target $b)" >&2; exit 2; }
+done
+raw="runs/machine/$name"
+mkdir -p "$raw" "$(dirname "$out")"
+PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+
+[ "$clock" = wall ] || [ "$clock" = cpu ] || { echo "machine_file.sh: --clock wall or cpu" >&2; exit 2; }
+if [ "$reuse" = 0 ]; then
+echo "== bench_kernels (1 BLAS thread)" >&2
+OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" \
+  --benchmark_filter='BM_LinearForward|BM_Attention/.*/fast:1|BM_LayerNorm|BM_Gelu|BM_AdamW' \
+  --benchmark_min_time="$min_time" --benchmark_out="$raw/kernels.json" --benchmark_out_format=json >&2
+echo "== bench_collectives at $ranks ranks" >&2
+OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$build/bin/bench_collectives" --dp "$ranks" --axes dp \
+  --backend mpi --max-bytes "$max_bytes" --csv "$raw/collectives.csv" --json "$raw/collectives.json" --quiet >&2
+fi
+
+mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+"$PY" - "$raw" "$out" "$name" "$ranks" "$mem_kib" "$note" "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$clock" <<'PY'
+import json, sys
+raw, out, name, ranks, mem_kib, note, date, commit, clock = sys.argv[1:]
+ranks = int(ranks)
+k = json.load(open(f"{raw}/kernels.json"))
+cpu = k.get("context", {})
+def rate(prefix, counter):
+    rows = [b for b in k["benchmarks"] if b["name"].startswith(prefix) and b.get("run_type", "iteration") == "iteration"]
+    if not rows:
+        sys.exit(f"machine_file.sh: no {prefix} in {raw}/kernels.json")
+    # Google Benchmark's rate counters are per CPU second; per wall-clock second they are scaled by
+    # cpu_time / real_time (equal on a quiet machine; smaller when the core is shared).
+    return {b["name"]: b[counter] * (b["cpu_time"] / b["real_time"] if clock == "wall" else 1.0) for b in rows}
+lin = rate("BM_LinearForward", "FLOP/s")
+peak = max(lin.values())
+deck_shape = lin.get("BM_LinearForward/N:384/C:128/OC:384", peak)
+attn = rate("BM_Attention", "FLOP/s")
+ln = rate("BM_LayerNorm", "bytes/s")
+gelu = rate("BM_Gelu", "elements/s")
+adam = rate("BM_AdamW", "params/s")
+c = json.load(open(f"{raw}/collectives.json"))
+fits = {f["op"]: f for f in c["fits"] if f["axis"] == "dp" and f["backend"] == "mpi"}
+def busbw(f):
+    return 1e-9 / f["beta_bus_s_per_byte"] if f["beta_bus_s_per_byte"] > 0 else None
+lines = [
+    f"# Machine file for Trident's performance model (trident plan; docs/scaling.md).",
+    f"# Written by tools/machine_file.sh on {date} at commit {commit} from the bundled benchmarks",
+    f"# (raw results in {raw}/): bench_kernels with one BLAS thread per rank, bench_collectives at",
+    f"# {ranks} ranks on this node. Not typed in: rerun the tool to refresh it.",
+    f"# Kernel rates per {'wall-clock' if clock == 'wall' else 'CPU'} second (--clock {clock}).",
+    "[machine]",
+    f"name = {name}",
+    f"note = {note}" if note else f"note = measured by tools/machine_file.sh on {date}",
+    f"devices_per_node = {ranks}",
+    f"memory_per_device_gib = {int(mem_kib) / 1024 / 1024 / ranks:.3f}",
+    "# MPI, Kokkos, OpenBLAS, HDF5 and the code itself (docs/benchmarks.md: about 40 MiB a rank)",
+    "runtime_overhead_mib = 40",
+    "[compute]",
+    f"# best BM_LinearForward shape; gemm_efficiency = the example deck's shape (384x128x384) / best",
+    f"peak_tflops_float = {peak / 1e12:.6g}",
+    f"gemm_efficiency = {min(1.0, deck_shape / peak):.4g}",
+    f"# BM_Attention fast kernel (causal, fwd+bwd), best shape: {max(attn, key=attn.get)}",
+    f"attention_tflops = {max(attn.values()) / 1e12:.6g}",
+    f"# BM_LayerNorm at the example deck's shape (in cache, as the model's activations are)",
+    f"memory_gbs = {ln.get('BM_LayerNorm/N:384/C:128', max(ln.values())) / 1e9:.6g}",
+    f"gelu_gelems = {max(gelu.values()) / 1e9:.6g}",
+    f"optimizer_gparams = {adam.get('BM_AdamW/params:804096', max(adam.values())) / 1e9:.6g}",
+    "# MPI on host memory progresses only inside MPI calls: nonblocking collectives hide nothing",
+    "overlap_efficiency = 0",
+    "[link.intra]",
+]
+ar = fits.get("all_reduce")
+if not ar or not busbw(ar):
+    sys.exit("machine_file.sh: no all_reduce fit with a bandwidth in collectives.json (need --ranks >= 2)")
+lines += [f"# generic link = the all_reduce fit; per operation below (alpha-beta fits of bench_collectives)",
+          f"alpha_us = {ar['alpha_s'] * 1e6:.6g}", f"busbw_gbs = {busbw(ar):.6g}"]
+for op, key in (("all_reduce", "all_reduce"), ("reduce_scatter", "reduce_scatter"), ("all_gather", "all_gather"),
+                ("broadcast", "broadcast"), ("send_recv", "send")):
+    f = fits.get(op)
+    if f and busbw(f):
+        lines += [f"# {op}: fit over {f['points']} sizes, worst point off by {100 * f['max_rel_error']:.0f}%",
+                  f"{key}_alpha_us = {f['alpha_s'] * 1e6:.6g}", f"{key}_busbw_gbs = {busbw(f):.6g}"]
+lines += ["# one node only: [link.inter] is absent, so the model uses [link.intra] for it", ""]
+open(out, "w").write("\n".join(lines))
+print(f"wrote {out}")
+PY

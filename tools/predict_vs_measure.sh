@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Compares the performance model with real runs: for each case (deck, ranks, layout overrides) runs
+# `trident train` for a few steps, takes the median ms_per_step of the steps after the first two
+# from metrics.csv, asks `trident plan` for the prediction of exactly that layout, and prints one
+# markdown row (measured, predicted, error) per case; the same rows go to a CSV.
+# Usage: tools/predict_vs_measure.sh --machine FILE [--build DIR] [--steps N] [--cases FILE] [--out CSV]
+#   --machine FILE  machine file (input/machines/*.ini) the predictions use (required)
+#   --build DIR     build directory with bin/trident (default build)
+#   --steps N       optimizer steps per run (default 8; the first two are not timed)
+#   --cases FILE    one case a line: "deck ranks --section.key=value ..." (default: the built-in list)
+#   --out CSV       results (default runs/predict_vs_measure/results.csv)
+#   --reuse         keep a case's earlier run (its metrics.csv in the output folder) instead of training again
+#   --trainer EXE   the trident that trains (default DIR/bin/trident; plan always uses DIR/bin/trident)
+# Needs data/shakespeare_char.h5 (trident prep --tokenizer char, see input/shakespeare_char.ini).
+# On a loaded machine every measured number moves with the load: run it on a quiet one.
+source "$(dirname "$0")/script_help.sh"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+machine=""; build=build; steps=8; cases=""; out=runs/predict_vs_measure/results.csv; reuse=0; trainer=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --machine) machine=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --cases) cases=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --reuse) reuse=1; shift ;;
+    --trainer) trainer=$2; shift 2 ;;
+    *) echo "predict_vs_measure.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$trainer" ] || trainer="$build/bin/trident"
+[ -n "$machine" ] || { echo "predict_vs_measure.sh: give --machine FILE" >&2; exit 2; }
+work=$(dirname "$out"); mkdir -p "$work"
+if [ -z "$cases" ]; then
+  cases="$work/cases.txt"
+  cat > "$cases" <<'C'
+input/shakespeare_char.ini 1
+input/shakespeare_char.ini 1 --train.activation_checkpointing=block
+input/shakespeare_char.ini 1 --train.micro_batch_size=3
+input/shakespeare_char.ini 2 --parallel.zero_stage=0
+input/shakespeare_char.ini 2 --parallel.zero_stage=1
+input/shakespeare_char.ini 2 --parallel.zero_stage=2
+input/shakespeare_char.ini 2 --parallel.zero_stage=3
+input/shakespeare_char.ini 2 --parallel.tp=2
+input/shakespeare_char.ini 2 --parallel.pp=2 --train.micro_batch_size=3
+input/shakespeare_char.ini 2 --parallel.pp=2 --train.micro_batch_size=3 --parallel.pp_schedule=gpipe
+input/bench_zero_50m.ini 1
+input/bench_zero_50m.ini 2 --parallel.zero_stage=0
+input/bench_zero_50m.ini 2 --parallel.zero_stage=3
+C
+fi
+echo "deck,ranks,overrides,measured_ms,predicted_ms,error_pct" > "$out"
+echo "| deck | ranks | layout | measured ms/step | predicted ms/step | error |"
+echo "|---|---|---|---|---|---|"
+i=0
+while read -r deck ranks overrides; do
+  [ -n "$deck" ] && [ "${deck:0:1}" != "#" ] || continue
+  i=$((i + 1))
+  run="$work/run$i"
+  if [ "$reuse" = 0 ] || [ "$( { wc -l < "$run/metrics.csv"; } 2>/dev/null || echo 0)" -lt 4 ]; then
+    rm -rf "$run"
+    # shellcheck disable=SC2086
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$trainer" train --config "$deck" $overrides \
+      --train.max_steps="$steps" --train.eval_interval=0 --train.eval_iters=1 --train.log_interval=100 \
+      --train.warmup_steps=0 --checkpoint.interval=0 --checkpoint.save_final=false --train.peak_tflops=0.1 \
+      --train.out_dir="$run" < /dev/null > "$work/run$i.log" 2>&1 || { echo "case $i failed: see $work/run$i.log" >&2; continue; }
+  fi
+  measured=$(awk -F, 'NR > 3 {print $7}' "$run/metrics.csv" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+  # The layout of this case only: the deck's keys with the overrides, nothing varied.
+  tp=$(grep -o -- '--parallel.tp=[0-9]*' <<<"$overrides" | cut -d= -f2 || true)
+  pp=$(grep -o -- '--parallel.pp=[0-9]*' <<<"$overrides" | cut -d= -f2 || true)
+  zs=$(grep -o -- '--parallel.zero_stage=[0-9]*' <<<"$overrides" | cut -d= -f2 || true)
+  zs=${zs:-$(awk -F= '/^zero_stage/ {gsub(/ /, "", $2); print $2}' "$deck")}
+  # shellcheck disable=SC2086
+  "$build/bin/trident" plan --config "$deck" --machine "$machine" --ranks "$ranks" $overrides \
+    --tp "${tp:-1}" --pp "${pp:-1}" --zero-stages "${zs:-0}" --fixed-micro-batch --fixed-recompute --fixed-schedule \
+    --csv "$work/plan$i.csv" < /dev/null > "$work/plan$i.txt" 2>&1 || true  # exit 1: the layout is over memory, still predicted
+  [ -s "$work/plan$i.csv" ] && [ "$(wc -l < "$work/plan$i.csv")" -ge 2 ] ||
+    { echo "plan for case $i failed: see $work/plan$i.txt" >&2; continue; }
+  predicted=$(awk -F, 'NR == 2 {print $9}' "$work/plan$i.csv")
+  err=$(awk -v m="$measured" -v p="$predicted" 'BEGIN {printf "%+.0f", 100 * (p - m) / m}')
+  echo "$(basename "$deck" .ini),$ranks,\"$overrides\",$measured,$predicted,$err" >> "$out"
+  echo "| $(basename "$deck" .ini) | $ranks | ${overrides:-deck} | $measured | $predicted | ${err}% |"
+done < "$cases"
+echo "results in $out" >&2
