@@ -73,7 +73,7 @@ expect_exit 0 "without changing the training math: \[train\] micro_batch_size 8 
 expect_exit 0 "without changing the training math: .*\[data\] path $WORK/tok.h5 -> $WORK/./tok.h5" -- \
   resume_from same_file --data.path="$WORK/./tok.h5"
 # The model's shape: refused whatever allow_changed says (the tensors do not fit).
-expect_exit 1 "another model: \[model\] n_embd = 32 in the checkpoint, 64 in this run" -- \
+expect_exit 2 "another model: \[model\] n_embd = 32 in the checkpoint, 64 in this run" -- \
   resume_from shape --model.n_embd=64 --train.allow_changed=n_embd
 # No hyperparameter changed: nothing warned.
 out="$(resume_from same 2>&1)"; rc=$?

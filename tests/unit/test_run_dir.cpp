@@ -141,8 +141,8 @@ TEST(RunDir, OpenWritesTheDeckOpensTheCsvFilesAndCreatesTheCheckpointDirectory) 
     }
     world().barrier();
     EXPECT_EQ(csv_steps(out + "/metrics.csv"), std::vector<std::int64_t>{1});
-    // The leg, then the columns added after it (mem_checkpoint).
-    EXPECT_NE(read_file(out + "/metrics.csv").find(",aaaaaaaa,0\n"), std::string::npos);
+    // The leg, then the columns added after it (mem_checkpoint, then the numerics columns).
+    EXPECT_NE(read_file(out + "/metrics.csv").find(",aaaaaaaa,0,"), std::string::npos);
   }
   world().barrier();
   const std::string out2 = fresh_dir("rd_open_no_samples");
@@ -251,7 +251,7 @@ TEST(RunDir, MetricsRowsOfEveryVersionFollowTheirLeg) {
   EXPECT_NE(kept.find("3" + values + ",cccccccc,12.5\n"), std::string::npos);
   EXPECT_EQ(kept.find("3" + values + ",aaaaaaaa\n"), std::string::npos);  // a step of the branch left
   EXPECT_NE(read_file(out + "/metrics.superseded.csv").find("3" + values + ",aaaaaaaa\n"), std::string::npos);
-  EXPECT_EQ(kept.substr(0, kept.find('\n')).substr(kept.find(",leg")), ",leg,mem_checkpoint");
+  EXPECT_EQ(kept.substr(0, kept.find('\n')).substr(kept.find(",leg")), ",leg,mem_checkpoint,skipped,skipped_steps,loss_z");
 }
 
 TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
