@@ -10,8 +10,9 @@ labelled by directory name) into -o (default runs_compare.png in the current dir
 
 Panels: train loss (thin; --smooth N adds an N-step moving average) and validation loss (dots);
 learning rate; gradient norm (log scale); tokens/s and MFU; memory per rank by category (stacked
-for one run, the tracked total per run when overlaid) and peak RSS; step time, and the steps of
-`skipped`/`nonfinite` columns where metrics.csv has one. metrics.csv holds the history of the
+for one run, the tracked total per run when overlaid) and peak RSS; step time. Steps whose update
+was skipped ([train] nonfinite = skip: the `skipped` column) are red lines in the loss panel and
+counted in the title. metrics.csv holds the history of the
 state being trained across restarts (one row per step, the `leg` column naming the invocation of
 `trident train` that trained it): a dashed vertical line marks where each restart took over.
 
@@ -23,8 +24,8 @@ import csv
 import os
 import sys
 
-MEM_COLUMNS = ["mem_params", "mem_grads", "mem_optimizer", "mem_gathered", "mem_activations", "mem_comm"]
-SKIP_COLUMNS = ["skipped", "skipped_steps", "nonfinite"]
+MEM_COLUMNS = ["mem_params", "mem_grads", "mem_optimizer", "mem_gathered", "mem_activations", "mem_comm",
+               "mem_checkpoint"]
 
 
 def number(text):
@@ -64,6 +65,11 @@ def moving_average(ys, n):
             acc -= ys[i - n]
         out.append(acc / min(i + 1, n))
     return out
+
+
+def skipped_steps(rows):
+    """Steps whose update was dropped ([train] nonfinite = skip): skipped = 1."""
+    return [x for x, y in zip(*series(rows, "skipped")) if y > 0]
 
 
 def restarts(rows):
@@ -154,11 +160,9 @@ def main(argv=None):
         elif px:
             ax_mem.plot(px, py, color=c, lw=1.0, ls="--", label=f"{label} peak RSS")
         ax_time.plot(*series(rows, "ms_per_step"), color=c, lw=0.7, label=name)
-        for col in SKIP_COLUMNS:
-            sx = [x for x, y in zip(*series(rows, col)) if y > 0]
-            if sx:
-                ax_time.plot(sx, [0] * len(sx), "x", color="red" if not overlay else c, ms=7,
-                             label=f"{label} {col}" if overlay else f"{col} steps ({len(sx)})")
+        for k, x in enumerate(skipped_steps(rows)):
+            ax_loss.axvline(x, color="red" if not overlay else c, lw=0.8, alpha=0.7,
+                            label=(f"{label} skipped" if overlay else "skipped update") if k == 0 else None)
         for s in restarts(rows):
             for ax in (ax_loss, ax_lr, ax_norm, ax_speed, ax_mem, ax_time):
                 ax.axvline(s, color=c if overlay else "gray", ls="--", lw=0.8, alpha=0.6)
@@ -184,6 +188,9 @@ def main(argv=None):
     n_restarts = sum(len(restarts(rows)) for _, _, rows in runs)
     title = args.title or ", ".join(r[0] for r in runs)
     summary = f"{sum(len(r[2]) for r in runs)} steps, {n_restarts} restart{'' if n_restarts == 1 else 's'}"
+    n_skipped = sum(len(skipped_steps(rows)) for _, _, rows in runs)
+    if n_skipped:
+        summary += f", {n_skipped} skipped"
     fig.suptitle(f"{title}  ({summary}: dashed lines)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -25,6 +25,10 @@ rows = list(csv.DictReader(open(\"$WORK/run/metrics.csv\")))
 assert plot_run.restarts(rows) == [4.0], plot_run.restarts(rows)'"
 expect_exit 0 "wrote $WORK/both.png" -- "${plot[@]}" "$WORK/run" "$WORK/run2/metrics.csv" -o "$WORK/both.png"
 check "overlay PNG" test -s "$WORK/both.png"
+# A skipped update ([train] nonfinite = skip writes skipped = 1 and a nan loss) is counted.
+awk -F, -v OFS=, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "skipped") c = i; if (!c) { c = NF + 1; $c = "skipped" } }
+                  NR == 3 { $2 = "nan"; $c = 1 } NR > 3 && c > NF { $c = 0 } { print }' "$WORK/run/metrics.csv" > "$WORK/skip.csv"
+expect_exit 0 "\(6 steps, 1 restart, 1 skipped\)" -- "${plot[@]}" "$WORK/skip.csv" -o "$WORK/skip.png"
 expect_exit 1 "no metrics.csv" -- "${plot[@]}" "$WORK/nothing"
 head -n 1 "$WORK/run/metrics.csv" > "$WORK/empty.csv"
 expect_exit 2 "has no rows yet" -- "${plot[@]}" "$WORK/empty.csv"
