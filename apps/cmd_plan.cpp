@@ -1,4 +1,5 @@
 // apps/cmd_plan.cpp: `trident plan`: rank a deck's layouts by predicted step time (perf/planner.hpp).
+#include "apps/args.hpp"
 #include "apps/commands.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -87,12 +88,8 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   PlanOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value_of = [&](const std::string& name) -> std::string {
-      if (a.size() > name.size() && a[name.size()] == '=') return a.substr(name.size() + 1);
-      if (i + 1 >= args.size()) throw ConfigError(name + " needs a value");
-      return args[++i];
-    };
-    auto is = [&](const char* name) { return a == name || a.rfind(std::string(name) + "=", 0) == 0; };
+    auto value_of = [&](const char* name) { return option_value(args, i, name); };
+    auto is = [&](const char* name) { return is_option(a, name); };
     if (a == "-h" || a == "--help") {
       if (rt.world_rank() == 0) std::printf("%s%s", kPlanUsage, machine_file_help().c_str());
       return 0;
@@ -111,10 +108,8 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     else if (a == "--fixed-recompute") opt.vary_recompute = false;
     else if (a == "--fixed-schedule") opt.vary_schedule = false;
     else if (is("--csv")) csv = value_of("--csv");
-    else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
-      if (a.find('=') != std::string::npos) overrides.push_back(a);
-      else if (i + 1 < args.size()) overrides.push_back(a + "=" + args[++i]);
-      else throw ConfigError("override " + a + " needs a value");
+    else if (take_deck_override(args, i, overrides)) {
+      // --section.key=value or --section.key value
     } else {
       throw ConfigError("unknown argument '" + a + "' (try `trident plan --help`)");
     }

@@ -1,4 +1,5 @@
 // apps/cmd_train.cpp: `trident train`.
+#include "apps/args.hpp"
 #include "apps/commands.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -65,16 +66,11 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   int dry_run_ranks = -1;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value_of = [&](const std::string& name) -> std::string {
-      if (a.size() > name.size() && a[name.size()] == '=') return a.substr(name.size() + 1);
-      if (i + 1 >= args.size()) throw ConfigError(name + " needs a value");
-      return args[++i];
-    };
     if (a == "-h" || a == "--help") {
       if (rt.world_rank() == 0) std::printf("%s\n%s\n", kTrainUsage, deck_help().c_str());
       return 0;
-    } else if (a == "--config" || a.rfind("--config=", 0) == 0) {
-      deck = value_of("--config");
+    } else if (is_option(a, "--config")) {
+      deck = option_value(args, i, "--config");
     } else if (a == "--resume") {
       opt.resume = true;
       if (i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) opt.resume_path = args[++i];
@@ -89,11 +85,8 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
         dry_run_ranks = std::atoi(args[++i].c_str());
         if (dry_run_ranks < 1) throw ConfigError("--dry-run N: N must be a positive number of ranks");
       }
-    } else if (a.rfind("--", 0) == 0 && a.find('.') != std::string::npos) {
+    } else if (take_deck_override(args, i, overrides)) {
       // --section.key=value or --section.key value
-      if (a.find('=') != std::string::npos) overrides.push_back(a);
-      else if (i + 1 < args.size()) overrides.push_back(a + "=" + args[++i]);
-      else throw ConfigError("override " + a + " needs a value");
     } else {
       throw ConfigError("unknown argument '" + a + "' (try `trident train --help`)");
     }
