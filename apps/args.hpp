@@ -3,6 +3,8 @@
 
 #include "core/error.hpp"
 
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,40 @@ inline bool take_deck_override(const std::vector<std::string>& args, size_t& i, 
   else if (i + 1 < args.size()) overrides.push_back(a + "=" + args[++i]);
   else throw ConfigError("override " + a + " needs a value");
   return true;
+}
+
+/// The error for an argument `cmd` does not know. A bare path that names a deck (ends in .ini, or
+/// is an existing file) is the usual slip of `trident train deck.ini`: the message says to give it
+/// with --config. Local; returns the error for the caller to throw (exit 2).
+inline ConfigError unknown_argument(const std::string& a, const std::string& cmd) {
+  std::error_code ec;
+  const bool deck_like = a.rfind("-", 0) != 0 &&
+                         ((a.size() > 4 && a.compare(a.size() - 4, 4, ".ini") == 0) ||
+                          std::filesystem::is_regular_file(a, ec));
+  if (deck_like)
+    return ConfigError("unknown argument '" + a + "': give the deck with --config " + a + " (try `trident " + cmd +
+                       " --help`)");
+  return ConfigError("unknown argument '" + a + "' (try `trident " + cmd + " --help`)");
+}
+
+/// Throws ConfigError "cannot open deck file" when `deck` is not there. Deck paths are relative to
+/// the current directory, so a user outside the source tree who names an example deck
+/// (`--config input/shakespeare_char.ini`, or the bare name) is told where the installed one is:
+/// $TRIDENT_ROOT/input/NAME, when the module set TRIDENT_ROOT and that file exists. Local.
+inline void require_deck_exists(const std::string& deck) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(deck, ec)) return;  // parse_deck reports a directory or an unreadable file
+  std::string hint;
+  const char* root = std::getenv("TRIDENT_ROOT");
+  if (root != nullptr && *root != '\0') {
+    const fs::path example = fs::path(root) / "input" / fs::path(deck).filename();
+    if (fs::is_regular_file(example, ec))
+      hint = "; the installed example deck is --config " + example.string();
+  }
+  if (hint.empty() && fs::path(deck).is_relative())
+    hint = " (relative to the current directory, " + fs::current_path(ec).string() + ")";
+  throw ConfigError("cannot open deck file '" + deck + "'" + hint);
 }
 
 }  // namespace trident::app

@@ -111,7 +111,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     else if (take_deck_override(args, i, overrides)) {
       // --section.key=value or --section.key value
     } else {
-      throw ConfigError("unknown argument '" + a + "' (try `trident plan --help`)");
+      throw unknown_argument(a, "plan");
     }
   }
   require_config(!deck.empty(), "no input deck: give --config DECK (try `trident plan --help`)");
@@ -119,6 +119,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   require_config((ranks > 0) != (nodes > 0), "give exactly one of --ranks N and --nodes K");
   const MachineSpec mach = parse_machine_file(machine);
   opt.ranks = ranks > 0 ? ranks : nodes * mach.devices_per_node;
+  require_deck_exists(deck);
   Config cfg = parse_deck(deck, overrides);
   if (cfg.model.vocab_size == 0) {
     try {

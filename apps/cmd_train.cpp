@@ -88,10 +88,11 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
     } else if (take_deck_override(args, i, overrides)) {
       // --section.key=value or --section.key value
     } else {
-      throw ConfigError("unknown argument '" + a + "' (try `trident train --help`)");
+      throw unknown_argument(a, "train");
     }
   }
   if (deck.empty()) throw ConfigError("no input deck: give --config DECK (try `trident train --help`)");
+  require_deck_exists(deck);
   Config cfg = parse_deck(deck, overrides);
   validate(cfg, dry_run_ranks > 0 ? dry_run_ranks : rt.world_size());
   if (dry_run_ranks > 0) {

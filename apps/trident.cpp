@@ -26,9 +26,17 @@ options:
   -h, --help     this text; `trident <command> --help` documents each command
   --version      print the version
 
+Progress: long operations (prep, ckpt export/reshard/verify, checkpoint load and save, a long
+evaluation) show percent, rate and ETA on rank 0, on stdout: redrawn in place on a terminal, a
+line every 10 s in a batch log, nothing for operations under 2 s.
+  TRIDENT_PROGRESS=0            no progress output (1/auto: default; line or tty: force a mode)
+  TRIDENT_PROGRESS_INTERVAL=S   seconds between lines in a batch log (default 10)
+
 Exit status: 0 success (also an early stop on request), 1 runtime error, 2 bad deck or usage,
 3 stopped on SIGUSR1/SIGTERM/SIGINT (Ctrl-C) after writing a checkpoint (the job script
-requeues; by hand, run the same command with --resume). A second Ctrl-C aborts at once.
+requeues; by hand, run the same command with --resume). A second Ctrl-C, 1 s or more after the
+first, aborts at once (one Ctrl-C can reach a rank twice: from the terminal and from mpiexec).
+  TRIDENT_INTERRUPT_MERGE_MS=MS a SIGINT this soon after the first is the same one (default 1000)
 )";
 
 // glibc runs an executable's constructors with (argc, argv, envp) after the shared libraries are

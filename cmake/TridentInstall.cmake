@@ -60,6 +60,12 @@ set(_stage ${CMAKE_BINARY_DIR}/generated/trident.lua.in)
 configure_file(${CMAKE_CURRENT_LIST_DIR}/trident.lua.in ${_stage} @ONLY)
 install(CODE "
   set(_prefix \"\${CMAKE_INSTALL_PREFIX}\")
+  # `--prefix relprefix` installs under the current directory; the module must name it absolutely
+  # (it is loaded from anywhere).
+  if(NOT IS_ABSOLUTE \"\${_prefix}\")
+    execute_process(COMMAND pwd OUTPUT_VARIABLE _cwd OUTPUT_STRIP_TRAILING_WHITESPACE)
+    get_filename_component(_prefix \"\${_cwd}/\${_prefix}\" ABSOLUTE)
+  endif()
   set(_dir \"${TRIDENT_MODULEFILE_DIR}\")
   if(NOT IS_ABSOLUTE \"\${_dir}\")
     set(_dir \"\${_prefix}/\${_dir}\")

@@ -11,7 +11,7 @@ labelled by directory name) into -o (default runs_compare.png in the current dir
 Panels: train loss (thin; --smooth N adds an N-step moving average) and validation loss (dots);
 learning rate; gradient norm (log scale); tokens/s and MFU; memory per rank by category (stacked
 for one run, the tracked total per run when overlaid) and peak RSS; step time. Steps whose update
-was skipped ([train] nonfinite = skip: the `skipped` column) are red lines in the loss panel and
+was skipped ([train] nonfinite = skip, or an fp16 overflow: the `skipped` column) are red lines in the loss panel and
 counted in the title. metrics.csv holds the history of the
 state being trained across restarts (one row per step, the `leg` column naming the invocation of
 `trident train` that trained it): a dashed vertical line marks where each restart took over.
@@ -29,10 +29,13 @@ MEM_COLUMNS = ["mem_params", "mem_grads", "mem_optimizer", "mem_gathered", "mem_
 
 
 def number(text):
+    """The cell as a float; None when it is empty, not a number, or infinite (the grad_norm of an
+    fp16 overflow step: nothing to draw). NaN is kept (a gap in the line)."""
     try:
-        return float(text)
+        v = float(text)
     except (TypeError, ValueError):
         return None
+    return None if v in (float("inf"), float("-inf")) else v
 
 
 def read_run(path):
@@ -68,7 +71,7 @@ def moving_average(ys, n):
 
 
 def skipped_steps(rows):
-    """Steps whose update was dropped ([train] nonfinite = skip): skipped = 1."""
+    """Steps whose update was dropped ([train] nonfinite = skip, or an fp16 overflow): skipped = 1."""
     return [x for x, y in zip(*series(rows, "skipped")) if y > 0]
 
 
@@ -85,7 +88,7 @@ def restarts(rows):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="trident-plot", description=__doc__.split("\n\n")[0],
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+                                 epilog="\n\n".join(p for p in __doc__.split("\n\n")[1:] if not p.startswith("usage:")),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory or metrics.csv")
     ap.add_argument("-o", "--output", help="PNG to write (default RUN/metrics.png, or runs_compare.png for several)")

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/json.hpp"
 #include "core/log.hpp"
+#include "core/progress.hpp"
 #include "io/checkpoint_file.hpp"
 #include "parallel/agree.hpp"
 
@@ -141,6 +142,8 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     const char* st_dtype = es == 2 ? "BF16" : "F32";
     std::vector<float> values, transposed;
     std::vector<unsigned char> bytes;
+    // By bytes of tensor data written: tensors differ in size by orders of magnitude (wte).
+    Progress progress("ckpt export", res.total_size, ProgressUnit::bytes);
     for (int f = 0; f < n_files; ++f) {
       // Header: metadata first, then the tensors in data order.
       std::string header = "{\"__metadata__\":{\"format\":\"pt\",\"trident_step\":" +
@@ -186,12 +189,14 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
           }
         }
         write_all(out, bytes.data(), bytes.size(), tmp);
+        progress.add(t.bytes);
       }
       out.close();
       if (!out) throw IoError("cannot write '" + tmp + "': " + std::strerror(errno));
       if (std::rename(tmp.c_str(), out_path.c_str()) != 0)
         throw IoError("cannot rename '" + tmp + "' to '" + out_path + "': " + std::strerror(errno));
     }
+    progress.finish();
 
     std::map<std::string, std::string> weight_map;  // sorted by name, as transformers writes it
     for (const ExportTensor& t : plan) weight_map[t.hf_name] = names[static_cast<size_t>(t.file)];

@@ -47,7 +47,8 @@ std::uint16_t to_bfloat16(float x);
 /// Writes the parameters of checkpoint `path` (a file, or a run/checkpoint directory meaning its
 /// latest checkpoint) to opt.output_dir as described above, named and laid out as `schema` says.
 /// Collective over comm (the file is opened through MPI-IO); world rank 0 reads and writes
-/// everything. Same result on every rank.
+/// everything, showing its progress by bytes of tensor data written (core/progress.hpp; the
+/// checksum verification before it shows its own). Same result on every rank.
 /// Throws ConfigError (collective) for bad options, CheckpointError (collective) when the
 /// checkpoint cannot be read or has tp > 1, IoError (collective) when a file cannot be written.
 SafetensorsExportResult export_safetensors(const std::string& path, Communicator& comm,

@@ -126,6 +126,11 @@ void CheckpointMeta::write_to(CheckpointWrite& w) const {
   w.int_attrs["skipped_steps"] = run.skipped_steps;
   w.int_attrs["consecutive_skips"] = run.consecutive_skips;
   if (!run.loss_window.empty()) w.double_arrays[kLossWindow] = run.loss_window;
+  if (run.loss_scale > 0.0) {
+    w.double_attrs["loss_scale"] = run.loss_scale;
+    w.int_attrs["loss_scale_good_steps"] = run.loss_scale_good_steps;
+    w.int_attrs["overflow_steps"] = run.overflow_steps;
+  }
   w.texts[kConfigText] = config_text;
   if (!run.vocab.empty()) w.int_arrays[kVocabArray] = run.vocab;
   if (!run.tokenizer_model.empty()) w.byte_arrays[kModelArray] = run.tokenizer_model;
@@ -157,6 +162,11 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
   }
   get_int("skipped_steps", m.run.skipped_steps);
   get_int("consecutive_skips", m.run.consecutive_skips);
+  if (rd.has_attr("loss_scale")) {
+    get_double("loss_scale", m.run.loss_scale);
+    get_int("loss_scale_good_steps", m.run.loss_scale_good_steps);
+    get_int("overflow_steps", m.run.overflow_steps);
+  }
   if (rd.has(kLossWindow)) {
     try {
       m.run.loss_window = rd.double_array(kLossWindow);

@@ -40,6 +40,11 @@ struct RunState {
   std::int64_t skipped_steps = 0;      ///< steps whose update was skipped ([train] nonfinite = skip), all legs
   std::int64_t consecutive_skips = 0;  ///< skipped steps in a row up to this step
   std::vector<double> loss_window;     ///< the spike detector's window: losses of the last applied steps, oldest first
+  // Dynamic loss scaling (fp16; train/numerics.hpp LossScaler). Written only by runs that scale;
+  // absent (loss_scale = 0) in other files and older versions.
+  double loss_scale = 0.0;                 ///< the scale of the next step; 0: none recorded
+  std::int64_t loss_scale_good_steps = 0;  ///< finite steps in a row since the last overflow or growth
+  std::int64_t overflow_steps = 0;         ///< steps skipped for a gradient overflow, all legs
 };
 
 /// Every restart field of a checkpoint. Attribute names are in metadata.cpp only.

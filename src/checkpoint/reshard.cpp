@@ -137,6 +137,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     res.step = run.step;
     CheckpointSnapshot snap = state->live_view(run);  // synchronous: no copy of the state
     snap.write.file_locking = cfg.checkpoint.file_locking;
+    snap.write.progress_label = "ckpt reshard: writing";
     auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, world, snap.write); };
     if (to_dir) {
       res.output = CheckpointDir(out).commit(run.step, world, write, std::numeric_limits<std::int64_t>::max());

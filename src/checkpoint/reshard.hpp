@@ -39,7 +39,8 @@ struct ReshardResult {
 /// the target layout would write, through the same code as a training run (the state `make_state`
 /// builds is loaded, then snapshot and write_checkpoint_file, committed atomically by commit_file).
 /// `schema` checks the input first (require_intact). The values are copied
-/// exactly (bitwise, the same dtype). The world must have dp * tp * pp ranks; the target layout is
+/// exactly (bitwise, the same dtype). World rank 0 shows the progress of the verification, the
+/// load and the write of its own share (core/progress.hpp; local, never collective). The world must have dp * tp * pp ranks; the target layout is
 /// checked with validate() against the source deck. Collective over `world`. Throws ConfigError
 /// (collective) for an impossible layout or world size, CheckpointError for an unreadable input or
 /// a failed write (an existing output is then left as it was).

@@ -57,7 +57,7 @@ RunLock::RunLock(const std::string& dir, const std::string& busy_advice, const s
     else if (err != EWOULDBLOCK) {
       ::close(fd_);
       fd_ = -1;
-      throw ConfigError("cannot lock run directory '" + dir + "': the file system grants no lock (flock: " +
+      throw RunLockUnsupported("cannot lock run directory '" + dir + "': the file system grants no lock (flock: " +
                         std::strerror(flock_err) + "; fcntl: " + std::strerror(err) +
                         "), so nothing would keep a second job from writing it; " + unsupported_advice);
     }

@@ -13,16 +13,26 @@
 // explicit way around it: train/run_dir.hpp).
 #pragma once
 
+#include "core/error.hpp"
+
 #include <string>
 
 namespace trident {
+
+/// The ConfigError of a file system that grants neither kind of lock (as opposed to a lock held
+/// by another job): [checkpoint] run_lock = off goes on without a lock after this one only.
+class RunLockUnsupported : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
 
 class RunLock {
  public:
   /// Takes the lock of run directory `dir` (which must exist). Local. Throws ConfigError (exit
   /// status 2) "run directory '<dir>' is in use by another Trident job (host H pid P); <busy_advice>"
-  /// when another process holds it, ConfigError naming the errno and `unsupported_advice` when the
-  /// file system grants neither kind of lock, IoError when the lock file cannot be created.
+  /// when another process holds it, RunLockUnsupported (a ConfigError) naming the errno and
+  /// `unsupported_advice` when the file system grants neither kind of lock, IoError when the lock
+  /// file cannot be created.
   explicit RunLock(const std::string& dir,
                    const std::string& busy_advice = "wait for it to end or choose another [train] out_dir",
                    const std::string& unsupported_advice =

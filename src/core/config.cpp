@@ -27,6 +27,7 @@ const char* name_of(Precision v) {
   switch (v) {
     case Precision::f64: return "double";
     case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
     default: return "float";
   }
 }
@@ -34,6 +35,17 @@ const char* name_of(Recompute v) { return v == Recompute::block ? "block" : "non
 const char* name_of(OnSaveError v) { return v == OnSaveError::keep_training ? "continue" : "stop"; }
 const char* name_of(RunLockMode v) { return v == RunLockMode::off ? "off" : "required"; }
 const char* name_of(NonfiniteAction v) { return v == NonfiniteAction::skip ? "skip" : "stop"; }
+const char* name_of(TimerMode v) {
+  switch (v) {
+    case TimerMode::off: return "off";
+    case TimerMode::fine: return "fine";
+    default: return "coarse";
+  }
+}
+
+const char* name_of(OffloadKind v) {
+  return v == OffloadKind::host ? "host" : v == OffloadKind::nvme ? "nvme" : "none";
+}
 const char* name_of(CommBackend v) {
   switch (v) {
     case CommBackend::mpi: return "mpi";
@@ -99,12 +111,6 @@ std::string choices_text(const std::vector<E>& values) {
   return s;
 }
 
-/// Why [train] param_dtype = fp16 is refused: fp16 needs dynamic loss scaling, not built yet.
-constexpr const char* kFp16Refused =
-    "fp16 working parameters are not supported yet: fp16 training needs dynamic loss scaling, which Trident "
-    "does not have (issue #13). Use bf16 (the same memory and traffic, the range of float, no loss scaling "
-    "needed) or float";
-
 /// Every deck key, bound to a field of one Config. The single place keys are declared.
 class Schema {
  public:
@@ -141,6 +147,16 @@ class Schema {
                "library of the dp, tp, pp collectives: auto (nccl in a GPU build with NCCL where every rank has its "
                "own GPU, else mpi), mpi (also on GPU buffers, staged through host memory unless MPI is CUDA-aware) or "
                "nccl (one GPU per rank). Checkpoint I/O always uses MPI");
+    add_choice("parallel", "offload_optimizer", &c.parallel.offload_optimizer,
+               {OffloadKind::none, OffloadKind::host, OffloadKind::nvme},
+               "where the fp32 master weights and both AdamW moments live: none (with the model), host (host memory "
+               "with the AdamW step on the CPU; GPU builds only, not built yet) or nvme (a per-rank scratch file under "
+               "offload_path, streamed unit by unit; docs/offload.md)");
+    add_choice("parallel", "offload_params", &c.parallel.offload_params, {OffloadKind::none, OffloadKind::nvme},
+               "ZeRO-3 parameter shards on a local disk: none or nvme (not built yet)");
+    add("parallel", "offload_path", &c.parallel.offload_path,
+        "directory of the offload files (one per rank, scratch: rebuilt from the checkpoint at every start); "
+        "required with offload_optimizer = nvme");
     TrainConfig& t = c.train;
     add("train", "global_batch_size", &t.global_batch_size, "sequences per optimizer step, over all dp ranks");
     add("train", "micro_batch_size", &t.micro_batch_size,
@@ -164,12 +180,15 @@ class Schema {
     add("train", "out_dir", &t.out_dir, "run directory; empty = runs/<deck name>");
     add_choice("train", "dtype", &t.dtype, {Precision::f32, Precision::f64},
                "compute and master-weight type: float or double");
-    add_choice("train", "param_dtype", &t.param_dtype, {Precision::f32, Precision::bf16},
-               "storage and communication type of the working parameters: float, or bf16 (mixed precision: fp32 "
-               "master weights and moments, kernels still compute in float)",
-               {{"fp16", kFp16Refused}, {"float16", kFp16Refused}, {"half", kFp16Refused}});
-    add_choice("train", "reduce_dtype", &t.reduce_dtype, {Precision::f32, Precision::bf16},
-               "type in which gradients are summed over dp: float or bf16");
+    add_choice("train", "param_dtype", &t.param_dtype, {Precision::f32, Precision::bf16, Precision::fp16},
+               "storage and communication type of the working parameters: float, bf16 or fp16 (mixed precision: "
+               "fp32 master weights and moments, kernels still compute in float; fp16 turns on dynamic loss "
+               "scaling, the loss_scale_* keys)",
+               {{"float16", "write fp16"}, {"half", "write fp16"}, {"bfloat16", "write bf16"}});
+    add_choice("train", "reduce_dtype", &t.reduce_dtype, {Precision::f32, Precision::bf16, Precision::fp16},
+               "type in which gradients are summed over dp: float, bf16 or fp16 (fp16 turns on dynamic loss "
+               "scaling: the scaled gradients are rounded to fp16, an overflow skips the step)",
+               {{"float16", "write fp16"}, {"half", "write fp16"}, {"bfloat16", "write bf16"}});
     add_choice("train", "compute_dtype", &t.compute_dtype, {Precision::f32, Precision::bf16},
                "input type of every GEMM: float, or bf16 (inputs rounded to bf16, fp32 accumulation and output, "
                "tensor cores; needs a CUDA build and dtype = float)");
@@ -197,6 +216,22 @@ class Schema {
         "[checkpoint] interval > 0)");
     add("train", "spike_max_rollbacks", &t.spike_max_rollbacks,
         "spike_rollback: stop (exit 1) when the spikes need more rollbacks than this to the same checkpoint");
+    add("train", "loss_scale_init", &t.loss_scale_init,
+        "fp16 (param_dtype or reduce_dtype): dynamic loss scaling's first scale; the loss's gradient is "
+        "multiplied by it, the gradients divided by it before clipping and the update");
+    add("train", "loss_scale_growth_interval", &t.loss_scale_growth_interval,
+        "fp16: the scale is multiplied by loss_scale_growth after this many steps in a row without overflow");
+    add("train", "loss_scale_growth", &t.loss_scale_growth, "fp16: factor of the scale's growth (> 1)");
+    add("train", "loss_scale_backoff", &t.loss_scale_backoff,
+        "fp16: a step whose gradients overflow (inf or nan on any rank) is skipped and the scale multiplied "
+        "by this (between 0 and 1)");
+    add("train", "loss_scale_min", &t.loss_scale_min,
+        "fp16: the scale never goes below this; an overflow at this scale stops the run (exit 1)");
+    add_choice("train", "timers", &t.timers, {TimerMode::off, TimerMode::coarse, TimerMode::fine},
+               "step-time breakdown (metrics.csv t_* columns, a summary at the end): off; coarse (clock reads "
+               "around each part and in the collectives, no synchronisation; on a GPU, kernel time lands in the "
+               "part that waits for it); or fine (also a device synchronisation at each part's ends: device time in the "
+               "part that launched it, overlap between parts lost)");
     add("data", "path", &c.data.path, "HDF5 token file written by `trident prep`");
     add("data", "cache_max_mb", &c.data.cache_max_mb,
         "splits up to this many MiB are held in memory; larger ones are read on demand");
@@ -223,8 +258,9 @@ class Schema {
         "the same); the start-up probe says when it is needed");
     add_choice("checkpoint", "run_lock", &c.checkpoint.run_lock, {RunLockMode::required, RunLockMode::off},
                "own [train] out_dir exclusively: required (a second job on it, or a file system that grants "
-               "no lock, is refused with exit status 2 before any work) or off (no lock is taken: nothing stops "
-               "two jobs from writing the same directory; a warning says so)");
+               "no lock, is refused with exit status 2 before any work) or off (where the file system grants no "
+               "lock, go on without one: nothing stops two jobs from writing the same directory; a warning says "
+               "so. Where it grants one, a job holding the directory is still refused)");
     add("checkpoint", "verify_on_resume", &c.checkpoint.verify_on_resume,
         "verify checksums before resuming and fall back to the newest checkpoint that is complete");
   }
@@ -677,6 +713,25 @@ void validate_representable(const Config& c) {
   require_config(tokens < 9.2e18, "[train] max_steps * global_batch_size * [model] block_size = " +
                                       format_value(tokens) + " tokens, more than an int64 counts");
 }
+/// The loss_scale_* keys (checked whatever the dtype, so a deck that turns fp16 on later is
+/// already valid). The scale is a float factor of the loss gradient: it must be a positive normal
+/// float; growth above 1 and backoff in (0, 1) as torch.cuda.amp.GradScaler requires.
+void validate_loss_scaling(const TrainConfig& t) {
+  require_config(t.loss_scale_init >= FLT_MIN && t.loss_scale_init <= FLT_MAX,
+                 kv("train", "loss_scale_init", format_value(t.loss_scale_init)) + " must be > 0 and within float (" +
+                     format_value(double(FLT_MIN)) + " .. " + format_value(double(FLT_MAX)) +
+                     "): the loss's gradient is multiplied by it in float");
+  require_config(t.loss_scale_min >= FLT_MIN && t.loss_scale_min <= t.loss_scale_init,
+                 kv("train", "loss_scale_min", format_value(t.loss_scale_min)) +
+                     " must be > 0 (at least " + format_value(double(FLT_MIN)) + ") and at most [train] loss_scale_init = " +
+                     format_value(t.loss_scale_init));
+  require_config(t.loss_scale_growth > 1.0,
+                 kv("train", "loss_scale_growth", format_value(t.loss_scale_growth)) + " must be > 1");
+  require_config(t.loss_scale_backoff > 0.0 && t.loss_scale_backoff < 1.0,
+                 kv("train", "loss_scale_backoff", format_value(t.loss_scale_backoff)) +
+                     " must be between 0 and 1 (exclusive)");
+  require_at_least<std::int64_t>(t.loss_scale_growth_interval, 1, "train", "loss_scale_growth_interval");
+}
 }  // namespace
 
 void validate(Config& c, int world_size) {
@@ -738,6 +793,19 @@ void validate(Config& c, int world_size) {
                  kv("parallel", "shard_group_size", format_value(p.shard_group_size)) +
                      ": hybrid sharding needs [parallel] zero_stage >= 1");
   require_at_least(p.unit_blocks, 0, "parallel", "unit_blocks");
+  if (p.offload_optimizer == OffloadKind::host)
+    throw ConfigError(TRIDENT_HAVE_CUDA
+                          ? "[parallel] offload_optimizer = host is not built yet (the AdamW step on the CPU of a GPU "
+                            "build); use nvme, which works in every build"
+                          : "[parallel] offload_optimizer = host: this build has no GPU, so the optimizer state is in "
+                            "host memory already; use none, or nvme to move it to a local disk");
+  if (p.offload_params != OffloadKind::none)
+    throw ConfigError(p.zero_stage != 3 ? "[parallel] offload_params = " + std::string(name_of(p.offload_params)) +
+                                              " needs [parallel] zero_stage = 3 (only ZeRO-3 shards the parameters)"
+                                        : "[parallel] offload_params = " + std::string(name_of(p.offload_params)) +
+                                              " is not built yet; offload_optimizer = nvme is");
+  require_config(p.offload_optimizer != OffloadKind::nvme || !p.offload_path.empty(),
+                 "[parallel] offload_optimizer = nvme needs [parallel] offload_path, a directory on a local disk");
   stage_layers(m, p);  // validates pp_layers
 
   TrainConfig& t = c.train;
@@ -774,7 +842,9 @@ void validate(Config& c, int world_size) {
   require_at_least<std::int64_t>(t.log_interval, 1, "train", "log_interval");
   require_at_least(t.peak_tflops, 0.0, "train", "peak_tflops");
   require_config((t.param_dtype == Precision::f32 && t.reduce_dtype == Precision::f32) || t.dtype == Precision::f32,
-                 "[train] param_dtype/reduce_dtype = bf16 needs [train] dtype = float");
+                 std::string("[train] param_dtype/reduce_dtype = ") +
+                     name_of(t.param_dtype == Precision::f32 ? t.reduce_dtype : t.param_dtype) +
+                     " needs [train] dtype = float");
   require_config(t.compute_dtype == Precision::f32 || t.dtype == Precision::f32,
                  "[train] compute_dtype = bf16 needs [train] dtype = float");
   require_config(t.compute_dtype == Precision::f32 || TRIDENT_HAVE_CUDA,
@@ -784,6 +854,7 @@ void validate(Config& c, int world_size) {
   allowed_changes(t);  // every name a deck key
 
   require_at_least<std::int64_t>(t.max_consecutive_skips, 1, "train", "max_consecutive_skips");
+  validate_loss_scaling(t);
   require_config(t.spike_window == 0 || t.spike_window >= 2,
                  kv("train", "spike_window", format_value(t.spike_window)) + " must be 0 (off) or >= 2");
   require_config(t.spike_window <= 1000000,

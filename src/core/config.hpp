@@ -20,8 +20,11 @@ namespace trident {
 /// backwards).
 enum class PipelineScheduleKind { one_f_one_b, gpipe };
 /// Floating-point type of a buffer class: compute/master weights (f32 | f64), working parameters
-/// and gradient reduction (f32 | bf16).
-enum class Precision { f32, f64, bf16 };
+/// and gradient reduction (f32 | bf16 | fp16). fp16 is IEEE binary16 (5 exponent bits, range
+/// +-65504); bf16 is brain floating point (float's 8 exponent bits, 8 bits of precision).
+enum class Precision { f32, f64, bf16, fp16 };
+/// True for the 16-bit types (bf16, fp16): 2 bytes per element.
+constexpr bool is_half(Precision p) { return p == Precision::bf16 || p == Precision::fp16; }
 /// Activation checkpointing: keep everything, or only each block's input and recompute its forward
 /// in backward (Chen et al. 2016).
 enum class Recompute { none, block };
@@ -38,6 +41,17 @@ enum class CommBackend { automatic, mpi, nccl };
 /// What a step with a non-finite loss or gradient norm (on any rank) does: stop the run (exit 1)
 /// or skip the update and go on (Megatron-LM's and DeepSpeed's skipped iterations).
 enum class NonfiniteAction { stop, skip };
+/// Step-time breakdown timers (train/step_timers.hpp, docs/scaling.md "Step-time breakdown"): off
+/// (no timer, the breakdown columns of metrics.csv are empty), coarse (steady_clock around each
+/// part and in the collectives; on a GPU a part that only enqueues kernels is charged to whatever
+/// waits for them next) or fine (coarse plus a Kokkos::fence() at both ends of every part, so device
+/// work is charged to the part that enqueued it, at the cost of the overlap that fences remove).
+enum class TimerMode { off, coarse, fine };
+
+/// Where state that does not fit the accelerator goes (ZeRO-Offload, Ren et al. 2021; ZeRO-Infinity,
+/// Rajbhandari et al. 2021): nowhere (none), host memory (host: a GPU build's optimizer step on the
+/// CPU), or a per-rank scratch file on a local disk, streamed unit by unit (nvme; offload/).
+enum class OffloadKind { none, host, nvme };
 
 /// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
 const char* name_of(PipelineScheduleKind v);
@@ -47,6 +61,8 @@ const char* name_of(OnSaveError v);
 const char* name_of(RunLockMode v);
 const char* name_of(CommBackend v);
 const char* name_of(NonfiniteAction v);
+const char* name_of(TimerMode v);
+const char* name_of(OffloadKind v);
 
 /// GPT-2 model shape (Radford et al. 2019; nanoGPT's GPTConfig).
 struct ModelConfig {
@@ -72,6 +88,9 @@ struct ParallelConfig {
   PipelineScheduleKind pp_schedule = PipelineScheduleKind::one_f_one_b;  ///< 1f1b | gpipe
   CommBackend comm_backend = CommBackend::automatic;  ///< auto | mpi | nccl: library of the axis collectives
   std::string pp_layers;             ///< blocks per stage, e.g. "3,3,2,2"; empty = balanced
+  OffloadKind offload_optimizer = OffloadKind::none;  ///< fp32 master weights + Adam moments: none | host | nvme
+  OffloadKind offload_params = OffloadKind::none;     ///< ZeRO-3 parameter shards: none | nvme (not built yet)
+  std::string offload_path;  ///< directory of the per-rank offload files (scratch); required with nvme
 };
 
 /// Blocks of each pipeline stage: `p.pp_layers` parsed, or n_layer split as evenly as possible
@@ -99,8 +118,8 @@ struct TrainConfig {
   std::int64_t log_interval = 1;
   std::string out_dir;          ///< empty: runs/<deck name>
   Precision dtype = Precision::f32;         ///< float | double: compute and master-weight type
-  Precision param_dtype = Precision::f32;   ///< float | bf16: storage/communication type of the working parameters
-  Precision reduce_dtype = Precision::f32;  ///< float | bf16: type in which gradients are reduced over dp
+  Precision param_dtype = Precision::f32;   ///< float | bf16 | fp16: storage/communication type of the working parameters
+  Precision reduce_dtype = Precision::f32;  ///< float | bf16 | fp16: type in which gradients are reduced over dp
   Precision compute_dtype = Precision::f32; ///< float | bf16: GEMM inputs (bf16: fp32 accumulation; CUDA builds only)
   Recompute activation_checkpointing = Recompute::none;  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
@@ -111,7 +130,21 @@ struct TrainConfig {
   double spike_zscore = 6.0;        ///< a loss this many standard deviations above the window's mean is a spike
   bool spike_rollback = false;      ///< on a spike, reload the last checkpoint and skip the batches since
   std::int64_t spike_max_rollbacks = 3;  ///< rollbacks to the same checkpoint before the run stops (exit 1)
+  // Dynamic loss scaling (train/numerics.hpp LossScaler), active when param_dtype or reduce_dtype
+  // is fp16; PyTorch's torch.cuda.amp.GradScaler defaults, Megatron-LM's minimum.
+  double loss_scale_init = 65536.0;              ///< scale of the first step (2^16)
+  std::int64_t loss_scale_growth_interval = 2000; ///< consecutive good steps after which the scale grows
+  double loss_scale_growth = 2.0;                ///< growth factor (> 1)
+  double loss_scale_backoff = 0.5;               ///< factor on an overflow (in (0, 1))
+  double loss_scale_min = 1.0;                   ///< the scale never goes below; an overflow at it stops the run
+  TimerMode timers = TimerMode::coarse;  ///< off | coarse | fine: the step-time breakdown in metrics.csv
 };
+
+/// Whether a run of `t` uses dynamic loss scaling: fp16 working parameters or fp16 gradient
+/// reduction (fp16's range, 6e-8 .. 65504, needs it; bf16 has float's range and does not).
+constexpr bool uses_loss_scaling(const TrainConfig& t) {
+  return t.param_dtype == Precision::fp16 || t.reduce_dtype == Precision::fp16;
+}
 
 struct DataConfig {
   std::string path;              ///< HDF5 token file written by `trident prep`

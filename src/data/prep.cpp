@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/progress.hpp"
 #include "data/tokenizer.hpp"
 #include "io/token_file.hpp"
 
@@ -101,19 +102,42 @@ InputFormat detect_format(const std::function<std::string(std::int64_t, std::int
   return f;
 }
 
-std::string read_file(const std::string& path) {
+/// Bytes prep reads per call: the step of its progress.
+constexpr std::int64_t kReadChunk = std::int64_t{1} << 20;
+
+/// Reads n bytes of `in` into `dst` in kReadChunk pieces, adding each to `progress`. Returns the
+/// bytes read (fewer at the end of the file).
+std::int64_t read_chunked(std::ifstream& in, char* dst, std::int64_t n, Progress& progress) {
+  std::int64_t got = 0;
+  while (got < n) {
+    in.read(dst + got, static_cast<std::streamsize>(std::min(kReadChunk, n - got)));
+    const auto k = static_cast<std::int64_t>(in.gcount());
+    if (k <= 0) break;
+    got += k;
+    progress.add(k);
+  }
+  return got;
+}
+
+std::string read_file(const std::string& path, Progress& progress) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot read input file '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string s;
+  std::vector<char> buf(static_cast<size_t>(kReadChunk));
+  for (;;) {
+    const std::int64_t k = read_chunked(in, buf.data(), kReadChunk, progress);
+    s.append(buf.data(), static_cast<size_t>(k));
+    if (k < kReadChunk) break;
+  }
+  if (in.bad()) throw IoError("cannot read input file '" + path + "'");
+  return s;
 }
 
 std::string name_of_path(const std::string& path) { return std::filesystem::path(path).filename().string(); }
 
 /// The token ids of llm.c shard `path` of format `f`. Throws IoError for a truncated or corrupt
 /// shard or a token outside f's vocabulary, ConfigError for a shard without tokens.
-std::vector<std::int32_t> read_llmc_shard(const std::string& path, const LlmcShardFormat& f) {
+std::vector<std::int32_t> read_llmc_shard(const std::string& path, const LlmcShardFormat& f, Progress& progress) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("cannot read input file '" + path + "'");
   std::int32_t header[256] = {};
@@ -131,8 +155,9 @@ std::vector<std::int32_t> read_llmc_shard(const std::string& path, const LlmcSha
   if (n == 0)
     throw ConfigError(what + " holds no tokens (its header says 0): leave it out of the inputs");
   std::vector<char> raw(static_cast<size_t>(n * f.token_bytes));
-  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
-  if (in.gcount() != static_cast<std::streamsize>(raw.size())) throw IoError("cannot read the tokens of " + what);
+  progress.add(kLlmcHeaderBytes);
+  if (read_chunked(in, raw.data(), static_cast<std::int64_t>(raw.size()), progress) != static_cast<std::int64_t>(raw.size()))
+    throw IoError("cannot read the tokens of " + what);
   std::vector<std::int32_t> ids(static_cast<size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     std::uint32_t v = 0;
@@ -280,6 +305,14 @@ PrepResult prep_token_file(const PrepOptions& opt) {
                       "'); give one kind only");
   const bool shards = shard_format != nullptr;
 
+  // Progress over the bytes of every input (rank 0 only: prep runs there).
+  std::int64_t input_bytes = 0;
+  for (const auto& p : opt.inputs) {
+    const auto size = std::filesystem::file_size(p, ec);
+    if (!ec) input_bytes += static_cast<std::int64_t>(size);
+  }
+  Progress reading("prep: reading", input_bytes, ProgressUnit::bytes);
+
   TokenFileInfo info;
   std::vector<std::int32_t> train, val;
   std::string source;
@@ -313,7 +346,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       const std::string by_name = shard_split_by_name(p);
       const bool is_val = by_name == "val";
       any_val = any_val || is_val;
-      auto ids = read_llmc_shard(p, *shard_format);
+      auto ids = read_llmc_shard(p, *shard_format, reading);
       PrepInput in;
       in.path = p;
       in.format = std::string("llm.c ") + shard_format->name + " token shard (version " +
@@ -339,6 +372,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       }
       split_tail(train, opt.val_fraction, val);
     }
+    reading.finish();
     info.tokenizer = shard_kind;
     info.vocab_size = shard_format->vocab_size;
   } else {
@@ -346,7 +380,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     log::info("inputs (text: /train is the first %g%% of the tokens, /val the rest):", 100.0 * (1.0 - opt.val_fraction));
     for (size_t i = 0; i < opt.inputs.size(); ++i) {
       const std::string& p = opt.inputs[i];
-      std::string content = read_file(p);
+      std::string content = read_file(p, reading);
       // Binary data without a known header: a NUL byte does not occur in text.
       const auto nul = content.find('\0');
       if (!opt.binary && nul != std::string::npos)
@@ -361,11 +395,14 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       r.inputs.push_back(in);
       text += content;
     }
+    reading.finish();
     if (text.empty()) throw ConfigError("the input text is empty");
     Tokenizer tok = kind == TokenizerKind::character ? Tokenizer::build_char(text)
                     : kind == TokenizerKind::byte    ? Tokenizer::byte_level()
                                                      : Tokenizer::train_bpe(text, *opt.vocab_size);
-    train = tok.encode(text);
+    Progress tokenizing("prep: tokenizing", static_cast<std::int64_t>(text.size()), ProgressUnit::bytes);
+    train = tok.encode(text, [&](std::int64_t done) { tokenizing.update(done); });
+    tokenizing.finish();
     split_tail(train, opt.val_fraction, val);
     info.tokenizer = tok.kind();
     info.vocab_size = tok.vocab_size();

@@ -51,6 +51,8 @@ struct PrepResult {
 };
 
 /// Reads the inputs and writes the token file; logs one line per input (format, tokens, split).
+/// Shows the progress of reading (bytes of all inputs) and of tokenising text (bytes) on world
+/// rank 0 (core/progress.hpp: local, silenced by TRIDENT_PROGRESS=0).
 /// Throws IoError naming the file for a missing, unreadable, truncated or corrupt input (a shard
 /// whose size disagrees with its header, a token outside its vocabulary); ConfigError naming the
 /// file for an input of a kind prep does not take: a known binary format or NUL bytes with a text

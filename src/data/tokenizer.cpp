@@ -230,10 +230,26 @@ Tokenizer Tokenizer::byte_level() {
   return Tokenizer(TokenizerKind::byte, std::move(vocab), 256);
 }
 
-std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
+std::vector<std::int32_t> Tokenizer::encode(const std::string& text, const EncodeProgress& progress) const {
+  // Progress every kProgressBytes of text, and at the end.
+  constexpr std::int64_t kProgressBytes = std::int64_t{1} << 20;
+  std::int64_t next_report = kProgressBytes;
+  const auto report = [&](std::int64_t done) {
+    if (progress && done >= next_report) {
+      progress(done);
+      next_report = done + kProgressBytes;
+    }
+  };
+  const auto n_bytes = static_cast<std::int64_t>(text.size());
   std::vector<std::int32_t> ids;
   if (kind_ == TokenizerKind::byte) {
-    for (unsigned char c : text) ids.push_back(c);
+    ids.reserve(text.size());
+    for (std::int64_t first = 0; first < n_bytes; first += kProgressBytes) {
+      const std::int64_t last = std::min(n_bytes, first + kProgressBytes);
+      for (std::int64_t i = first; i < last; ++i) ids.push_back(static_cast<unsigned char>(text[static_cast<size_t>(i)]));
+      report(last);
+    }
+    if (progress) progress(n_bytes);
     return ids;
   }
   if (!tokenizer_info(kind_).codes_text)
@@ -247,13 +263,28 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
       const sentencepiece::util::Status st = bpe_->sp.Encode(line, &line_ids);
       if (!st.ok()) throw Error("the bpe tokenizer cannot encode the text: " + sentencepiece_message(st));
       ids.insert(ids.end(), line_ids.begin(), line_ids.end());
+      report(static_cast<std::int64_t>(end));
       if (end == text.size()) break;
       ids.insert(ids.end(), bpe_->newline.begin(), bpe_->newline.end());
       pos = end + 1;
     }
+    if (progress) progress(n_bytes);
     return ids;
   }
-  for (std::int32_t cp : utf8_decode(text, "text to encode")) {
+  // Two passes over the text, each half of the reported work: the whole text is decoded (and its
+  // UTF-8 checked) before any character is looked up, as before, so the errors are the same; a
+  // report from the first pass keeps the rate (and ETA) of a long text honest from the start.
+  const auto utf8_len = [](std::int32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4; };
+  std::vector<std::int32_t> cps;
+  cps.reserve(text.size());
+  std::int64_t bytes_done = 0;
+  for_each_code_point(text, "text to encode", [&](std::int32_t cp) {
+    cps.push_back(cp);
+    bytes_done += utf8_len(cp);
+    report(bytes_done / 2);
+  });
+  bytes_done = 0;
+  for (std::int32_t cp : cps) {
     const std::int32_t id = cp >= 0 && static_cast<size_t>(cp) < lookup_.size() ? lookup_[static_cast<size_t>(cp)] : -1;
     if (id < 0) {
       std::string ch;
@@ -264,7 +295,10 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
                   ") is not in the vocabulary of this model");
     }
     ids.push_back(id);
+    bytes_done += utf8_len(cp);
+    report(n_bytes / 2 + bytes_done / 2);
   }
+  if (progress) progress(n_bytes);
   return ids;
 }
 

@@ -19,6 +19,7 @@
 #include "io/token_file.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,9 +61,13 @@ class Tokenizer {
   const std::vector<std::uint8_t>& model() const { return model_; }
   bool can_decode() const { return tokenizer_info(kind_).codes_text; }
 
+  /// Called with the work done so far in bytes of the text (0 .. size; char counts its UTF-8
+  /// check and its lookup as one half each), about every MiB and once at the end.
+  using EncodeProgress = std::function<void(std::int64_t bytes_done)>;
   /// Token ids of `text`. Throws Error naming the first character that is not in the vocabulary
-  /// (char) or on invalid UTF-8 (char, bpe).
-  std::vector<std::int32_t> encode(const std::string& text) const;
+  /// (char) or on invalid UTF-8 (char, bpe). `progress` (optional) only observes: the ids are the
+  /// same with or without it. Local.
+  std::vector<std::int32_t> encode(const std::string& text, const EncodeProgress& progress = {}) const;
   /// Text of `ids` (UTF-8 for char and bpe; raw bytes for byte). Ids without a token (gpt2, or
   /// beyond the tokenizer's vocabulary inside a larger model vocab_size) as numbers in brackets.
   std::string decode(const std::vector<std::int32_t>& ids) const;

@@ -395,15 +395,22 @@ void write_file(const std::string& path, Communicator& comm, const CheckpointWri
     // The streaming XXH64 of consecutive blocks equals the one-shot hash of the whole shard.
     std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> hash(XXH64_createState(), XXH64_freeState);
     if (!hash) throw std::bad_alloc();
+    // Rank 0's own shard stands for the whole file: every rank writes its shard at the same time.
+    std::optional<Progress> progress;
+    if (!w.progress_label.empty())
+      progress.emplace(w.progress_label, static_cast<std::int64_t>(K) * w.shard.length * static_cast<std::int64_t>(dtype_size(w.dtype)),
+                       ProgressUnit::bytes, w.progress_end);
     for (size_t k = 0; k < K; ++k) {
       XXH64_reset(hash.get(), 0);
       for_each_block(w, k, [&](std::int64_t first, std::int64_t n, const void* data) {
         XXH64_update(hash.get(), data, static_cast<std::size_t>(n) * dtype_size(w.dtype));
         h5::write_rows(my_arrays[k], h5_native(w.dtype), static_cast<hsize_t>(first), static_cast<hsize_t>(n), data,
                        "/shards/" + w.kinds[k] + "/" + shard_name(me));
+        if (progress) progress->add(n * static_cast<std::int64_t>(dtype_size(w.dtype)));
       });
       sums[k] = XXH64_digest(hash.get());
     }
+    if (progress) progress->finish();
     h5::write_rows(d_checksums, H5T_NATIVE_UINT64, static_cast<hsize_t>(me), 1, sums.data(), "/index/checksums");
     if (!w.rank_state.empty())
       h5::write_rows(d_state, H5T_NATIVE_INT64, static_cast<hsize_t>(me), 1, w.rank_state.data(), "/rank_state");
@@ -797,6 +804,11 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
     std::vector<char> buf;
     std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(), &XXH64_freeState);
     if (!state) throw Error("XXH64_createState: out of memory");
+    // Progress of world rank 0's share of the shards (the other ranks hash theirs meanwhile).
+    std::int64_t my_bytes = 0;
+    for (size_t s = static_cast<size_t>(comm.rank()); s < shards_.size(); s += static_cast<size_t>(comm.size()))
+      my_bytes += shards_[s].length * static_cast<std::int64_t>(K * es);
+    Progress progress("checkpoint verify", my_bytes, ProgressUnit::bytes);
     for (size_t s = static_cast<size_t>(comm.rank()); s < shards_.size(); s += static_cast<size_t>(comm.size())) {
       for (size_t k = 0; k < K; ++k) {
         const std::string p = "/shards/" + kinds_[k] + "/" + shards_[s].name();
@@ -812,6 +824,7 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
             const std::int64_t n = std::min(per_read, length - first);
             h5::read_rows(ds, h5_native(dtype_), static_cast<hsize_t>(first), static_cast<hsize_t>(n), buf.data(), p);
             XXH64_update(state.get(), buf.data(), static_cast<size_t>(n) * es);
+            progress.add(n * static_cast<std::int64_t>(es));
           }
           if (XXH64_digest(state.get()) != want[s * K + k]) throw CheckpointError(p + " fails its checksum");
         } catch (const std::exception& e) {
@@ -819,6 +832,7 @@ std::vector<std::string> CheckpointReader::verify(Communicator& comm) const {
         }
       }
     }
+    progress.finish();
   } catch (const std::exception& e) {
     note(e.what());
   }

@@ -25,6 +25,7 @@
 // caller commits it by rename after the function returned on every rank.
 #pragma once
 
+#include "core/progress.hpp"
 #include "parallel/communicator.hpp"
 
 #include <cstdint>
@@ -88,6 +89,12 @@ struct CheckpointWrite {
       read_block;
   std::vector<std::int64_t> rank_state;                  ///< this rank: one value per column
   bool file_locking = true;                              ///< same on all ranks: HDF5 file locking while writing
+  /// World rank 0 shows the progress of writing its own shard under this label
+  /// (core/progress.hpp; the other ranks write theirs meanwhile); empty: none. Set it only for
+  /// saves on the main thread, never for the asynchronous writer's (its lines would interleave
+  /// with the step log).
+  std::string progress_label;
+  ProgressEnd progress_end = ProgressEnd::summary;
 };
 
 /// Writes `w` from every rank of `comm` into a new file at `path` (truncating it). Collective over
@@ -143,7 +150,8 @@ class CheckpointReader {
 
   /// Recomputes the XXH64 checksum of every shard dataset (the work spread over comm's ranks) and
   /// compares with /index/checksums. Collective over comm. Returns the problems found, the same
-  /// list on every rank (empty when the file is intact).
+  /// list on every rank (empty when the file is intact). World rank 0 shows the progress of its
+  /// share in bytes ("checkpoint verify", core/progress.hpp).
   std::vector<std::string> verify(Communicator& comm) const;
 
  private:

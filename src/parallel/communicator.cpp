@@ -14,6 +14,7 @@ std::size_t dtype_size(DataType t) {
     case DataType::f32: return 4;
     case DataType::f64: return 8;
     case DataType::bf16: return 2;
+    case DataType::f16: return 2;
   }
   return 0;
 }

@@ -15,8 +15,13 @@
 //    (B = full output), broadcast B on the root (0 elsewhere), send B. This is the model of
 //    Rajbhandari et al., "ZeRO", sec. 7 (and Thakur et al. 2005 for the algorithms).
 //  - Every collective must be called by all ranks of the communicator in the same order.
+//  - Time accounting (set_timing, off by default): seconds this rank spends blocked in the
+//    communicator's calls (exposed) and an estimate of the time its non-blocking operations were in
+//    flight while the rank did other work (hidden), for the trainer's step-time breakdown
+//    (docs/scaling.md, "Step-time breakdown"). Two steady_clock reads per call; nothing is polled.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,9 +30,9 @@
 
 namespace trident {
 
-/// Element types of messages. bf16 is 16-bit brain floating point stored as uint16 (its sum is
-/// computed in float and rounded back, see kernels/convert.hpp).
-enum class DataType : int { u8 = 0, i32, i64, u64, f32, f64, bf16 };
+/// Element types of messages. bf16 is 16-bit brain floating point, f16 IEEE binary16, both stored
+/// as uint16 (their sums are computed in float and rounded back, see kernels/convert.hpp).
+enum class DataType : int { u8 = 0, i32, i64, u64, f32, f64, bf16, f16 };
 enum class ReduceOp : int { sum = 0, max, min };
 enum class CommOp : int { all_reduce = 0, reduce_scatter, all_gather, broadcast, send, recv, barrier, count_ };
 
@@ -63,6 +68,20 @@ struct CommStats {
   std::int64_t total_calls() const;
 };
 
+/// Seconds of one communicator's operations on this rank, while its timing is on
+/// (Communicator::set_timing). Written only by the thread that owns the communicator.
+///  - exposed: time blocked in blocking calls (all_reduce, recv, ...) and in Request::wait().
+///  - hidden: for each non-blocking operation, the time from its issue to the start of its wait(),
+///    or to the test() that found it complete. That is an upper bound of the time it was in flight
+///    while the rank computed: the operation may have completed earlier (nothing polls it), and
+///    MPI on host memory progresses it only inside MPI calls (MPICH), so part of this time may not
+///    have moved data at all. A request handed to a device stream (stream_wait) counts as hidden up
+///    to that call and nothing after it.
+struct CommTimes {
+  double exposed = 0.0;  ///< s
+  double hidden = 0.0;   ///< s
+};
+
 /// Backend part of a pending non-blocking operation.
 class RequestImpl {
  public:
@@ -76,8 +95,11 @@ class RequestImpl {
 
 /// Handle of a non-blocking operation. wait() must be called before the buffers are reused;
 /// destroying a pending Request waits for it (so a buffer is never freed under a transfer).
+/// A request issued by a communicator with timing on adds its wait to that communicator's
+/// CommTimes (exposed) and its time in flight before the wait (hidden).
 class Request {
  public:
+  using Clock = std::chrono::steady_clock;
   Request() = default;
   explicit Request(std::unique_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
   Request(Request&&) noexcept = default;
@@ -85,21 +107,35 @@ class Request {
     if (this != &o) {
       wait();
       impl_ = std::move(o.impl_);
+      times_ = std::move(o.times_);
+      issued_ = o.issued_;
     }
     return *this;
   }
   ~Request() { wait(); }
   /// Blocks until the operation completed. Local. No-op on an empty or completed request.
   void wait() {
-    if (impl_) {
+    if (!impl_) return;
+    if (times_) {
+      const Clock::time_point t0 = Clock::now();
       impl_->wait();
-      impl_.reset();
+      const Clock::time_point t1 = Clock::now();
+      times_->hidden += std::chrono::duration<double>(t0 - issued_).count();
+      times_->exposed += std::chrono::duration<double>(t1 - t0).count();
+      times_.reset();
+    } else {
+      impl_->wait();
     }
+    impl_.reset();
   }
   /// True when the operation completed (then the request is empty). Local.
   bool test() {
     if (!impl_) return true;
     if (impl_->test()) {
+      if (times_) {
+        times_->hidden += std::chrono::duration<double>(Clock::now() - issued_).count();
+        times_.reset();
+      }
       impl_.reset();
       return true;
     }
@@ -112,13 +148,20 @@ class Request {
   bool stream_wait(void* stream) {
     if (!impl_) return true;
     if (!impl_->stream_wait(stream)) return false;
+    if (times_) {
+      times_->hidden += std::chrono::duration<double>(Clock::now() - issued_).count();
+      times_.reset();
+    }
     impl_.reset();
     return true;
   }
   bool pending() const { return static_cast<bool>(impl_); }
 
  private:
+  friend class Communicator;
   std::unique_ptr<RequestImpl> impl_;
+  std::shared_ptr<CommTimes> times_;  // the issuing communicator's accounts (timing on), shared: it may go first
+  Clock::time_point issued_{};
 };
 
 /// A group of ranks that perform collectives together. Counts are in elements, not bytes.
@@ -161,7 +204,23 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) const = 0;
 
   const CommStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = CommStats{}; }
+  /// Zeroes the call and byte counts and, when timing is on, the times. Local.
+  void reset_stats() {
+    stats_ = CommStats{};
+    if (times_) *times_ = CommTimes{};
+  }
+
+  /// Turns time accounting on or off (off by default): with it on, blocking calls add their
+  /// duration to times().exposed and requests issued from then on add their wait and time in flight
+  /// (CommTimes). Costs two steady_clock reads per call and one shared_ptr copy per request.
+  /// Turning it off and on again restarts the sums at zero. Local.
+  void set_timing(bool on) {
+    if (!on) times_.reset();
+    else if (!times_) times_ = std::make_shared<CommTimes>();
+  }
+  bool timing() const { return static_cast<bool>(times_); }
+  /// Seconds accounted since timing was turned on (zero while off). Local.
+  CommTimes times() const { return times_ ? *times_ : CommTimes{}; }
 
   // ---- typed conveniences -------------------------------------------------------------
   /// In-place all_reduce of n elements. Collective.
@@ -190,9 +249,37 @@ class Communicator {
     stats_.bytes[static_cast<int>(op)] += modelled_bytes(op, count, t, size(), rank() == root);
   }
 
+  /// Backends open one of these at the top of every blocking call: with timing on, its lifetime is
+  /// added to times().exposed. A blocking call implemented as "non-blocking + wait" must not also
+  /// pass its request through track() (it would count twice).
+  class BlockingTime {
+   public:
+    explicit BlockingTime(const Communicator& c)
+        : times_(c.times_.get()), t0_(times_ ? Request::Clock::now() : Request::Clock::time_point{}) {}
+    ~BlockingTime() {
+      if (times_) times_->exposed += std::chrono::duration<double>(Request::Clock::now() - t0_).count();
+    }
+    BlockingTime(const BlockingTime&) = delete;
+    BlockingTime& operator=(const BlockingTime&) = delete;
+
+   private:
+    CommTimes* times_;
+    Request::Clock::time_point t0_;
+  };
+  /// Backends return every non-blocking operation's Request through this: with timing on, the
+  /// request records its issue time now and its wait into times() (CommTimes).
+  Request track(Request r) const {
+    if (times_ && r.pending()) {
+      r.times_ = times_;
+      r.issued_ = Request::Clock::now();
+    }
+    return r;
+  }
+
  private:
   std::string axis_;
   CommStats stats_;
+  std::shared_ptr<CommTimes> times_;  // null: timing off
 };
 
 }  // namespace trident

@@ -3,6 +3,7 @@
 #include "parallel/mpi_communicator.hpp"
 
 #include "core/error.hpp"
+#include "kernels/convert.hpp"  // to_fp16 / from_fp16 (header-only, host-callable)
 
 #if defined(OPEN_MPI) && OPEN_MPI && defined(__has_include)
 #if __has_include(<mpi-ext.h>)
@@ -34,6 +35,7 @@ MPI_Datatype mpi_type(DataType t) {
     case DataType::f32: return MPI_FLOAT;
     case DataType::f64: return MPI_DOUBLE;
     case DataType::bf16: return MPI_UINT16_T;
+    case DataType::f16: return MPI_UINT16_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -58,6 +60,13 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* b = static_cast<std::uint16_t*>(inout);
   for (int i = 0; i < *len; ++i) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
 }
+// fp16 sum: the same in IEEE half (kernels/convert.hpp's conversions: nearest even, overflow to
+// inf, subnormals kept), as NCCL's ncclFloat16 sum rounds each partial sum.
+void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_fp16(from_fp16(a[i]) + from_fp16(b[i]));
+}
 
 MPI_Op mpi_op(ReduceOp op, DataType t) {
   if (t == DataType::bf16) {
@@ -68,6 +77,15 @@ MPI_Op mpi_op(ReduceOp op, DataType t) {
       return o;
     }();
     return bf16_op;
+  }
+  if (t == DataType::f16) {
+    if (op != ReduceOp::sum) throw Error("fp16 reductions support sum only");
+    static MPI_Op fp16_op = [] {
+      MPI_Op o;
+      MPI_Op_create(&fp16_sum, /*commute=*/1, &o);
+      return o;
+    }();
+    return fp16_op;
   }
   return mpi_op(op);
 }
@@ -285,9 +303,10 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) {
+  const BlockingTime timed(*this);
   const std::size_t es = dtype_size(t);
   const bool in_place = send == recv;
-  Staging st(staging_, send, count * es, recv, count * es, t == DataType::bf16);
+  Staging st(staging_, send, count * es, recv, count * es, t == DataType::bf16 || t == DataType::f16);
   std::size_t off = 0;
   do {  // one call even for count == 0, so every rank issues the same sequence of collectives
     const std::size_t n = std::min(kChunk, count - off);
@@ -300,8 +319,9 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
 }
 
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
+  const BlockingTime timed(*this);
   const std::size_t bytes = recv_count * dtype_size(t);
-  Staging st(staging_, send, bytes * static_cast<std::size_t>(size_), recv, bytes, t == DataType::bf16);
+  Staging st(staging_, send, bytes * static_cast<std::size_t>(size_), recv, bytes, t == DataType::bf16 || t == DataType::f16);
   MPI_Reduce_scatter_block(st.in(), st.out(), as_int(recv_count, "reduce_scatter"), mpi_type(t), mpi_op(op, t), comm_);
   st.finish();
   record(CommOp::reduce_scatter, recv_count, t);
@@ -315,6 +335,7 @@ bool gathers_in_place(const void* send, const void* recv, int rank, std::size_t 
 }  // namespace
 
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType t) {
+  const BlockingTime timed(*this);
   const int n = as_int(send_count, "all_gather");
   const std::size_t bytes = send_count * dtype_size(t);
   const bool in_place = gathers_in_place(send, recv, rank_, send_count, t);
@@ -325,6 +346,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
 }
 
 void MpiCommunicator::broadcast(void* buf, std::size_t count, DataType t, int root) {
+  const BlockingTime timed(*this);
   const std::size_t es = dtype_size(t);
   // The root's buffer is only read, the others' only written.
   const bool is_root = rank_ == root;
@@ -338,12 +360,14 @@ void MpiCommunicator::broadcast(void* buf, std::size_t count, DataType t, int ro
 }
 
 void MpiCommunicator::send(const void* buf, std::size_t count, DataType t, int dest, int tag) {
+  const BlockingTime timed(*this);
   Staging st(staging_, buf, count * dtype_size(t), nullptr, 0, false);
   MPI_Send(st.in(), as_int(count, "send"), mpi_type(t), dest, tag, comm_);
   record(CommOp::send, count, t);
 }
 
 void MpiCommunicator::recv(void* buf, std::size_t count, DataType t, int source, int tag) {
+  const BlockingTime timed(*this);
   Staging st(staging_, nullptr, 0, buf, count * dtype_size(t), false);
   MPI_Recv(st.out(), as_int(count, "recv"), mpi_type(t), source, tag, comm_, MPI_STATUS_IGNORE);
   st.finish();
@@ -351,6 +375,7 @@ void MpiCommunicator::recv(void* buf, std::size_t count, DataType t, int source,
 }
 
 void MpiCommunicator::barrier() {
+  const BlockingTime timed(*this);
   MPI_Barrier(comm_);
   record(CommOp::barrier, 0, DataType::u8);
 }
@@ -359,21 +384,21 @@ Request MpiCommunicator::iall_reduce(const void* send, void* recv, std::size_t c
   auto r = std::make_unique<MpiRequest>();
   const std::size_t bytes = count * dtype_size(t);
   const bool in_place = send == recv;
-  r->staging = Staging(staging_, send, bytes, recv, bytes, t == DataType::bf16);
+  r->staging = Staging(staging_, send, bytes, recv, bytes, t == DataType::bf16 || t == DataType::f16);
   MPI_Iallreduce(in_place ? MPI_IN_PLACE : r->staging.in(), r->staging.out(), as_int(count, "iall_reduce"), mpi_type(t),
                  mpi_op(op, t), comm_, &r->req);
   record(CommOp::all_reduce, count, t);
-  return Request(std::move(r));
+  return track(Request(std::move(r)));
 }
 
 Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
   auto r = std::make_unique<MpiRequest>();
   const std::size_t bytes = recv_count * dtype_size(t);
-  r->staging = Staging(staging_, send, bytes * static_cast<std::size_t>(size_), recv, bytes, t == DataType::bf16);
+  r->staging = Staging(staging_, send, bytes * static_cast<std::size_t>(size_), recv, bytes, t == DataType::bf16 || t == DataType::f16);
   MPI_Ireduce_scatter_block(r->staging.in(), r->staging.out(), as_int(recv_count, "ireduce_scatter"), mpi_type(t),
                             mpi_op(op, t), comm_, &r->req);
   record(CommOp::reduce_scatter, recv_count, t);
-  return Request(std::move(r));
+  return track(Request(std::move(r)));
 }
 
 Request MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count, DataType t) {
@@ -385,7 +410,7 @@ Request MpiCommunicator::iall_gather(const void* send, void* recv, std::size_t s
   MPI_Iallgather(in_place ? MPI_IN_PLACE : r->staging.in(), n, mpi_type(t), r->staging.out(), n, mpi_type(t), comm_,
                  &r->req);
   record(CommOp::all_gather, send_count, t);
-  return Request(std::move(r));
+  return track(Request(std::move(r)));
 }
 
 Request MpiCommunicator::isend(const void* buf, std::size_t count, DataType t, int dest, int tag) {
@@ -393,7 +418,7 @@ Request MpiCommunicator::isend(const void* buf, std::size_t count, DataType t, i
   r->staging = Staging(staging_, buf, count * dtype_size(t), nullptr, 0, false);
   MPI_Isend(r->staging.in(), as_int(count, "isend"), mpi_type(t), dest, tag, comm_, &r->req);
   record(CommOp::send, count, t);
-  return Request(std::move(r));
+  return track(Request(std::move(r)));
 }
 
 Request MpiCommunicator::irecv(void* buf, std::size_t count, DataType t, int source, int tag) {
@@ -401,7 +426,7 @@ Request MpiCommunicator::irecv(void* buf, std::size_t count, DataType t, int sou
   r->staging = Staging(staging_, nullptr, 0, buf, count * dtype_size(t), false);
   MPI_Irecv(r->staging.out(), as_int(count, "irecv"), mpi_type(t), source, tag, comm_, &r->req);
   record(CommOp::recv, count, t);
-  return Request(std::move(r));
+  return track(Request(std::move(r)));
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& axis) const {

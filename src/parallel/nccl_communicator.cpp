@@ -32,6 +32,7 @@ ncclDataType_t nccl_type(DataType t) {
     case DataType::f32: return ncclFloat32;
     case DataType::f64: return ncclFloat64;
     case DataType::bf16: return ncclBfloat16;  // NCCL reduces bf16 natively (sum, max, min)
+    case DataType::f16: return ncclFloat16;    // and IEEE half
   }
   return ncclUint8;
 }
@@ -504,36 +505,43 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) {
+  const BlockingTime timed(*this);
   impl_->all_reduce(send, recv, count, t, op, /*blocking=*/true);
   record(CommOp::all_reduce, count, t);
 }
 
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
+  const BlockingTime timed(*this);
   impl_->reduce_scatter(send, recv, recv_count, t, op, /*blocking=*/true);
   record(CommOp::reduce_scatter, recv_count, t);
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DataType t) {
+  const BlockingTime timed(*this);
   impl_->all_gather(send, recv, send_count, t, /*blocking=*/true);
   record(CommOp::all_gather, send_count, t);
 }
 
 void NcclCommunicator::broadcast(void* buf, std::size_t count, DataType t, int root) {
+  const BlockingTime timed(*this);
   impl_->broadcast(buf, count, t, root);
   record(CommOp::broadcast, count, t, root);
 }
 
 void NcclCommunicator::send(const void* buf, std::size_t count, DataType t, int dest, int /*tag*/) {
+  const BlockingTime timed(*this);
   impl_->p2p(P2p{true, const_cast<void*>(buf), count, t, dest}, /*blocking=*/true);
   record(CommOp::send, count, t);
 }
 
 void NcclCommunicator::recv(void* buf, std::size_t count, DataType t, int source, int /*tag*/) {
+  const BlockingTime timed(*this);
   impl_->p2p(P2p{false, buf, count, t, source}, /*blocking=*/true);
   record(CommOp::recv, count, t);
 }
 
 void NcclCommunicator::barrier() {
+  const BlockingTime timed(*this);
   {
     DeviceGuard guard(impl_->device, impl_->axis);
     impl_->flush();
@@ -546,31 +554,31 @@ void NcclCommunicator::barrier() {
 Request NcclCommunicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op) {
   Request r = impl_->all_reduce(send, recv, count, t, op, /*blocking=*/false);
   record(CommOp::all_reduce, count, t);
-  return r;
+  return track(std::move(r));
 }
 
 Request NcclCommunicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType t, ReduceOp op) {
   Request r = impl_->reduce_scatter(send, recv, recv_count, t, op, /*blocking=*/false);
   record(CommOp::reduce_scatter, recv_count, t);
-  return r;
+  return track(std::move(r));
 }
 
 Request NcclCommunicator::iall_gather(const void* send, void* recv, std::size_t send_count, DataType t) {
   Request r = impl_->all_gather(send, recv, send_count, t, /*blocking=*/false);
   record(CommOp::all_gather, send_count, t);
-  return r;
+  return track(std::move(r));
 }
 
 Request NcclCommunicator::isend(const void* buf, std::size_t count, DataType t, int dest, int /*tag*/) {
   Request r = impl_->p2p(P2p{true, const_cast<void*>(buf), count, t, dest}, /*blocking=*/false);
   record(CommOp::send, count, t);
-  return r;
+  return track(std::move(r));
 }
 
 Request NcclCommunicator::irecv(void* buf, std::size_t count, DataType t, int source, int /*tag*/) {
   Request r = impl_->p2p(P2p{false, buf, count, t, source}, /*blocking=*/false);
   record(CommOp::recv, count, t);
-  return r;
+  return track(std::move(r));
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& axis) const {

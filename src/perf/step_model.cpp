@@ -93,8 +93,8 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
   const bool recompute = tr.activation_checkpointing == Recompute::block;
   p.model_flops = narayanan_flops(m, static_cast<double>(tr.global_batch_size), recompute);
   const double es = tr.dtype == Precision::f64 ? 8.0 : 4.0;
-  const double pbytes = tr.param_dtype == Precision::bf16 ? 2.0 : es;
-  const double rbytes = tr.reduce_dtype == Precision::bf16 ? 2.0 : es;
+  const double pbytes = is_half(tr.param_dtype) ? 2.0 : es;
+  const double rbytes = is_half(tr.reduce_dtype) ? 2.0 : es;
   const double act_bytes = static_cast<double>(tr.micro_batch_size) * m.block_size * m.n_embd * es;
   const double N = static_cast<double>(tr.micro_batch_size) * m.block_size;
   const bool tp_intra = intra_node(tp, 1, dpn), dp_intra = intra_node(dp, tp, dpn), shard_intra = intra_node(S, tp, dpn),
@@ -155,7 +155,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
     const double s_u = std::ceil(n / S), padded = s_u * S;
     n_total += n;
     local_owned += par.zero_stage >= 1 ? s_u : n;
-    if (par.zero_stage == 0 && tr.reduce_dtype == Precision::bf16)
+    if (par.zero_stage == 0 && is_half(tr.reduce_dtype))
       dp_total += coll(mach, CommOp::all_reduce, S, n * rbytes, shard_intra);
     if (par.zero_stage == 1) {
       dp_total += coll(mach, CommOp::reduce_scatter, S, padded * rbytes, shard_intra);
@@ -186,7 +186,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
     // With prefetch, every gather but the first of each pass can run under the previous unit's compute.
     if (par.prefetch) overlappable_gather += gathered * std::max(0.0, count - 2.0 * M) / count;
   }
-  if (par.zero_stage == 0 && tr.reduce_dtype != Precision::bf16)
+  if (par.zero_stage == 0 && !is_half(tr.reduce_dtype))
     dp_total += coll(mach, CommOp::all_reduce, S, n_total * rbytes, shard_intra);
   if (par.zero_stage >= 1 && dp / S > 1)
     dp_total += coll(mach, CommOp::all_reduce, dp / S, local_owned * rbytes, intra_node(dp, tp, dpn));

@@ -18,9 +18,11 @@
 namespace trident {
 
 namespace {
-const char* kHeader =
+const std::string kHeader =
     "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
-    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg,mem_checkpoint,skipped,skipped_steps,loss_z";
+    "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg,mem_checkpoint,skipped,skipped_steps,loss_z,loss_scale,"
+    "overflow_steps," +
+    step_breakdown_columns() + ",offload_read_mib,offload_write_mib,offload_wait_ms";
 // Columns are only ever appended (after leg), so files of every version parse; the leg is field
 // kLegField of a row that has more fields than that, else (rows written before mem_checkpoint,
 // or before leg had a fixed place) its last field.
@@ -33,10 +35,16 @@ std::string format_row(const MetricsRow& r) {
                      r.ms_per_step, r.mfu, r.peak_mem_mib, r.mem_mib[0], r.mem_mib[1], r.mem_mib[2], r.mem_mib[3],
                      r.mem_mib[4], r.mem_mib[5], r.comm_mib, r.bubble);
 }
-// The numerics columns (after mem_checkpoint): skipped, skipped_steps, loss_z (empty when NaN).
+// The numerics columns (after mem_checkpoint): skipped, skipped_steps, loss_z (empty when NaN),
+// loss_scale, overflow_steps.
 std::string numerics_fields(const MetricsRow& r) {
   const std::string z = std::isnan(r.loss_z) ? "" : log::format("%.4g", r.loss_z);
-  return log::format("%d,%lld,%s", r.skipped ? 1 : 0, static_cast<long long>(r.skipped_steps), z.c_str());
+  return log::format("%d,%lld,%s,%.17g,%lld", r.skipped ? 1 : 0, static_cast<long long>(r.skipped_steps), z.c_str(),
+                     r.loss_scale, static_cast<long long>(r.overflow_steps));
+}
+// The offload columns (after loss_z): MiB read and written on the offload device, ms waited.
+std::string offload_fields(const MetricsRow& r) {
+  return log::format("%.6g,%.6g,%.6g", r.offload_read_mib, r.offload_write_mib, r.offload_wait_ms);
 }
 }  // namespace
 
@@ -191,7 +199,7 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
 
 void MetricsCsv::write(const MetricsRow& r) {
   append(format_row(r) + "," + leg_ + "," + log::format("%.6g", r.mem_mib[static_cast<int>(MemCategory::checkpoint)]) +
-         "," + numerics_fields(r) + "\n");
+         "," + numerics_fields(r) + "," + r.breakdown.csv_fields() + "," + offload_fields(r) + "\n");
 }
 
 void MetricsCsv::append(const std::string& lines) {

@@ -13,7 +13,17 @@
 // when [train] nonfinite = skip dropped the step's update; its train_loss and grad_norm are then
 // nan), skipped_steps (the run's skipped steps so far, all legs) and loss_z (the loss's z-score
 // against the spike detector's window, train/numerics.hpp; empty until the window is full or with
-// the detector off). Columns are only ever appended, so older files
+// the detector off), then fp16 loss scaling's (train/numerics.hpp LossScaler): loss_scale (the
+// scale this step's backward used; 1 without fp16) and overflow_steps (steps skipped for a
+// gradient overflow so far, all legs; such a step has skipped = 1, its real train_loss and
+// grad_norm inf, and does not count in skipped_steps), then the step-time breakdown in milliseconds
+// (train/step_timers.hpp, step_breakdown_columns(): t_step, t_fwd, t_bwd, t_opt,
+// t_comm_<axis>_exposed and _hidden for dp, tp, pp, world, t_bubble, t_data, t_ckpt, t_eval,
+// t_other; world rank 0's view; empty with [train] timers = off), then the optimizer-state
+// offload's columns ([parallel] offload_optimizer = nvme; zeros without offload): offload_read_mib
+// and offload_write_mib, the MiB this rank read from and wrote to its offload file during the step
+// (a save's reads are not counted), and offload_wait_ms, the time the step waited for them.
+// Columns are only ever appended, so older files
 // still parse (their rows end at leg). Every row is flushed when written, so a killed job keeps
 // its metrics up to the last completed step.
 //
@@ -25,6 +35,8 @@
 // row is kept in metrics.superseded.csv. Files written before the column was called `leg` (it
 // was `segment`) are read the same way: the id is field 18 of a longer row, else the last field.
 #pragma once
+
+#include "train/step_timers.hpp"
 
 #include <cstdint>
 #include <fstream>
@@ -45,6 +57,11 @@ struct MetricsRow {
   bool skipped = false;           ///< the step's update was skipped (non-finite loss or gradient norm)
   std::int64_t skipped_steps = 0; ///< skipped steps of the run so far
   double loss_z = 0;              ///< the loss's spike z-score; NaN: none (written as an empty cell)
+  double loss_scale = 1;          ///< fp16: the loss scale of the step's backward (1 without loss scaling)
+  std::int64_t overflow_steps = 0;///< fp16: steps skipped for a gradient overflow so far
+  StepBreakdown breakdown;        ///< the t_* columns (empty cells when the timers are off)
+  double offload_read_mib = 0, offload_write_mib = 0;  ///< offload traffic of the step (this rank)
+  double offload_wait_ms = 0;     ///< time the step waited for offload I/O
 };
 
 class MetricsCsv {

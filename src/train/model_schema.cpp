@@ -29,7 +29,11 @@ ModelSchema gpt_model_schema() {
 }
 
 CheckpointStateFactory model_state_factory() {
-  return [](const Config& cfg, const ProcessGrid& grid) -> std::unique_ptr<CheckpointState> {
+  return [](const Config& stored, const ProcessGrid& grid) -> std::unique_ptr<CheckpointState> {
+    // A reshard is one resume plus one save: the state stays in memory, whatever offload the run
+    // that wrote the checkpoint used (its offload_path may not exist where the tool runs).
+    Config cfg = stored;
+    cfg.parallel.offload_optimizer = OffloadKind::none;
     if (cfg.train.dtype == Precision::f64) return std::make_unique<ModelState<double>>(cfg, grid);
     return std::make_unique<ModelState<float>>(cfg, grid);
   };

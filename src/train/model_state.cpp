@@ -4,6 +4,7 @@
 #include "checkpoint/tensor_read.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/progress.hpp"
 #include "parallel/agree.hpp"
 #include "train/model_schema.hpp"
 #include "train/resume_check.hpp"
@@ -35,9 +36,20 @@ ModelState<T>::ModelState(const Config& cfg, const ProcessGrid& grid)
   comms.replicate = replicate_comm_.get();
   comms.model = &grid.mp_comm();
   comms.tied = ends ? tied_comm_.get() : nullptr;
-  engine_ = std::make_unique<ZeroEngine<T>>(layout_, GptSchedule::make(layout_, cfg.model), cfg.train,
-                                            ZeroOptions::from(cfg), *shard_comm_, comms);
+  ZeroOptions zopt = ZeroOptions::from(cfg);
+  if (zopt.offload_nvme) zopt.offload_file = offload_file_name(cfg.parallel.offload_path, grid.world_rank());
+  // Creating the offload file can fail on some ranks only (a full or missing device): agreed, so
+  // every rank stops with the message naming the file.
+  run_agreed(grid.world_comm(), "cannot start the optimizer-state offload ([parallel] offload_path)", [&] {
+    engine_ = std::make_unique<ZeroEngine<T>>(layout_, GptSchedule::make(layout_, cfg.model), cfg.train, zopt,
+                                              *shard_comm_, comms);
+  });
   engine_->initialize(static_cast<std::uint64_t>(cfg.train.seed));
+  if (engine_->offloaded()) {
+    run_agreed(grid.world_comm(), "optimizer-state offload failed", [&] { engine_->check_offload(); });
+    log::info("optimizer state offloaded to %s (one file per rank, %s)", cfg.parallel.offload_path.c_str(),
+              "scratch: rebuilt from the checkpoint at every start");
+  }
 }
 
 template <class T>
@@ -52,6 +64,9 @@ namespace {
 
 /// True when the live state (MemSpace) can be read by the host in place (CPU builds).
 constexpr bool kStateOnHost = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+/// True when a save can write the live state in place: host memory and nothing offloaded (an
+/// offloaded shard is read from its file through the staging buffer, like device memory).
+bool state_in_place(bool offloaded) { return kStateOnHost && !offloaded; }
 
 /// One canonical run of a shard: elements [flat_offset, +count) of tensor `tensor` (an index of
 /// the rank's layout), at local_offset in the engine's arrays.
@@ -92,9 +107,10 @@ std::int64_t shard_length(const std::vector<Piece>& runs) {
 /// are written in place, so the buffer only has to hold the longest stretch of consecutive
 /// shorter runs (norm weights, biases), at most `limit` elements; none when there is no such run.
 /// Device state: everything goes through it, min(shard, limit) elements.
-std::int64_t staging_elements(const std::vector<Piece>& runs, std::int64_t in_place, std::int64_t limit) {
+std::int64_t staging_elements(const std::vector<Piece>& runs, std::int64_t in_place, std::int64_t limit,
+                              bool offloaded) {
   std::int64_t need = 0;
-  if (!kStateOnHost) {
+  if (!state_in_place(offloaded)) {
     need = shard_length(runs);
   } else {
     std::int64_t stretch = 0;
@@ -109,13 +125,17 @@ std::int64_t staging_elements(const std::vector<Piece>& runs, std::int64_t in_pl
 /// Reads a shard of the live master weights and moments (MemSpace) by shard position.
 template <class T>
 struct LiveShard {
-  std::array<const T*, 3> base{};   // master, exp_avg, exp_avg_sq
+  const ZeroEngine<T>* zero = nullptr;
+  std::array<const T*, 3> base{};   // master, exp_avg, exp_avg_sq (nullptr: in the offload file)
   std::vector<Piece> runs;          // shard order, local offsets
   std::vector<std::int64_t> start;  // shard position of each run, then the shard length
+  bool in_place = kStateOnHost;     // runs can be written from the live arrays
 
-  LiveShard(const ZeroEngine<T>& zero, const std::vector<Piece>& shard_runs)
-      : base{zero.master(), zero.optimizer().exp_avg().data(), zero.optimizer().exp_avg_sq().data()},
-        runs(shard_runs) {
+  LiveShard(const ZeroEngine<T>& z, const std::vector<Piece>& shard_runs)
+      : zero(&z),
+        base{z.master(), z.optimizer().exp_avg().data(), z.optimizer().exp_avg_sq().data()},
+        runs(shard_runs),
+        in_place(state_in_place(z.offloaded())) {
     start.push_back(0);
     for (const Piece& r : runs) start.push_back(start.back() + r.count);
   }
@@ -131,7 +151,9 @@ struct LiveShard {
     for (std::int64_t pos = first; pos < first + n;) {
       const size_t r = run_at(pos);
       const std::int64_t c = std::min(start[r + 1], first + n) - pos;
-      if constexpr (kStateOnHost) {
+      if (zero->offloaded()) {
+        zero->read_state(static_cast<int>(k), runs[r].local_offset + (pos - start[r]), c, dst + (pos - first));
+      } else if constexpr (kStateOnHost) {
         std::memcpy(dst + (pos - first), at(k, r, pos), static_cast<size_t>(c) * sizeof(T));
       } else {
         Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Unmanaged>(dst + (pos - first), static_cast<size_t>(c)),
@@ -154,7 +176,7 @@ struct LiveBlockReader {
   std::int64_t operator()(std::size_t k, std::int64_t first, std::int64_t max_count, const void** data) const {
     const LiveShard<T>& s = *shard;
     const size_t r = s.run_at(first);
-    const bool whole_run_in_place = kStateOnHost && s.runs[r].count >= in_place;
+    const bool whole_run_in_place = s.in_place && s.runs[r].count >= in_place;
     if (whole_run_in_place || staging_elems == 0) {
       *data = s.at(k, r, first);
       return std::min(max_count, s.start[r + 1] - first);
@@ -163,7 +185,7 @@ struct LiveBlockReader {
     const std::int64_t limit = std::min(max_count, staging_elems);
     while (n < limit) {
       const size_t q = s.run_at(first + n);
-      if (kStateOnHost && q != r && s.runs[q].count >= in_place) break;
+      if (s.in_place && q != r && s.runs[q].count >= in_place) break;
       const std::int64_t c = std::min(s.start[q + 1] - (first + n), limit - n);
       s.copy(k, first + n, c, staging + n);
       n += c;
@@ -240,7 +262,8 @@ CheckpointSnapshot ModelState<T>::live_view(const RunState& run) const {
   LiveBlockReader<T> reader;
   reader.shard = std::make_shared<const LiveShard<T>>(*engine_, runs);
   reader.in_place = kInPlaceBytes / t;
-  reader.staging_elems = staging_elements(runs, reader.in_place, std::max<std::int64_t>(1, staging_bytes_ / t));
+  reader.staging_elems =
+      staging_elements(runs, reader.in_place, std::max<std::int64_t>(1, staging_bytes_ / t), engine_->offloaded());
   if (reader.staging_elems > 0) {
     snap.storage.emplace_back(static_cast<size_t>(reader.staging_elems) * sizeof(T));
     reader.staging = reinterpret_cast<T*>(snap.storage[0].data());
@@ -263,7 +286,9 @@ std::int64_t ModelState<T>::plan_save_bytes(const Config& cfg, const ParamLayout
       layout, ZeroEngine<T>::plan_checkpoint_pieces(layout, sched, ZeroOptions::from(cfg), S, 0, cfg.parallel.dp, 0, true)));
   const auto t = static_cast<std::int64_t>(sizeof(T));
   if (cfg.checkpoint.async) return 3 * shard_length(runs) * t;
-  return staging_elements(runs, kInPlaceBytes / t, std::max<std::int64_t>(1, kSaveStagingBytes / t)) * t;
+  return staging_elements(runs, kInPlaceBytes / t, std::max<std::int64_t>(1, kSaveStagingBytes / t),
+                          cfg.parallel.offload_optimizer == OffloadKind::nvme) *
+         t;
 }
 
 template <class T>
@@ -318,11 +343,19 @@ RunState ModelState<T>::load(const std::string& path) {
     // Each rank reads the elements of the pieces its optimizer owns, wherever the writing layout
     // put them (the index maps tensors to shards; read_tp_partition maps tp partitions), so any
     // dp x tp x pp layout and ZeRO stage can resume any other.
+    if (zero.offloaded()) {
+      load_offloaded(rd, meta.adam_step);
+      return;
+    }
     // Mirrors that start as copies of the live arrays: the elements no piece covers (a unit's
     // padding) go back unchanged, as on a host build where the mirror is the array itself.
     auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
     auto m_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg().view());
     auto v_h = Kokkos::create_mirror_view_and_copy(HostSpace(), zero.optimizer().exp_avg_sq().view());
+    // Progress of world rank 0's part (parameters and both moments); the other ranks read theirs meanwhile.
+    std::int64_t my_elements = 0;
+    for (const Piece& p : zero.owned()) my_elements += p.count;
+    Progress progress("checkpoint load", 3 * my_elements * static_cast<std::int64_t>(sizeof(T)), ProgressUnit::bytes);
     for (const Piece& p : zero.owned())
       for (const TensorSpec& t : layout_.tensors()) {
         const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
@@ -333,14 +366,49 @@ RunState ModelState<T>::load(const std::string& path) {
         read_tp_partition(rd, "param", ct, P, r, a - t.offset, b - a, dtype_of<T>(), p_h.data() + dst);
         read_tp_partition(rd, "exp_avg", ct, P, r, a - t.offset, b - a, dtype_of<T>(), m_h.data() + dst);
         read_tp_partition(rd, "exp_avg_sq", ct, P, r, a - t.offset, b - a, dtype_of<T>(), v_h.data() + dst);
+        progress.add(3 * (b - a) * static_cast<std::int64_t>(sizeof(T)));
       }
+    progress.finish();
     Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
     Kokkos::deep_copy(zero.optimizer().exp_avg().view(), m_h);
     Kokkos::deep_copy(zero.optimizer().exp_avg_sq().view(), v_h);
     zero.optimizer().set_step_count(meta.adam_step);
   });
   zero.refresh_params();
+  if (zero.offloaded())
+    run_agreed(grid_.world_comm(), "optimizer-state offload failed", [&] { zero.check_offload(); });
   return meta.run;
+}
+
+template <class T>
+void ModelState<T>::load_offloaded(CheckpointReader& rd, std::int64_t adam_step) {
+  // Streamed into the offload file unit by unit (the whole shard is never in memory); the
+  // master weights go to the live array where they are resident (fp32 stages 0 and 3).
+  ZeroEngine<T>& zero = *engine_;
+  const bool master_resident = !zero.kind_offloaded(0);
+  Kokkos::View<T*, HostSpace> p_h;
+  if (master_resident)
+    p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
+  const int P = grid_.tp_size(), r = grid_.tp_rank();
+  zero.write_units_host([&](int u, std::int64_t first, std::int64_t count, T* mu, T* m, T* v) {
+    // Elements [first, first + count) of the unit's local stretch, which the owned piece starts.
+    const Piece& p = zero.owned()[static_cast<size_t>(u)];
+    const std::int64_t lo = p.flat_offset + first, hi = std::min(p.flat_offset + p.count, lo + count);
+    for (const TensorSpec& t : layout_.tensors()) {
+      const std::int64_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
+      if (a >= b) continue;
+      const std::int64_t in_chunk = a - lo;
+      const CkptTensor ct = checkpoint_tensor(t);
+      read_tp_partition(rd, "param", ct, P, r, a - t.offset, b - a, dtype_of<T>(),
+                        master_resident ? p_h.data() + p.local_offset + first + in_chunk : mu + in_chunk);
+      read_tp_partition(rd, "exp_avg", ct, P, r, a - t.offset, b - a, dtype_of<T>(), m + in_chunk);
+      read_tp_partition(rd, "exp_avg_sq", ct, P, r, a - t.offset, b - a, dtype_of<T>(), v + in_chunk);
+    }
+  });
+  if (master_resident) Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
+  zero.optimizer().set_step_count(adam_step);
+  // An offload failure is not the checkpoint's: load() reports it in its own agreement after the
+  // refresh ("optimizer-state offload failed"), not as "cannot read" the checkpoint.
 }
 
 template class ModelState<float>;

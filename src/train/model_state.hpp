@@ -26,6 +26,8 @@
 
 namespace trident {
 
+class CheckpointReader;
+
 template <class T>
 class ModelState final : public CheckpointState {
  public:
@@ -38,6 +40,11 @@ class ModelState final : public CheckpointState {
   const ZeroEngine<T>& engine() const { return *engine_; }
   /// Bytes this rank sent over all communicators it uses (ring model).
   std::int64_t comm_bytes() const;
+  /// The communicators this state split off the grid's (dp_shard, dp_replicate, pp_tied), e.g. to
+  /// time them (train/step_timers.hpp). Local.
+  std::vector<Communicator*> own_comms() const {
+    return {shard_comm_.get(), replicate_comm_.get(), tied_comm_.get()};
+  }
 
   /// A host copy of this rank's part of a checkpoint at `run` (3 x shard elements x sizeof(T):
   /// master weights and both moments), in the buffers of the last recycled snapshot when there is
@@ -67,7 +74,8 @@ class ModelState final : public CheckpointState {
   void set_staging_bytes(std::int64_t bytes) { staging_bytes_ = bytes; }
   /// Restores master weights, moments and the optimizer step from `path`, written at any layout
   /// and ZeRO stage, and rebuilds the working parameters. Returns the run state recorded there.
-  /// Collective over the grid. Throws CheckpointError (collective) for another model.
+  /// Collective over the grid. Throws CheckpointError (collective) for another model. World rank
+  /// 0 shows the progress of reading its own pieces ("checkpoint load", core/progress.hpp).
   RunState load(const std::string& path) override;
 
  private:
@@ -82,6 +90,9 @@ class ModelState final : public CheckpointState {
   // The header of this rank's part of a checkpoint (tensors, kinds, metadata, shard, segments)
   // and the runs of its shard: canonical elements, in shard order, local offsets.
   CheckpointWrite describe(const RunState& run, std::vector<Piece>& runs) const;
+  // load() with the optimizer state offloaded: the checkpoint's pieces written to the offload
+  // file unit by unit. Local (inside load's agreement).
+  void load_offloaded(CheckpointReader& rd, std::int64_t adam_step);
 };
 
 }  // namespace trident

@@ -1,6 +1,7 @@
 #include "train/numerics.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <limits>
 
@@ -9,11 +10,14 @@ namespace trident {
 StepHealth agree_step_health(Communicator& world, int world_rank, double loss, double grad_norm) {
   const bool bad = !std::isfinite(loss) || !std::isfinite(grad_norm);
   const double lowest = -std::numeric_limits<double>::max();
-  // max of: the bad flag, the finite losses, minus the ranks that saw a bad value (the lowest rank wins).
-  double v[3] = {bad ? 1.0 : 0.0, std::isfinite(loss) ? loss : lowest, bad ? -static_cast<double>(world_rank) : lowest};
-  world.all_reduce(v, v, 3, DataType::f64, ReduceOp::max);
+  // max of: the bad flag, the finite losses, minus the ranks that saw a bad value (the lowest rank
+  // wins), the bad-loss flag.
+  double v[4] = {bad ? 1.0 : 0.0, std::isfinite(loss) ? loss : lowest, bad ? -static_cast<double>(world_rank) : lowest,
+                 std::isfinite(loss) ? 0.0 : 1.0};
+  world.all_reduce(v, v, 4, DataType::f64, ReduceOp::max);
   StepHealth h;
   h.finite = v[0] == 0.0;
+  h.loss_finite = v[3] == 0.0;
   h.loss = v[1] == lowest ? std::nan("") : v[1];
   h.first_bad_rank = h.finite ? -1 : static_cast<int>(-v[2]);
   return h;
@@ -28,6 +32,33 @@ NonfiniteVerdict NonfinitePolicy::decide(bool finite) {
   ++consecutive_;
   ++total_;
   return consecutive_ >= max_consecutive_ ? NonfiniteVerdict::stop : NonfiniteVerdict::skip;
+}
+
+LossScaler::LossScaler(const TrainConfig& t)
+    : LossScaler(uses_loss_scaling(t), t.loss_scale_init, t.loss_scale_growth_interval, t.loss_scale_growth,
+                 t.loss_scale_backoff, t.loss_scale_min) {}
+
+LossScaler::LossScaler(bool enabled, double init, std::int64_t growth_interval, double growth, double backoff,
+                       double min_scale)
+    : enabled_(enabled), scale_(init), interval_(growth_interval), growth_(growth), backoff_(backoff),
+      min_(min_scale) {}
+
+ScaleVerdict LossScaler::update(bool grads_finite) {
+  if (!enabled_) return ScaleVerdict::apply;
+  if (!grads_finite) {
+    good_ = 0;
+    if (scale_ <= min_) return ScaleVerdict::stop;
+    ++overflows_;
+    scale_ = std::max(scale_ * backoff_, min_);  // Megatron-LM: max(scale * backoff, min_scale)
+    return ScaleVerdict::overflow;
+  }
+  if (++good_ >= interval_) {
+    // The scale multiplies the loss gradient in float: it grows only while it stays a finite float.
+    const double grown = scale_ * growth_;
+    if (grown <= static_cast<double>(FLT_MAX)) scale_ = grown;
+    good_ = 0;
+  }
+  return ScaleVerdict::apply;
 }
 
 double SpikeDetector::zscore(double loss) const {

@@ -29,12 +29,24 @@ struct Piece {
 template <class T>
 class AdamW {
  public:
-  /// Moments for a local array of local_size elements covering `pieces`.
-  AdamW(const ParamLayout& layout, const std::vector<Piece>& pieces, std::int64_t local_size, const TrainConfig& cfg);
+  /// Moments for a local array of local_size elements covering `pieces`. With resident = false
+  /// the moments are not allocated: they live elsewhere (an offload file, offload/offload_file.hpp)
+  /// and every update passes them in (begin_step + update).
+  AdamW(const ParamLayout& layout, const std::vector<Piece>& pieces, std::int64_t local_size, const TrainConfig& cfg,
+        bool resident = true);
 
   /// One update of the master weights from the gradient (both local arrays) with learning rate lr;
   /// the gradient is multiplied by grad_scale first (clipping). Local.
   void step(T* master, const T* grads, double lr, double grad_scale);
+
+  /// The streamed form of step() (ZeRO-Infinity, Rajbhandari et al. 2021, sec. 6.2: the update runs
+  /// on one unit's state at a time): begin_step() once, then update() for each stretch of local
+  /// offsets [local_begin, local_end). master, grads, m, v point at local offset `base` (elements
+  /// below it are never touched). The same elementwise arithmetic as step(), so a step done in
+  /// stretches is bitwise the step done at once. Local.
+  void begin_step() { ++step_count_; }
+  void update(std::int64_t local_begin, std::int64_t local_end, std::int64_t base, T* master, const T* grads, T* m,
+              T* v, double lr, double grad_scale) const;
 
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t s) { step_count_ = s; }

@@ -26,7 +26,12 @@ std::optional<ChangeClass> change_class(const std::string& name) {
                     "train.eval_iters", "train.log_interval", "train.out_dir", "train.activation_checkpointing",
                     "train.peak_tflops", "train.allow_changed", "data.cache_max_mb", "data.sample_log",
                     "train.nonfinite", "train.max_consecutive_skips", "train.spike_window", "train.spike_zscore",
-                    "train.spike_rollback", "train.spike_max_rollbacks"}))
+                    "train.spike_rollback", "train.spike_max_rollbacks",
+                    // fp16 loss scaling: the restored scale goes on (loss_scale_init only starts a
+                    // run, or a resume from a checkpoint without a scale); it decides which steps
+                    // overflow, not the math of an applied one.
+                    "train.loss_scale_init", "train.loss_scale_growth_interval", "train.loss_scale_growth",
+                    "train.loss_scale_backoff", "train.loss_scale_min", "train.timers"}))
     return ChangeClass::same_math;
   if (is_any(name, {"model.dropout", "train.global_batch_size", "train.weight_decay", "train.beta1", "train.beta2",
                     "train.eps", "train.grad_clip", "train.dtype", "train.param_dtype", "train.reduce_dtype",

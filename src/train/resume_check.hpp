@@ -6,7 +6,7 @@
 // Every differing key is listed with what it does, in one of four classes (docs/design.md,
 // "Resuming with another deck", argues each key):
 //  - same_math: the layout, accounting and run control ([parallel], micro_batch_size,
-//    activation_checkpointing, stop_at_step, eval_*, log_interval, out_dir, [checkpoint], the
+//    activation_checkpointing, stop_at_step, eval_*, log_interval, timers, out_dir, [checkpoint], the
 //    numerics policy's keys, ...):
 //    takes effect; the training math is unchanged up to summation order (info line);
 //  - takes_effect: a hyperparameter of the optimisation that the restart state stays valid under

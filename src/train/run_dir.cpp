@@ -36,11 +36,20 @@ RunDirClaim::RunDirClaim(Communicator& world, const std::string& out_dir, const 
     if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
       throw IoError("[train] out_dir '" + out_dir + "' exists and is not a directory");
     fs::create_directories(out_dir);
-    if (run_lock == RunLockMode::required) lock_ = std::make_unique<RunLock>(out_dir);
-    else
-      log::warn("[checkpoint] run_lock = off: '%s' is not locked; nothing stops another job from writing the same "
-                "run directory (interleaved metrics.csv rows, checkpoints moved aside); make sure only this job uses it",
-                out_dir.c_str());
+    if (run_lock == RunLockMode::required) {
+      lock_ = std::make_unique<RunLock>(out_dir);
+    } else {
+      // off: go without a lock only where the file system grants none. Where it grants one, take
+      // it: a job that holds the directory (a lock that is there to be seen) is still refused.
+      try {
+        lock_ = std::make_unique<RunLock>(out_dir);
+      } catch (const RunLockUnsupported&) {
+        log::warn("[checkpoint] run_lock = off: '%s' is not locked (the file system grants no lock); nothing stops "
+                  "another job from writing the same run directory (interleaved metrics.csv rows, checkpoints moved "
+                  "aside); make sure only this job uses it",
+                  out_dir.c_str());
+      }
+    }
     fs::create_directories(ckdir.dir());
   });
   // Find a file system that cannot take checkpoints now, not at the first save hours later.

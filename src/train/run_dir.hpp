@@ -31,8 +31,8 @@ class CheckpointDir;
 class RunDirClaim {
  public:
   /// On world rank 0: refuses an `out_dir` that exists and is not a directory (IoError), creates
-  /// it, takes its RunLock (with `run_lock` = off: takes none and warns that nothing keeps a
-  /// second job out) and creates the checkpoint directory `ckdir`; then every rank runs the
+  /// it, takes its RunLock (with `run_lock` = off, where the file system grants no lock: takes
+  /// none and warns that nothing keeps a second job out; a job holding the lock is still refused) and creates the checkpoint directory `ckdir`; then every rank runs the
   /// start-up probe of `ckdir` (probe_checkpoint_dir: the fcntl locks MPI-IO needs, and a small
   /// checkpoint written and read back the way saves write, with `file_locking`). Collective over
   /// world. Throws (collective, prefixed "cannot set up the run directory") ConfigError (exit

@@ -4,6 +4,7 @@
 #include "core/fault.hpp"
 #include "core/host_copy.hpp"
 #include "core/log.hpp"
+#include "core/progress.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint_file.hpp"
 #include "kernels/elementwise.hpp"
@@ -24,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <ctime>
 #include <filesystem>
@@ -73,7 +75,12 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
       targets_("trident::targets",
                static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)),
       nonfinite_(cfg.train.nonfinite, cfg.train.max_consecutive_skips),
-      spikes_(cfg.train.spike_window) {
+      spikes_(cfg.train.spike_window),
+      scaler_(cfg.train),
+      timers_(cfg.train.timers) {
+  for (Communicator* c : {&grid.dp_comm(), &grid.tp_comm(), &grid.pp_comm(), &grid.mp_comm(), &grid.world_comm()})
+    timers_.watch(*c);
+  for (Communicator* c : state_.own_comms()) timers_.watch(*c);
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
@@ -87,15 +94,27 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
 template <class T>
 std::vector<T> Trainer<T>::master_copy() const {
   const ZeroEngine<T>& z = state_.engine();
-  return to_host_vector(View1<const T>(z.master(), static_cast<size_t>(z.local_size())));
+  std::vector<T> out(static_cast<size_t>(z.local_size()));
+  z.read_state(0, 0, z.local_size(), out.data());  // from the live array or the offload file
+  return out;
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_copy() const {
-  return to_host_vector(View1<const T>(state_.engine().optimizer().exp_avg().all()));
+  const ZeroEngine<T>& z = state_.engine();
+  std::vector<T> out(static_cast<size_t>(z.local_size()));
+  z.read_state(1, 0, z.local_size(), out.data());
+  return out;
 }
 template <class T>
 std::vector<T> Trainer<T>::exp_avg_sq_copy() const {
-  return to_host_vector(View1<const T>(state_.engine().optimizer().exp_avg_sq().all()));
+  const ZeroEngine<T>& z = state_.engine();
+  std::vector<T> out(static_cast<size_t>(z.local_size()));
+  z.read_state(2, 0, z.local_size(), out.data());
+  return out;
+}
+template <class T>
+OffloadCounters Trainer<T>::offload_counters() const {
+  return state_.engine().offload_counters();
 }
 template <class T>
 std::int64_t Trainer<T>::comm_bytes() const {
@@ -130,13 +149,21 @@ StepResult Trainer<T>::train_step() {
   const int T_ = cfg_.model.block_size;
   const std::int64_t G = cfg_.train.global_batch_size, mb = cfg_.train.micro_batch_size;
   const std::int64_t per_rank = G / grid_.dp_size();
-  const T dloss = static_cast<T>(1.0 / (static_cast<double>(G) * T_));
+  // fp16 loss scaling: the seed of the backward carries the scale (Micikevicius et al. 2018, sec.
+  // 3.2). With a power-of-two scale every gradient is exactly scale times the unscaled one (barring
+  // overflow and underflow), so the update below, which divides it out again, is bitwise that of
+  // an unscaled run; the scale only decides what survives a 16-bit reduction.
+  const double loss_scale = scaler_.scale();
+  const T dloss = static_cast<T>(loss_scale / (static_cast<double>(G) * T_));
   const std::int64_t n = mb * T_, act = n * cfg_.model.n_embd;
   const bool first = grid_.pp_rank() == 0, last = grid_.pp_rank() == grid_.pp_size() - 1;
   const int pp = grid_.pp_size(), stage = grid_.pp_rank(), M = n_micro_;
   Communicator& ppc = grid_.pp_comm();
   ZeroEngine<T>& zero = state_.engine();
-  zero.begin_step();
+  {
+    const auto part = timers_.time(StepPart::opt);  // zeroing the gradient belongs to the update
+    zero.begin_step();
+  }
   loaded_samples_.clear();
 
   double loss_sum = 0.0, busy = 0.0;
@@ -146,8 +173,14 @@ StepResult Trainer<T>::train_step() {
     const int k = pipeline_.stash_of(m);
     fwd_send[static_cast<size_t>(k)].wait();  // the stash's previous output has been received
     const std::int64_t first_sample = consumed_samples_ + grid_.dp_rank() * per_rank + m * mb;
-    if (first || last) load_micro_batch(first_sample, k);
-    if (!first) ppc.recv(gpt_.stage_input(k).data(), static_cast<size_t>(act), dtype_of<T>(), stage - 1, 2 * m);
+    if (first || last) {
+      const auto part = timers_.time(StepPart::data);
+      load_micro_batch(first_sample, k);
+    }
+    if (!first) {
+      const auto part = timers_.claim(StepPart::bubble);  // waiting for the previous stage's activations
+      ppc.recv(gpt_.stage_input(k).data(), static_cast<size_t>(act), dtype_of<T>(), stage - 1, 2 * m);
+    }
     ForwardContext ctx;
     ctx.seed = static_cast<std::uint64_t>(cfg_.train.seed);
     ctx.step = static_cast<std::uint32_t>(step_);
@@ -155,7 +188,10 @@ StepResult Trainer<T>::train_step() {
     ctx.train = true;
     View1<const token_t> tv(tokens_.data() + k * n, static_cast<size_t>(n)), gv(targets_.data() + k * n, static_cast<size_t>(n));
     Timer t;
-    loss_sum += gpt_.forward(zero, tv, last ? gv : View1<const token_t>(), static_cast<int>(mb), T_, ctx, true, k);
+    {
+      const auto part = timers_.time(StepPart::fwd);
+      loss_sum += gpt_.forward(zero, tv, last ? gv : View1<const token_t>(), static_cast<int>(mb), T_, ctx, true, k);
+    }
     busy += t.seconds();
     if (!last)
       fwd_send[static_cast<size_t>(k)] =
@@ -163,10 +199,16 @@ StepResult Trainer<T>::train_step() {
   };
   auto backward = [&](int m) {
     const int k = pipeline_.stash_of(m);
-    if (!last) ppc.recv(gpt_.output_grad().data(), static_cast<size_t>(act), dtype_of<T>(), stage + 1, 2 * m + 1);
+    if (!last) {
+      const auto part = timers_.claim(StepPart::bubble);  // waiting for the next stage's gradient
+      ppc.recv(gpt_.output_grad().data(), static_cast<size_t>(act), dtype_of<T>(), stage + 1, 2 * m + 1);
+    }
     Timer t;
-    gpt_.backward(zero, dloss, k);
-    zero.end_micro_batch();
+    {
+      const auto part = timers_.time(StepPart::bwd);
+      gpt_.backward(zero, dloss, k);
+      zero.end_micro_batch();
+    }
     busy += t.seconds();
     if (!first) {
       bwd_send.wait();
@@ -181,6 +223,9 @@ StepResult Trainer<T>::train_step() {
   }
   for (auto& r : fwd_send) r.wait();
   bwd_send.wait();
+  // The optimizer part: gradient reduction (its communication goes to the dp column), the loss,
+  // norm and health agreements, clipping and the update, up to the fence that ends the step.
+  auto opt_part = timers_.time(StepPart::opt);
   zero.finish_gradients();
   // The loss lives on the last stage: sum over its dp group, then give it to every stage.
   loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
@@ -190,14 +235,39 @@ StepResult Trainer<T>::train_step() {
   if (poison_point("grad", this_step)) zero.poison_gradient();  // test hook (core/fault.hpp)
   StepResult r;
   r.loss = loss_sum / (static_cast<double>(G) * T_);
-  r.grad_norm = zero.grad_norm();
+  r.grad_norm = zero.grad_norm() / loss_scale;  // the norm of the unscaled gradient
+  r.loss_scale = loss_scale;
   if (poison_point("loss", this_step)) r.loss = std::nan("");
   if (poison_point("spike", this_step)) r.loss *= 1000.0;
   // Every rank takes the same decision from the same numbers (train/numerics.hpp).
   const StepHealth health = agree_step_health(grid_.world_comm(), grid_.world_rank(), r.loss, r.grad_norm);
-  const NonfiniteVerdict verdict = nonfinite_.decide(health.finite);
   r.lr = schedule_.at(step_);
   r.loss_z = std::nan("");
+  // fp16: finite losses with a non-finite gradient are an overflow of the scaled gradient, the
+  // scaler's case (GradScaler's found_inf), not the nonfinite policy's; a non-finite loss is
+  // always the policy's (a real divergence, which no scale causes: the forward is unscaled).
+  if (scaler_.enabled() && health.loss_finite && !health.finite) {
+    const double before = scaler_.scale();
+    if (scaler_.update(false) == ScaleVerdict::stop)
+      throw Error(log::format("stopping at step %lld: the gradients overflow (inf or nan, first seen on world rank %d) "
+                              "at the minimum loss scale %g ([train] loss_scale_min): no update was made and "
+                              "nothing is saved; the last checkpoint holds the last good state. Gradients that are "
+                              "not finite without scaling mean divergence: lower [train] lr and resume, or use "
+                              "[train] param_dtype = bf16 (no loss scaling needed)",
+                              static_cast<long long>(this_step), health.first_bad_rank, before),
+                  /*collective=*/true);
+    log::warn("step %lld: gradient overflow at loss scale %g (first seen on world rank %d): update skipped, the "
+              "scale is now %g ([train] loss_scale_backoff = %g)",
+              static_cast<long long>(this_step), before, health.first_bad_rank, scaler_.scale(),
+              cfg_.train.loss_scale_backoff);
+    r.skipped = true;
+    r.overflow = true;
+    r.first_bad_rank = health.first_bad_rank;
+    r.loss = health.loss;
+    r.grad_norm = std::numeric_limits<double>::infinity();
+  }
+  const NonfiniteVerdict verdict = r.overflow ? NonfiniteVerdict::apply : nonfinite_.decide(health.finite);
+  if (verdict != NonfiniteVerdict::apply) scaler_.interrupt();
   if (verdict == NonfiniteVerdict::stop) {
     const std::string here = log::format("loss %g, gradient norm %g on world rank %d", r.loss, r.grad_norm,
                                          grid_.world_rank());
@@ -216,7 +286,9 @@ StepResult Trainer<T>::train_step() {
                     "resume from it",
                 /*collective=*/true);
   }
-  if (verdict == NonfiniteVerdict::skip) {
+  if (r.overflow) {
+    // Skipped above: no update, the step still counts (the nonfinite policy's counters untouched).
+  } else if (verdict == NonfiniteVerdict::skip) {
     // Megatron-LM / DeepSpeed: the iteration counts, the update is dropped.
     r.skipped = true;
     r.first_bad_rank = health.first_bad_rank;
@@ -233,11 +305,19 @@ StepResult Trainer<T>::train_step() {
     // Clipping by global norm, as torch.nn.utils.clip_grad_norm_: scale = min(1, clip / (norm + 1e-6)).
     double scale = 1.0;
     if (cfg_.train.grad_clip > 0.0) scale = std::min(1.0, cfg_.train.grad_clip / (r.grad_norm + 1e-6));
-    zero.step(r.lr, scale);
+    if (poison_point("offload_truncate", this_step)) zero.truncate_offload_for_test();  // test hook
+    zero.step(r.lr, scale / loss_scale);  // unscales the gradient (exactly, for a power-of-two scale)
+    // An offload I/O failure on any rank stops every rank here, before anything is saved: the
+    // last checkpoint stays the newest (the offload file is scratch, rebuilt from it at resume).
+    if (zero.offloaded())
+      run_agreed(grid_.world_comm(), "step " + std::to_string(this_step) + ": optimizer-state offload failed",
+                 [&] { zero.check_offload(); });
+    scaler_.update(true);                 // may grow the scale of the next step
   }
   ++step_;
   consumed_samples_ += G;
   Kokkos::fence();
+  opt_part.stop();
   r.step = step_;
   r.seconds = timer.seconds();
   // Bubble: the share of the step a stage waits outside its forward and backward passes (mean over
@@ -277,6 +357,11 @@ EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested) {
   std::vector<token_t> tok(static_cast<size_t>(mb * T_)), tgt(static_cast<size_t>(mb * T_));
   double loss_sum = 0.0;
   res.batches_planned = passes;
+  // Rank 0's passes (every rank runs as many). ProgressEnd::erase: the "val loss" line that follows
+  // is the evaluation's one line in the step log; progress shows only on a terminal, or in a batch
+  // log once an evaluation has run for a whole TRIDENT_PROGRESS_INTERVAL (whole splits, eval_iters = 0).
+  Progress progress(cfg_.train.eval_iters == 0 ? "evaluation (whole val split)" : "evaluation", passes,
+                    ProgressUnit::batches, ProgressEnd::erase);
   for (std::int64_t k = 0; k < passes; ++k) {
     // Every rank asks at the same pass, before any of the pass's communication, so all leave
     // together (the forward passes are collective over tp, pp and the ZeRO-3 gathers).
@@ -308,7 +393,9 @@ EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested) {
     loss_sum += gpt_.forward(state_.engine(), tv, last ? gv : View1<const token_t>(), static_cast<int>(rows), T_,
                              ForwardContext{}, /*for_backward=*/false, 0);
     if (!last) ppc.send(gpt_.stage_output(0).data(), act, dtype_of<T>(), grid_.pp_rank() + 1, 0);
+    progress.update(k + 1);
   }
+  progress.finish();
   loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
   ppc.broadcast(&loss_sum, 1, grid_.pp_size() - 1);
   res.tokens = n * T_;
@@ -332,6 +419,11 @@ RunState Trainer<T>::run_state() const {
   r.skipped_steps = nonfinite_.skipped_total();
   r.consecutive_skips = nonfinite_.consecutive();
   r.loss_window = spikes_.values();
+  if (scaler_.enabled()) {
+    r.loss_scale = scaler_.scale();
+    r.loss_scale_good_steps = scaler_.good_steps();
+    r.overflow_steps = scaler_.overflows();
+  }
   return r;
 }
 
@@ -361,6 +453,13 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
   val_loss_step_ = r.val_loss_step;
   nonfinite_.restore(r.consecutive_skips, r.skipped_steps);
   spikes_.restore(r.loss_window);
+  // The loss scale of a checkpoint of an fp16 run; one of a run without loss scaling (another
+  // param_dtype) has none: the scale starts again at loss_scale_init.
+  scaler_ = LossScaler(cfg_.train);
+  if (scaler_.enabled() && r.loss_scale > 0.0 &&
+      scaler_.restore(r.loss_scale, r.loss_scale_good_steps, r.overflow_steps))
+    log::warn("the checkpoint's loss scale %g is below [train] loss_scale_min = %g: the scale starts at %g",
+              r.loss_scale, cfg_.train.loss_scale_min, scaler_.scale());
 }
 
 template <class T>
@@ -450,6 +549,38 @@ void print_memory_prediction(const Config& cfg) {
               psi_mp, S, zero_paper / mib);
   std::printf("Trident model states (params + grads + optimizer above): %.2f MiB\n",
               static_cast<double>(b[0] + b[1] + b[2]) / mib);
+  // By device: what the categories above take on the accelerator and in host memory, and what
+  // the optimizer-state offload keeps on the local disk (ZeRO-Infinity's three tiers).
+  const OffloadPlan off = predict_offload(cfg);
+  const std::int64_t host = TRIDENT_HAVE_CUDA ? b[static_cast<size_t>(MemCategory::checkpoint)] + off.staging_bytes : total;
+  std::printf("by device: accelerator %.2f MiB, host %.2f MiB, nvme %.2f MiB%s\n",
+              static_cast<double>(total - host) / mib, static_cast<double>(host) / mib,
+              static_cast<double>(off.file_bytes) / mib, TRIDENT_HAVE_CUDA ? "" : " (a host build: no accelerator)");
+  if (off.file_bytes > 0)
+    std::printf("offload_optimizer = nvme: %.2f MiB per rank in %s (fp32 master weights where they are a copy of "
+                "their own, and both AdamW moments; scratch, rebuilt from the checkpoint at start); resident instead: "
+                "two records of at most 16 MiB of state, %.2f MiB (in optimizer above)\n",
+                static_cast<double>(off.file_bytes) / mib,
+                offload_file_name(cfg.parallel.offload_path, 0).c_str(), static_cast<double>(off.staging_bytes) / mib);
+}
+
+OffloadPlan predict_offload(const Config& cfg) {
+  OffloadPlan best;
+  for (int pp_rank : {0, cfg.parallel.pp - 1}) {
+    const ParamLayout layout =
+        ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks, ModelPart::make(cfg.model, cfg.parallel, 0, pp_rank));
+    const GptSchedule sched = GptSchedule::make(layout, cfg.model);
+    const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
+    const ZeroOptions o = ZeroOptions::from(cfg);
+    const bool dbl = cfg.train.dtype == Precision::f64;
+    OffloadPlan p;
+    p.file_bytes = dbl ? ZeroEngine<double>::plan_offload_bytes(layout, sched, o, S, 0)
+                       : ZeroEngine<float>::plan_offload_bytes(layout, sched, o, S, 0);
+    p.staging_bytes = dbl ? ZeroEngine<double>::plan_offload_staging_bytes(layout, sched, o, S, 0)
+                          : ZeroEngine<float>::plan_offload_staging_bytes(layout, sched, o, S, 0);
+    if (p.file_bytes > best.file_bytes) best = p;
+  }
+  return best;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -482,6 +613,10 @@ class TrainerCheckpointSaver final : public CheckpointSaver {
     // Synchronous: written from the live state, with bounded extra memory (no copy).
     CheckpointSnapshot view = trainer_.live_view();
     view.write.file_locking = file_locking_;
+    // On this thread, so progress may show; erased (or, in a batch log, only after a whole interval)
+    // because the checkpoint policy logs the save's own line.
+    view.write.progress_label = "checkpoint save";
+    view.write.progress_end = ProgressEnd::erase;
     return ckdir_.commit(
         step, world_, [&](const std::string& tmp) { write_checkpoint_file(tmp, world_, view.write); }, keep_);
   }
@@ -567,6 +702,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
             peak_info.source.c_str(),
             static_cast<long long>(cfg.train.max_steps), cfg.train.out_dir.c_str());
+  if (trainer.loss_scaler().enabled())
+    log::info("fp16 loss scaling: scale %g, x%g after %lld steps without overflow, x%g on an overflow (update "
+              "skipped), minimum %g",
+              trainer.loss_scaler().scale(), cfg.train.loss_scale_growth,
+              static_cast<long long>(cfg.train.loss_scale_growth_interval), cfg.train.loss_scale_backoff,
+              cfg.train.loss_scale_min);
   log::info("numerics: [train] nonfinite = %s%s | spike detector: %s",
             name_of(cfg.train.nonfinite),
             cfg.train.nonfinite == NonfiniteAction::skip
@@ -594,7 +735,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     }
     log::info("memory per rank (MiB): %s | ZeRO stage %d%s%s, predicted peak %.1f MiB (what `trident train "
               "--dry-run %d` prints; the step log's mem is this ledger, its RSS adds the runtime and libraries)",
-              cats.c_str(), cfg.parallel.zero_stage, cfg.train.param_dtype == Precision::bf16 ? ", bf16 params" : "",
+              cats.c_str(), cfg.parallel.zero_stage, cfg.train.param_dtype == Precision::bf16 ? ", bf16 params" : cfg.train.param_dtype == Precision::fp16 ? ", fp16 params" : "",
               cfg.train.activation_checkpointing == Recompute::block ? ", recompute" : "",
               static_cast<double>(std::accumulate(pred.begin(), pred.end(), std::int64_t{0})) / (1024.0 * 1024.0),
               grid.world_size());
@@ -627,9 +768,32 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   Timer run_timer;
   const std::int64_t first_step = trainer.step();
   double last_val = std::nan("");
+  // Step-time breakdown (train/step_timers.hpp): one interval per metrics row, from the previous
+  // row to this one, so the save after step s (and the stop agreement) is in the row of step s + 1
+  // and every row is still written before its step's save. The final save is reported apart.
+  StepTimers& timers = trainer.timers();
+  BreakdownSummary breakdown;
+  // After the last row: the save after the last step (interval or final) and the stop decision.
+  auto final_save = [&](StopReason why, std::int64_t step) {
+    bool ok = false;
+    {
+      const auto part = timers.claim(StepPart::ckpt);
+      ok = checkpoints.final_save(why, step);
+    }
+    const StepBreakdown tail = timers.lap();
+    const std::string line =
+        breakdown.line(log::format(" on world rank 0, [train] timers = %s", name_of(cfg.train.timers)));
+    if (!line.empty())
+      log::info("%s | after the last row: saves %.1f ms", line.c_str(),
+                tail.part[static_cast<size_t>(StepPart::ckpt)] * 1e3);
+    return ok;
+  };
+  timers.start();
   while (trainer.step() < cfg.train.max_steps) {
     const std::int64_t bytes_before = trainer.comm_bytes();
+    const OffloadCounters off_before = trainer.offload_counters();
     StepResult r = trainer.train_step();
+    const OffloadCounters off_after = trainer.offload_counters();
     const double comm_mib = static_cast<double>(trainer.comm_bytes() - bytes_before) / (1024.0 * 1024.0);
     const double tps = tokens_per_step / r.seconds;
     const double mfu = fpt * tps / grid.world_size() / peak;
@@ -654,14 +818,21 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     row.skipped = r.skipped;
     row.skipped_steps = trainer.skipped_steps();
     row.loss_z = r.loss_z;
+    row.loss_scale = r.loss_scale;
+    row.overflow_steps = trainer.loss_scaler().overflows();
+    row.offload_read_mib = static_cast<double>(off_after.bytes_read - off_before.bytes_read) / (1024.0 * 1024.0);
+    row.offload_write_mib = static_cast<double>(off_after.bytes_written - off_before.bytes_written) / (1024.0 * 1024.0);
+    row.offload_wait_ms = (off_after.wait_seconds - off_before.wait_seconds) * 1e3;
     if (r.step % cfg.train.log_interval == 0 || r.step == first_step + 1 || r.step == cfg.train.max_steps)
       log::info("step %6lld/%lld | loss %.4f | lr %.3e | norm %.4f | %.1f ms | %s tok/s | MFU %.1f%% | mem %.1f MiB "
                 "(RSS %.1f) | comm %.2f MiB%s",
                 static_cast<long long>(r.step), static_cast<long long>(cfg.train.max_steps), r.loss, r.lr, r.grad_norm,
                 r.seconds * 1e3, human(tps).c_str(), 100.0 * mfu, tracked_mib, mem_mib, comm_mib,
-                grid.pp_size() > 1
-                    ? log::format(" | bubble %.0f%% (theory %.0f%%)", 100.0 * r.bubble, 100.0 * r.bubble_theory).c_str()
-                    : "");
+                ((grid.pp_size() > 1
+                      ? log::format(" | bubble %.0f%% (theory %.0f%%)", 100.0 * r.bubble, 100.0 * r.bubble_theory)
+                      : std::string()) +
+                    (trainer.loss_scaler().enabled() ? log::format(" | loss scale %g", r.loss_scale) : std::string()))
+                    .c_str());
     // Loss spikes (train/numerics.hpp): every rank has the same z-score, so the same verdict.
     SpikeVerdict spike = SpikeVerdict::none;
     if (r.loss_z > spikes.threshold()) {
@@ -678,6 +849,8 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                                                                            : "");
     }
     if (spike == SpikeVerdict::rollback || spike == SpikeVerdict::stop) {
+      row.breakdown = timers.lap();
+      breakdown.add(r.step, row.breakdown);
       // The spiked step is recorded (its rows move to the .superseded.csv files with the rollback).
       if (run_dir.metrics()) run_dir.metrics()->write(row);
       write_sample_log(r.step);
@@ -691,7 +864,10 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                     /*collective=*/true);
       const std::string path = c == resumed_step && !resume_from.empty() ? resume_from : ckdir.path_for(c);
       const std::int64_t skip_from = trainer.step();
-      trainer.rollback(path);
+      {
+        const auto part = timers.claim(StepPart::ckpt);
+        trainer.rollback(path);
+      }
       std::string new_leg = world.rank() == 0 ? new_leg_id() : std::string();
       broadcast_string(world, new_leg);
       run_dir.rollback(world, c, trainer.lineage(), new_leg);
@@ -703,7 +879,11 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     }
     const bool last = r.step == cfg.train.max_steps;
     if ((cfg.train.eval_interval > 0 && r.step % cfg.train.eval_interval == 0) || last) {
-      EvalResult e = trainer.evaluate(stop_requested);
+      EvalResult e;
+      {
+        const auto part = timers.claim(StepPart::eval);
+        e = trainer.evaluate(stop_requested);
+      }
       if (e.stopped) {
         log::info("step %6lld | evaluation abandoned after %lld of %lld batches: a stop was requested",
                   static_cast<long long>(r.step), static_cast<long long>(e.batches),
@@ -722,15 +902,20 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                   human(static_cast<double>(e.tokens)).c_str(), e.seconds);
       }
     }
+    row.breakdown = timers.lap();
+    breakdown.add(r.step, row.breakdown);
     if (run_dir.metrics()) run_dir.metrics()->write(row);
     write_sample_log(r.step);
 
-    checkpoints.after_step(r.step);
+    {
+      const auto part = timers.claim(StepPart::ckpt);
+      checkpoints.after_step(r.step);
+    }
     const StopDecision stop = stops.after_step(world, r.step, stop_signal_received(), checkpoints.last_save_seconds());
     if (stop.reason == StopReason::end_of_run) break;
-    if (stop.stop()) return stops.finish(stop, checkpoints.final_save(stop.reason, r.step), world.rank());
+    if (stop.stop()) return stops.finish(stop, final_save(stop.reason, r.step), world.rank());
   }
-  if (!checkpoints.final_save(StopReason::end_of_run, trainer.step()))
+  if (!final_save(StopReason::end_of_run, trainer.step()))
     return StopPolicy::exit_status(StopReason::end_of_run, /*final_saved=*/false);  // reported by final_save
   const double secs = run_timer.seconds();
   log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",

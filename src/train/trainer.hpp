@@ -25,6 +25,7 @@
 #include "train/model_state.hpp"
 #include "train/numerics.hpp"
 #include "train/pipeline_schedule.hpp"
+#include "train/step_timers.hpp"
 #include "train/zero.hpp"
 
 #include <cstdint>
@@ -38,11 +39,13 @@ struct StepResult {
   std::int64_t step = 0;     ///< step number just completed (1-based)
   double loss = 0;           ///< mean token loss of the global batch (before the update), the same on every rank
   double lr = 0;             ///< learning rate used by the update
-  double grad_norm = 0;      ///< global gradient norm before clipping, the same on every rank
+  double grad_norm = 0;      ///< global gradient norm before clipping (of the unscaled gradient; inf for an fp16 overflow), the same on every rank
   double seconds = 0;        ///< wall time of the step on this rank
   double bubble = 0;         ///< pipeline: share of the step a stage spends outside forward/backward (mean over stages)
   double bubble_theory = 0;  ///< (p - 1) / (m + p - 1) for p stages and m micro-batches
-  bool skipped = false;      ///< [train] nonfinite = skip dropped this step's update (loss and norm are then NaN)
+  bool skipped = false;      ///< the update was dropped: [train] nonfinite = skip (loss and norm are then NaN) or a gradient overflow
+  bool overflow = false;     ///< skipped for a gradient overflow under fp16 loss scaling (the loss is finite, the norm not)
+  double loss_scale = 1;     ///< the loss scale this step's backward used (1 without fp16 loss scaling)
   int first_bad_rank = -1;   ///< skipped: the lowest world rank that saw a non-finite loss or gradient norm
   double loss_z = 0;         ///< z-score of the loss against the spike window (NaN: window not full, off, or skipped)
 };
@@ -78,13 +81,25 @@ class Trainer {
   const std::vector<std::int64_t>& loaded_samples() const { return loaded_samples_; }
   /// Bytes this rank sent over the dp communicators since construction (ring model).
   std::int64_t comm_bytes() const;
+  /// The step-time breakdown ([train] timers): train_step times its parts in it, the driver adds
+  /// evaluation and checkpoints and takes one lap() per metrics row. It watches every communicator
+  /// of the grid and of the model state. Local.
+  StepTimers& timers() { return timers_; }
+
+  /// Optimizer-state offload traffic and wait time so far (zeros without offload). Local.
+  OffloadCounters offload_counters() const;
 
   /// One optimizer step over the next global batch: this dp rank's micro-batches through the
   /// pipeline stages ([parallel] pp_schedule: gpipe, or 1f1b with at most pp - stage micro-batches
   /// in flight), stage inputs/outputs and their gradients sent over pp_comm, then the ZeRO engine's
   /// reduction, clipping and update. The loss is normalised once by the global token count and
   /// broadcast from the last stage; the step's health is agreed over world (train/numerics.hpp:
-  /// one all-reduce of three doubles). A non-finite loss or gradient norm on any rank: no update;
+  /// one all-reduce of four doubles). With fp16 loss scaling (LossScaler) the backward's seed is
+  /// multiplied by the scale and the gradient divided by it (in the norm and AdamW's gradient
+  /// factor, in double/fp32) before clipping; a non-finite gradient norm with finite losses on
+  /// every rank is an overflow: no update, the scale backs off, the step is reported as skipped
+  /// and overflowed (an overflow at loss_scale_min throws Error, collective, exit 1).
+  /// Otherwise a non-finite loss or gradient norm on any rank: no update;
   /// with [train] nonfinite = skip the step still counts (step, LR schedule and data position
   /// advance) and is reported as skipped, else, or at max_consecutive_skips skipped steps in a
   /// row, throws Error (collective, exit 1). A finite loss is scored against the spike window and
@@ -142,6 +157,8 @@ class Trainer {
   std::int64_t skipped_steps() const { return nonfinite_.skipped_total(); }
   std::int64_t consecutive_skips() const { return nonfinite_.consecutive(); }
   const SpikeDetector& spike_detector() const { return spikes_; }
+  /// The fp16 loss scaler (scale 1 and never an overflow without fp16). Local.
+  const LossScaler& loss_scaler() const { return scaler_; }
 
  private:
   void load_micro_batch(std::int64_t first_sample, int stash);
@@ -164,11 +181,20 @@ class Trainer {
   std::vector<std::int64_t> loaded_samples_;
   NonfinitePolicy nonfinite_;
   SpikeDetector spikes_;
+  LossScaler scaler_;
+  StepTimers timers_;
 };
 
 /// Predicted per-rank memory (bytes by category) of a run of `cfg` (validated, vocab resolved):
 /// the ZeroEngine's buffers for dp shard rank 0 plus the model's activations. Local, allocates nothing.
 MemoryBytes predict_memory(const Config& cfg);
+/// Bytes of the optimizer-state offload on the largest rank (its first or last pipeline stage,
+/// shard rank 0): the offload file (on the disk under [parallel] offload_path) and the two host
+/// staging buffers (already in predict_memory's optimizer category). Zeros without offload. Local, pure.
+struct OffloadPlan {
+  std::int64_t file_bytes = 0, staging_bytes = 0;
+};
+OffloadPlan predict_offload(const Config& cfg);
 
 /// How `trident train` was asked to start.
 struct TrainRunOptions {

@@ -3,8 +3,11 @@
 #include "core/error.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/instantiate.hpp"
+#include "core/timer.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -16,12 +19,51 @@ ZeroOptions ZeroOptions::from(const Config& cfg) {
   o.stage = cfg.parallel.zero_stage;
   o.prefetch = cfg.parallel.prefetch;
   o.overlap_reduce = cfg.parallel.overlap_reduce;
-  o.bf16_params = cfg.train.param_dtype == Precision::bf16;
-  o.bf16_reduce = cfg.train.reduce_dtype == Precision::bf16;
+  o.half_params = is_half(cfg.train.param_dtype);
+  o.half_reduce = is_half(cfg.train.reduce_dtype);
+  o.param_format = cfg.train.param_dtype == Precision::fp16 ? HalfFormat::fp16 : HalfFormat::bf16;
+  o.reduce_format = cfg.train.reduce_dtype == Precision::fp16 ? HalfFormat::fp16 : HalfFormat::bf16;
+  o.offload_nvme = cfg.parallel.offload_optimizer == OffloadKind::nvme;
+  // Test hook: smaller chunks, so that tiny models have several per unit.
+  if (const char* c = std::getenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); c != nullptr && std::atoll(c) > 0)
+    o.offload_chunk_bytes = std::atoll(c);
   return o;
 }
 
+std::string offload_file_name(const std::string& dir, int world_rank) {
+  return dir + "/trident-offload." + std::to_string(world_rank) + ".bin";
+}
+
 namespace {
+
+/// True when the live state (MemSpace) can be read by the host in place (CPU builds).
+constexpr bool kStateOnHost = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
+/// True when the fp32 master weights are a copy of their own (bf16 working params, or stages 1-2
+/// whose working params are replicated), false when the working params are the master.
+bool separate_master(const ZeroOptions& opt) { return opt.half_params || opt.stage == 1 || opt.stage == 2; }
+/// Kinds of state per offload record: master + both moments, or the moments only.
+int offload_kinds(const ZeroOptions& opt) { return separate_master(opt) ? 3 : 2; }
+
+/// The offload records: every unit's local stretch [l_u, l_u + s_u) cut into chunks of at most
+/// offload_chunk_bytes of state (all kinds together), in local order.
+std::vector<OffloadChunk> offload_chunks(const std::vector<std::int64_t>& s_u, const std::vector<std::int64_t>& l_u,
+                                         const ZeroOptions& opt, std::int64_t elem_bytes) {
+  const std::int64_t c = std::max<std::int64_t>(1, opt.offload_chunk_bytes / (offload_kinds(opt) * elem_bytes));
+  std::vector<OffloadChunk> out;
+  for (size_t u = 0; u < s_u.size(); ++u)
+    for (std::int64_t b = 0; b < s_u[u] || (b == 0 && s_u[u] == 0); b += c) {
+      const std::int64_t n = std::min(c, s_u[u] - b);
+      out.push_back(OffloadChunk{static_cast<int>(u), b, n, l_u[u] + b, b + n >= s_u[u]});
+      if (n <= 0) break;
+    }
+  return out;
+}
+std::int64_t max_chunk(const std::vector<OffloadChunk>& chunks) {
+  std::int64_t m = 0;
+  for (const auto& c : chunks) m = std::max(m, c.count);
+  return m;
+}
 
 /// Everything about a rank's buffers that follows from the layout and options alone: one place
 /// for the constructor and for plan() (the --dry-run prediction), so they cannot disagree.
@@ -70,7 +112,7 @@ struct Geometry {
       cur = std::max(cur, sz);
     }
   }
-  bool need_slots(const ZeroOptions& opt) const { return opt.stage == 3 || opt.bf16_params; }
+  bool need_slots(const ZeroOptions& opt) const { return opt.stage == 3 || opt.half_params; }
 };
 
 }  // namespace
@@ -83,22 +125,29 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
   auto add = [&b](MemCategory c, std::int64_t elements, std::int64_t elem_bytes) {
     b[static_cast<size_t>(c)] += elements * elem_bytes;
   };
-  const std::int64_t N = layout.numel(), t = sizeof(T), h = sizeof(bf16_t);
+  const std::int64_t N = layout.numel(), t = sizeof(T), h = sizeof(std::uint16_t);
   const std::int64_t p_elems = opt.stage == 3 ? g.local_size : N;
-  add(MemCategory::params, p_elems, opt.bf16_params ? h : t);
-  if (opt.bf16_params || opt.stage == 1 || opt.stage == 2) add(MemCategory::optimizer, g.local_size, t);  // own master
-  add(MemCategory::optimizer, 2 * g.local_size, t);                                                   // moments
+  add(MemCategory::params, p_elems, opt.half_params ? h : t);
+  if (!opt.offload_nvme) {
+    if (separate_master(opt)) add(MemCategory::optimizer, g.local_size, t);  // own master
+    add(MemCategory::optimizer, 2 * g.local_size, t);                       // moments
+  } else {
+    // Two staging buffers of the largest record (host), plus their device copies on a GPU.
+    const std::int64_t rec = offload_kinds(opt) * max_chunk(offload_chunks(g.s_u, g.l_u, opt, t));
+    add(MemCategory::optimizer, 2 * OffloadFile::aligned(rec * t), 1);
+    if (!kStateOnHost) add(MemCategory::optimizer, 2 * rec, t);
+  }
   if (opt.stage < 2) add(MemCategory::grads, N, t);
   if (opt.stage >= 1) add(MemCategory::grads, g.local_size, t);
   if (opt.stage == 1 || opt.stage == 2) {
-    add(MemCategory::comm, g.max_padded, opt.bf16_params ? h : t);  // refresh staging
+    add(MemCategory::comm, g.max_padded, opt.half_params ? h : t);  // refresh staging
     if (opt.stage == 1) add(MemCategory::comm, g.max_padded, t);      // reduce-scatter staging
   }
-  if (opt.bf16_reduce && opt.stage < 2) add(MemCategory::comm, g.max_padded + g.max_piece, h);
+  if (opt.half_reduce && opt.stage < 2) add(MemCategory::comm, g.max_padded + g.max_piece, h);
   if (g.need_slots(opt))
     for (auto sz : g.slot_size) {
       add(MemCategory::gathered, sz, t);
-      if (opt.stage == 3 && opt.bf16_params) add(MemCategory::gathered, sz, h);
+      if (opt.stage == 3 && opt.half_params) add(MemCategory::gathered, sz, h);
     }
   if (opt.stage >= 2)
     for (size_t s = 0; s < g.slot_size.size(); ++s) {
@@ -110,9 +159,29 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
           if (static_cast<size_t>(g.slot_of[u]) == s) gsz = std::max(gsz, g.s_u[u] * shard_size);
       add(MemCategory::comm, gsz, t);
       add(MemCategory::comm, g.max_piece, t);
-      if (opt.bf16_reduce) add(MemCategory::comm, gsz + g.max_piece, h);
+      if (opt.half_reduce) add(MemCategory::comm, gsz + g.max_piece, h);
     }
   return b;
+}
+
+template <class T>
+std::int64_t ZeroEngine<T>::plan_offload_bytes(const ParamLayout& layout, const GptSchedule& sched,
+                                               const ZeroOptions& opt, int shard_size, int shard_rank) {
+  if (!opt.offload_nvme) return 0;
+  const Geometry g(layout, sched, opt, shard_size, shard_rank);
+  std::int64_t b = 0;
+  for (const auto& c : offload_chunks(g.s_u, g.l_u, opt, sizeof(T)))
+    b += OffloadFile::aligned(offload_kinds(opt) * c.count * static_cast<std::int64_t>(sizeof(T)));
+  return b;
+}
+
+template <class T>
+std::int64_t ZeroEngine<T>::plan_offload_staging_bytes(const ParamLayout& layout, const GptSchedule& sched,
+                                                       const ZeroOptions& opt, int shard_size, int shard_rank) {
+  if (!opt.offload_nvme) return 0;
+  const Geometry g(layout, sched, opt, shard_size, shard_rank);
+  return 2 * OffloadFile::aligned(offload_kinds(opt) * max_chunk(offload_chunks(g.s_u, g.l_u, opt, sizeof(T))) *
+                                  static_cast<std::int64_t>(sizeof(T)));
 }
 
 template <class T>
@@ -121,8 +190,8 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
     : layout_(layout), sched_(sched), opt_(opt), shard_(shard_comm), comms_(comms), S_(shard_comm.size()),
       r_(shard_comm.rank()) {
   if (opt.stage < 0 || opt.stage > 3) throw ConfigError("ZeRO stage must be 0..3");
-  if ((opt.bf16_params || opt.bf16_reduce) && !std::is_same_v<T, float>)
-    throw ConfigError("bf16 parameters or reduction need [train] dtype = float");
+  if ((opt.half_params || opt.half_reduce) && !std::is_same_v<T, float>)
+    throw ConfigError("16-bit (bf16, fp16) parameters or reduction need [train] dtype = float");
   const Geometry g(layout, sched, opt, S_, r_);
   s_u_ = g.s_u;
   l_u_ = g.l_u;
@@ -131,35 +200,49 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
   slot_of_ = g.slot_of;
   const std::int64_t N = layout.numel();
   const std::int64_t p_elems = opt.stage == 3 ? local_size_ : N;
-  if (opt.bf16_params) params_h_ = TrackedBuffer<bf16_t>("trident::zero::params_bf16", p_elems, MemCategory::params);
+  if (opt.half_params) params_h_ = TrackedBuffer<std::uint16_t>("trident::zero::params_16bit", p_elems, MemCategory::params);
   else params_T_ = TrackedBuffer<T>("trident::zero::params", p_elems, MemCategory::params);
-  if (opt.bf16_params || opt.stage == 1 || opt.stage == 2) {
+  if (separate_master(opt) && opt.offload_nvme) {
+    master_ = nullptr;  // in the offload file
+  } else if (separate_master(opt)) {
     master_own_ = TrackedBuffer<T>("trident::zero::master", local_size_, MemCategory::optimizer);
     fill<T>(master_own_.all(), T(0));
     master_ = master_own_.data();
   } else {
     master_ = params_T_.data();  // stage 0 / 3 in the compute type: the working params are the master
   }
-  if (!opt.bf16_params) fill<T>(params_T_.all(), T(0));
-  adam_ = std::make_unique<AdamW<T>>(layout, owned_, local_size_, train);
+  if (!opt.half_params) fill<T>(params_T_.all(), T(0));
+  adam_ = std::make_unique<AdamW<T>>(layout, owned_, local_size_, train, !opt.offload_nvme);
+  if (opt.offload_nvme) {
+    off_kinds_ = offload_kinds(opt);
+    chunks_ = offload_chunks(s_u_, l_u_, opt, sizeof(T));
+    std::vector<std::int64_t> records;
+    for (const auto& c : chunks_) records.push_back(off_kinds_ * c.count * static_cast<std::int64_t>(sizeof(T)));
+    off_ = std::make_unique<OffloadFile>(opt.offload_file, records);
+    const std::int64_t rec = off_kinds_ * max_chunk(chunks_);
+    for (size_t b = 0; b < 2; ++b) {
+      obuf_[b] = AlignedHostBuffer(rec * static_cast<std::int64_t>(sizeof(T)), MemCategory::optimizer);
+      if (!kStateOnHost) odev_[b] = TrackedBuffer<T>("trident::zero::offload_stage", rec, MemCategory::optimizer);
+    }
+  }
   if (opt.stage < 2) grads_full_ = TrackedBuffer<T>("trident::zero::grads", N, MemCategory::grads);
   if (opt.stage >= 1) {
     grads_shard_ = TrackedBuffer<T>("trident::zero::grad_shard", local_size_, MemCategory::grads);
     fill<T>(grads_shard_.all(), T(0));
   }
   if (opt.stage == 1 || opt.stage == 2) {
-    if (opt.bf16_params) stage_h_ = TrackedBuffer<bf16_t>("trident::zero::refresh_bf16", g.max_padded, MemCategory::comm);
+    if (opt.half_params) stage_h_ = TrackedBuffer<std::uint16_t>("trident::zero::refresh_16bit", g.max_padded, MemCategory::comm);
     else stage_T_ = TrackedBuffer<T>("trident::zero::refresh", g.max_padded, MemCategory::comm);
   }
   if (opt.stage == 1) grads_stage_ = TrackedBuffer<T>("trident::zero::rs_stage", g.max_padded, MemCategory::comm);
-  if (opt.bf16_reduce && opt.stage < 2)
-    reduce_h_ = TrackedBuffer<bf16_t>("trident::zero::reduce_bf16", g.max_padded + g.max_piece, MemCategory::comm);
+  if (opt.half_reduce && opt.stage < 2)
+    reduce_h_ = TrackedBuffer<std::uint16_t>("trident::zero::reduce_16bit", g.max_padded + g.max_piece, MemCategory::comm);
   if (g.need_slots(opt)) {
     slots_.resize(g.slot_size.size());
     for (size_t s = 0; s < slots_.size(); ++s) {
       slots_[s].compute = TrackedBuffer<T>("trident::zero::slot", g.slot_size[s], MemCategory::gathered);
-      if (opt.stage == 3 && opt.bf16_params)
-        slots_[s].staging = TrackedBuffer<bf16_t>("trident::zero::slot_bf16", g.slot_size[s], MemCategory::gathered);
+      if (opt.stage == 3 && opt.half_params)
+        slots_[s].staging = TrackedBuffer<std::uint16_t>("trident::zero::slot_16bit", g.slot_size[s], MemCategory::gathered);
     }
   }
   if (opt.stage >= 2) {
@@ -171,9 +254,9 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
           if (static_cast<size_t>(slot_of_[u]) == s) gsz = std::max(gsz, s_u_[u] * S_);
       gslots_[s].buf = TrackedBuffer<T>("trident::zero::grad_slot", gsz, MemCategory::comm);
       gslots_[s].recv = TrackedBuffer<T>("trident::zero::grad_recv", g.max_piece, MemCategory::comm);
-      if (opt.bf16_reduce) {
-        gslots_[s].send_h = TrackedBuffer<bf16_t>("trident::zero::grad_slot_bf16", gsz, MemCategory::comm);
-        gslots_[s].recv_h = TrackedBuffer<bf16_t>("trident::zero::grad_recv_bf16", g.max_piece, MemCategory::comm);
+      if (opt.half_reduce) {
+        gslots_[s].send_h = TrackedBuffer<std::uint16_t>("trident::zero::grad_slot_16bit", gsz, MemCategory::comm);
+        gslots_[s].recv_h = TrackedBuffer<std::uint16_t>("trident::zero::grad_recv_16bit", g.max_piece, MemCategory::comm);
       }
     }
   }
@@ -189,41 +272,85 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
 
 template <class T>
 void ZeroEngine<T>::initialize(std::uint64_t seed) {
-  fill<T>(View1<T>(master_, static_cast<size_t>(local_size_)), T(0));
-  for (const Piece& p : owned_)
+  // The owned piece of unit u (owned_[u], stored at local offset l_u) into `dst`, its first element.
+  // Elements [first, first + count) of the piece (default: all of it) into dst, its element `first`.
+  auto init_piece = [&](const Piece& p, T* dst, std::int64_t first = 0, std::int64_t count = -1) {
+    const std::int64_t lo = p.flat_offset + first, hi = count < 0 ? p.flat_offset + p.count
+                                                                  : std::min(p.flat_offset + p.count, lo + count);
+    dst -= first;
     for (const TensorSpec& t : layout_.tensors()) {
-      const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
+      const std::int64_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
       if (a < b)
-        init_tensor_range<T>(View1<T>(master_ + p.local_offset + (a - p.flat_offset), static_cast<size_t>(b - a)), t,
-                             a - t.offset, layout_.part().tp_size, layout_.part().tp_rank, seed);
+        init_tensor_range<T>(View1<T>(dst + (a - p.flat_offset), static_cast<size_t>(b - a)), t, a - t.offset,
+                             layout_.part().tp_size, layout_.part().tp_rank, seed);
     }
+  };
+  if (master_ != nullptr) {
+    fill<T>(View1<T>(master_, static_cast<size_t>(local_size_)), T(0));
+    for (const Piece& p : owned_) init_piece(p, master_ + p.local_offset);
+  }
+  if (off_) {
+    // Zero moments, and the master weights where they are offloaded, written unit by unit.
+    stream(false, true, false, [&](const OffloadChunk& c, T* mu, T*, T*, bool ok) {
+      if (ok && off_kinds_ == 3) init_piece(owned_[static_cast<size_t>(c.unit)], mu, c.begin, c.count);
+    });
+  }
   refresh_params();
+}
+
+template <class T>
+void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count, const T* mu) {
+  const auto u = static_cast<size_t>(ui);
+  const std::int64_t s = s_u_[u];
+  const auto n = static_cast<size_t>(count);
+  if (opt_.stage == 0 || opt_.stage == 3) {
+    // Stage 0: l_u = the unit's offset and s_u = its size; stage 3: the shard's piece.
+    if (opt_.half_params) convert_to_half<T>(opt_.param_format, params_h_.slice(l_u_[u] + begin, count), View1<const T>(mu, n));
+    return;
+  }
+  // Stages 1-2: this rank's part of the unit's all-gather buffer, sent when the unit is complete.
+  if (opt_.half_params)
+    convert_to_half<T>(opt_.param_format, View1<std::uint16_t>(stage_h_.data() + r_ * s + begin, n), View1<const T>(mu, n));
+  else Kokkos::deep_copy(View1<T>(stage_T_.data() + r_ * s + begin, n), View1<const T>(mu, n));
+}
+
+template <class T>
+void ZeroEngine<T>::finish_refresh_unit(int ui) {
+  if (opt_.stage == 0 || opt_.stage == 3) return;
+  const auto u = static_cast<size_t>(ui);
+  const std::int64_t s = s_u_[u], n = layout_.units()[u].numel, off = layout_.units()[u].offset;
+  if (opt_.half_params) {
+    std::uint16_t* st = stage_h_.data();
+    shard_.all_gather(st + r_ * s, st, static_cast<size_t>(s), param_dt());
+    Kokkos::deep_copy(params_h_.slice(off, n), View1<std::uint16_t>(st, static_cast<size_t>(n)));
+  } else {
+    T* st = stage_T_.data();
+    shard_.all_gather(st + r_ * s, st, static_cast<size_t>(s), dtype_of<T>());
+    Kokkos::deep_copy(params_T_.slice(off, n), View1<T>(st, static_cast<size_t>(n)));
+  }
+}
+
+template <class T>
+void ZeroEngine<T>::refresh_unit(int u, const T* mu) {
+  refresh_chunk(u, 0, s_u_[static_cast<size_t>(u)], mu);
+  finish_refresh_unit(u);
 }
 
 template <class T>
 void ZeroEngine<T>::refresh_params() {
   const auto& units = layout_.units();
-  if (opt_.stage == 0) {
-    if (opt_.bf16_params) convert_to_bf16<T>(params_h_.all(), View1<const T>(master_, static_cast<size_t>(local_size_)));
+  if (off_ && off_kinds_ == 3) {
+    stream(true, false, false, [&](const OffloadChunk& c, T* mu, T*, T*, bool) {
+      refresh_chunk(c.unit, c.begin, c.count, mu);
+      if (c.last) finish_refresh_unit(c.unit);
+    });
+  } else if (opt_.stage == 0) {
+    if (opt_.half_params) convert_to_half<T>(opt_.param_format, params_h_.all(), View1<const T>(master_, static_cast<size_t>(local_size_)));
   } else if (opt_.stage == 3) {
-    if (opt_.bf16_params) convert_to_bf16<T>(params_h_.all(), View1<const T>(master_, static_cast<size_t>(local_size_)));
+    if (opt_.half_params) convert_to_half<T>(opt_.param_format, params_h_.all(), View1<const T>(master_, static_cast<size_t>(local_size_)));
   } else {
     // Stages 1-2: all-gather every unit's pieces into the replicated working params.
-    for (size_t u = 0; u < units.size(); ++u) {
-      const std::int64_t s = s_u_[u], n = units[u].numel, off = units[u].offset;
-      View1<const T> mine(master_ + l_u_[u], static_cast<size_t>(s));
-      if (opt_.bf16_params) {
-        bf16_t* st = stage_h_.data();
-        convert_to_bf16<T>(View1<bf16_t>(st + r_ * s, static_cast<size_t>(s)), mine);
-        shard_.all_gather(st + r_ * s, st, static_cast<size_t>(s), DataType::bf16);
-        Kokkos::deep_copy(params_h_.slice(off, n), View1<bf16_t>(st, static_cast<size_t>(n)));
-      } else {
-        T* st = stage_T_.data();
-        Kokkos::deep_copy(View1<T>(st + r_ * s, static_cast<size_t>(s)), mine);
-        shard_.all_gather(st + r_ * s, st, static_cast<size_t>(s), dtype_of<T>());
-        Kokkos::deep_copy(params_T_.slice(off, n), View1<T>(st, static_cast<size_t>(n)));
-      }
-    }
+    for (size_t u = 0; u < units.size(); ++u) refresh_unit(static_cast<int>(u), master_ + l_u_[u]);
   }
   invalidate_slots();
 }
@@ -256,10 +383,10 @@ void ZeroEngine<T>::begin_pass(Pass, const std::vector<int>& order) {
 template <class T>
 void ZeroEngine<T>::start_gather(Slot& s, int u) {
   const std::int64_t piece = s_u_[static_cast<size_t>(u)];
-  if (opt_.bf16_params) {
-    bf16_t* g = s.staging.data();
-    Kokkos::deep_copy(View1<bf16_t>(g + r_ * piece, static_cast<size_t>(piece)), params_h_.slice(l_u_[static_cast<size_t>(u)], piece));
-    s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), DataType::bf16);
+  if (opt_.half_params) {
+    std::uint16_t* g = s.staging.data();
+    Kokkos::deep_copy(View1<std::uint16_t>(g + r_ * piece, static_cast<size_t>(piece)), params_h_.slice(l_u_[static_cast<size_t>(u)], piece));
+    s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), param_dt());
   } else {
     T* g = s.compute.data();
     Kokkos::deep_copy(View1<T>(g + r_ * piece, static_cast<size_t>(piece)), params_T_.slice(l_u_[static_cast<size_t>(u)], piece));
@@ -274,9 +401,9 @@ template <class T>
 void ZeroEngine<T>::finish_gather(Slot& s) {
   s.req.wait();
   s.pending = false;
-  if (opt_.bf16_params) {
+  if (opt_.half_params) {
     const std::int64_t n = padded(s.unit);
-    convert_from_bf16<T>(s.compute.slice(0, n), View1<const bf16_t>(s.staging.data(), static_cast<size_t>(n)));
+    convert_from_half<T>(opt_.param_format, s.compute.slice(0, n), View1<const std::uint16_t>(s.staging.data(), static_cast<size_t>(n)));
   }
   s.valid = true;
 }
@@ -299,7 +426,7 @@ const T* ZeroEngine<T>::acquire(int u) {
       cursor_ = i + 1;
       break;
     }
-  if (opt_.stage < 3 && !opt_.bf16_params) return params_T_.data() + layout_.units()[su].offset;
+  if (opt_.stage < 3 && !opt_.half_params) return params_T_.data() + layout_.units()[su].offset;
   Slot& s = slots_[static_cast<size_t>(slot_of_[su])];
   if (s.held && s.unit != u) throw Error("ZeroEngine: slot of unit " + layout_.units()[su].name + " is in use");
   if (opt_.stage == 3) {
@@ -308,10 +435,10 @@ const T* ZeroEngine<T>::acquire(int u) {
       start_gather(s, u);
     }
     if (s.pending) finish_gather(s);
-  } else if (s.unit != u || !s.valid) {  // bf16 working params, stages 0-2: convert the unit
+  } else if (s.unit != u || !s.valid) {  // 16-bit working params, stages 0-2: convert the unit
     const std::int64_t n = layout_.units()[su].numel;
-    convert_from_bf16<T>(s.compute.slice(0, n), View1<const bf16_t>(params_h_.data() + layout_.units()[su].offset,
-                                                                      static_cast<size_t>(n)));
+    convert_from_half<T>(opt_.param_format, s.compute.slice(0, n),
+                         View1<const std::uint16_t>(params_h_.data() + layout_.units()[su].offset, static_cast<size_t>(n)));
     s.unit = u;
     s.valid = true;
   }
@@ -351,9 +478,10 @@ void ZeroEngine<T>::grads_done(int u) {
   GradSlot& g = gslots_[static_cast<size_t>(gslot_in_use_[su])];
   gslot_in_use_[su] = -1;
   const std::int64_t piece = s_u_[su];
-  if (opt_.bf16_reduce) {
-    convert_to_bf16<T>(g.send_h.slice(0, padded(u)), View1<const T>(g.buf.data(), static_cast<size_t>(padded(u))));
-    g.req = shard_.ireduce_scatter(g.send_h.data(), g.recv_h.data(), static_cast<size_t>(piece), DataType::bf16,
+  if (opt_.half_reduce) {
+    convert_to_half<T>(opt_.reduce_format, g.send_h.slice(0, padded(u)),
+                       View1<const T>(g.buf.data(), static_cast<size_t>(padded(u))));
+    g.req = shard_.ireduce_scatter(g.send_h.data(), g.recv_h.data(), static_cast<size_t>(piece), reduce_dt(),
                                    ReduceOp::sum);
   } else {
     g.req = shard_.ireduce_scatter(g.buf.data(), g.recv.data(), static_cast<size_t>(piece), dtype_of<T>(), ReduceOp::sum);
@@ -369,8 +497,9 @@ void ZeroEngine<T>::complete_reduce(GradSlot& g) {
   const auto su = static_cast<size_t>(g.unit);
   const std::int64_t piece = s_u_[su];
   View1<T> dst = grads_shard_.slice(l_u_[su], piece);
-  if (opt_.bf16_reduce) {
-    convert_from_bf16<T>(g.recv.slice(0, piece), View1<const bf16_t>(g.recv_h.data(), static_cast<size_t>(piece)));
+  if (opt_.half_reduce) {
+    convert_from_half<T>(opt_.reduce_format, g.recv.slice(0, piece),
+                         View1<const std::uint16_t>(g.recv_h.data(), static_cast<size_t>(piece)));
   }
   accumulate<T>(dst, View1<const T>(g.recv.data(), static_cast<size_t>(piece)));
 }
@@ -393,13 +522,13 @@ template <class T>
 void ZeroEngine<T>::finish_gradients() {
   const auto& units = layout_.units();
   if (opt_.stage == 0) {
-    if (opt_.bf16_reduce) {
+    if (opt_.half_reduce) {
       for (size_t u = 0; u < units.size(); ++u) {
         View1<T> gu = grads_full_.slice(units[u].offset, units[u].numel);
-        View1<bf16_t> h = reduce_h_.slice(0, units[u].numel);
-        convert_to_bf16<T>(h, gu);
-        shard_.all_reduce(h.data(), h.data(), h.extent(0), DataType::bf16, ReduceOp::sum);
-        convert_from_bf16<T>(gu, h);
+        View1<std::uint16_t> h = reduce_h_.slice(0, units[u].numel);
+        convert_to_half<T>(opt_.reduce_format, h, gu);
+        shard_.all_reduce(h.data(), h.data(), h.extent(0), reduce_dt(), ReduceOp::sum);
+        convert_from_half<T>(opt_.reduce_format, gu, h);
       }
     } else {
       shard_.all_reduce(grads_full_.data(), static_cast<size_t>(grads_full_.size()));
@@ -410,11 +539,11 @@ void ZeroEngine<T>::finish_gradients() {
       View1<T> st = grads_stage_.slice(0, s * S_);
       fill<T>(st, T(0));
       Kokkos::deep_copy(View1<T>(st.data(), static_cast<size_t>(n)), grads_full_.slice(units[u].offset, n));
-      if (opt_.bf16_reduce) {
-        View1<bf16_t> h = reduce_h_.slice(0, s * S_), out = reduce_h_.slice(s * S_, s);
-        convert_to_bf16<T>(h, st);
-        shard_.reduce_scatter(h.data(), out.data(), static_cast<size_t>(s), DataType::bf16, ReduceOp::sum);
-        convert_from_bf16<T>(grads_shard_.slice(l_u_[u], s), out);
+      if (opt_.half_reduce) {
+        View1<std::uint16_t> h = reduce_h_.slice(0, s * S_), out = reduce_h_.slice(s * S_, s);
+        convert_to_half<T>(opt_.reduce_format, h, st);
+        shard_.reduce_scatter(h.data(), out.data(), static_cast<size_t>(s), reduce_dt(), ReduceOp::sum);
+        convert_from_half<T>(opt_.reduce_format, grads_shard_.slice(l_u_[u], s), out);
       } else {
         shard_.reduce_scatter(st.data(), grads_shard_.data() + l_u_[u], static_cast<size_t>(s), dtype_of<T>(),
                               ReduceOp::sum);
@@ -455,8 +584,137 @@ void ZeroEngine<T>::poison_gradient() {
 template <class T>
 void ZeroEngine<T>::step(double lr, double grad_scale) {
   const T* g = opt_.stage == 0 ? grads_full_.data() : grads_shard_.data();
-  adam_->step(master_, g, lr, grad_scale);
-  refresh_params();
+  if (!off_) {
+    adam_->step(master_, g, lr, grad_scale);
+    refresh_params();
+    return;
+  }
+  // Streamed: unit u is updated and its working params refreshed while unit u+1 is read and unit
+  // u-1 written (ZeRO-Infinity sec. 6.2). The same elementwise update as above, unit by unit.
+  adam_->begin_step();
+  stream(true, true, false, [&](const OffloadChunk& c, T* mu, T* m, T* v, bool ok) {
+    if (ok) adam_->update(c.local, c.local + c.count, c.local, mu, g + c.local, m, v, lr, grad_scale);
+    refresh_chunk(c.unit, c.begin, c.count, mu);
+    if (c.last) finish_refresh_unit(c.unit);  // collective at stages 1-2: on every rank, even after a failure
+  });
+  invalidate_slots();
+}
+
+// ---- offload -----------------------------------------------------------------------------
+
+template <class T>
+void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
+                           const std::function<void(const OffloadChunk&, T*, T*, T*, bool)>& f) {
+  const int R = static_cast<int>(chunks_.size());
+  const auto t = static_cast<std::int64_t>(sizeof(T));
+  std::array<OffloadFile::Ticket, 2> rt{0, 0}, wt{0, 0};
+  auto wait = [&](OffloadFile::Ticket tk) {
+    if (tk != 0) {
+      Timer w;
+      try {
+        off_->wait(tk);
+      } catch (const Error& e) {
+        if (off_error_.empty()) off_error_ = e.what();
+      }
+      off_wait_s_ += w.seconds();
+    }
+    return off_error_.empty();
+  };
+  auto submit_read = [&](int i) {
+    if (read) rt[static_cast<size_t>(i % 2)] = off_->read_async(i, obuf_[static_cast<size_t>(i % 2)].data());
+  };
+  submit_read(0);
+  if (R > 1) submit_read(1);
+  for (int i = 0; i < R; ++i) {
+    const OffloadChunk& c = chunks_[static_cast<size_t>(i)];
+    const auto b = static_cast<size_t>(i % 2);
+    const std::int64_t n = off_kinds_ * c.count;
+    T* host = static_cast<T*>(obuf_[b].data());
+    bool ok;
+    if (read) {
+      ok = wait(rt[b]);
+    } else {
+      ok = wait(wt[b]);  // the buffer's previous write-behind must be done before it is refilled
+      std::memset(host, 0, static_cast<size_t>(n * t));
+    }
+    T* base = host;
+    if (!kStateOnHost && !on_host) {
+      Kokkos::deep_copy(odev_[b].slice(0, n), Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host, static_cast<size_t>(n)));
+      base = odev_[b].data();
+    }
+    T* mu = off_kinds_ == 3 ? base : (on_host || master_ == nullptr ? nullptr : master_ + c.local);
+    T* m = base + (off_kinds_ == 3 ? c.count : 0);
+    f(c, mu, m, m + c.count, ok);
+    if (write && ok) {
+      if (!kStateOnHost && !on_host)
+        Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host, static_cast<size_t>(n)),
+                          odev_[b].slice(0, n));
+      Kokkos::fence();
+      wt[b] = off_->write_async(i, host);
+    }
+    if (i + 2 < R) submit_read(i + 2);  // FIFO: queued after this buffer's write
+  }
+  if (write) {
+    Timer w;
+    try {
+      off_->drain();  // a snapshot or the next step reads what was written
+    } catch (const Error& e) {
+      if (off_error_.empty()) off_error_ = e.what();
+    }
+    off_wait_s_ += w.seconds();
+  }
+}
+
+template <class T>
+void ZeroEngine<T>::write_units_host(const std::function<void(int, std::int64_t, std::int64_t, T*, T*, T*)>& fill_chunk) {
+  stream(false, true, true, [&](const OffloadChunk& c, T* mu, T* m, T* v, bool ok) {
+    if (ok) fill_chunk(c.unit, c.begin, c.count, mu, m, v);
+  });
+}
+
+template <class T>
+void ZeroEngine<T>::read_state(int k, std::int64_t local_offset, std::int64_t count, T* dst) const {
+  if (!kind_offloaded(k)) {
+    const T* src = k == 0 ? master_ : k == 1 ? adam_->exp_avg().data() : adam_->exp_avg_sq().data();
+    Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(dst, static_cast<size_t>(count)),
+                      View1<const T>(src + local_offset, static_cast<size_t>(count)));
+    return;
+  }
+  const int slot = off_kinds_ == 3 ? k : k - 1;
+  const auto t = static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t pos = local_offset; pos < local_offset + count;) {
+    // The chunk holding local offset pos: chunks are in local order.
+    const auto it = std::upper_bound(chunks_.begin(), chunks_.end(), pos,
+                                     [](std::int64_t x, const OffloadChunk& c) { return x < c.local; });
+    if (it == chunks_.begin()) throw Error("ZeroEngine::read_state: offset before the local arrays");
+    const OffloadChunk& c = *(it - 1);
+    const std::int64_t n = std::min(local_offset + count, c.local + c.count) - pos;
+    if (n <= 0) throw Error("ZeroEngine::read_state: offset beyond the local arrays");
+    off_->read_bytes(off_->record_offset(static_cast<int>(it - 1 - chunks_.begin())) + (slot * c.count + (pos - c.local)) * t,
+                     n * t, dst + (pos - local_offset));
+    pos += n;
+  }
+}
+
+template <class T>
+void ZeroEngine<T>::check_offload() const {
+  if (!off_error_.empty()) throw IoError(off_error_);
+}
+
+template <class T>
+OffloadCounters ZeroEngine<T>::offload_counters() const {
+  OffloadCounters c;
+  if (!off_) return c;
+  const OffloadStats s = off_->stats();
+  c.bytes_read = s.bytes_read;
+  c.bytes_written = s.bytes_written;
+  c.wait_seconds = off_wait_s_;
+  return c;
+}
+
+template <class T>
+void ZeroEngine<T>::truncate_offload_for_test() {
+  if (off_) off_->truncate_for_test();
 }
 
 template <class T>

@@ -29,31 +29,77 @@
 // still present in its slot when needed again within a step (the tied embedding for the head, the
 // last block at the start of backward) is not gathered again.
 //
-// Mixed precision (param_dtype = bf16): working params are stored and all-gathered in bf16 and
-// converted to the compute type in the slot; master weights and moments are fp32 (the compute
-// type); reduce_dtype = bf16 reduces gradients in bf16 (summed in float, rounded to bf16).
+// Mixed precision (param_dtype = bf16 | fp16): working params are stored and all-gathered in 16
+// bits and converted to the compute type in the slot; master weights and moments are fp32 (the
+// compute type); reduce_dtype = bf16 | fp16 reduces gradients in 16 bits (summed in float,
+// rounded to the format: an fp16 partial sum beyond 65504 becomes inf, which the loss scaler of
+// train/numerics.hpp reads as an overflow).
+//
+// Optimizer-state offload (offload_optimizer = nvme; ZeRO-Infinity, Rajbhandari et al. 2021, sec.
+// 5.1 and 6.2): the rank's fp32 master weights (where they are a separate copy: bf16 working params
+// or stages 1-2) and both Adam moments live in a per-rank scratch file. Each unit's local stretch
+// is cut into chunks of at most offload_chunk_bytes (16 MiB) of state, one record per chunk
+// ([master | exp_avg | exp_avg_sq] or [exp_avg | exp_avg_sq], count elements each). step() streams
+// the chunks through two staging buffers: the read of chunk i+1 and the write of chunk i-1 run on
+// the file's I/O thread while chunk i is updated and its working params refreshed (at stages 1-2 a
+// unit's all-gather follows its last chunk). Resident optimizer memory is two records instead of
+// the whole shard, whatever a unit's size. The arithmetic is the resident step's,
+// unit by unit, so results are bitwise equal. An I/O failure is kept, the step's collectives still
+// run on every rank, and check_offload() raises it (callers agree on it over world).
 #pragma once
 
 #include "core/config.hpp"
 #include "core/memory.hpp"
 #include "kernels/convert.hpp"
 #include "model/gpt.hpp"
+#include "offload/offload_file.hpp"
 #include "parallel/communicator.hpp"
 #include "train/optimizer.hpp"
 
 #include <array>
+#include <functional>
+#include <string>
 #include <memory>
 #include <vector>
 
 namespace trident {
 
+/// What the engine shards and in which types. Working parameters and the gradient reduction may
+/// each be 16-bit (bf16 or fp16, HalfFormat); master weights, moments and accumulated gradients
+/// stay in the compute type.
 struct ZeroOptions {
   int stage = 0;
   bool prefetch = true;
   bool overlap_reduce = true;
-  bool bf16_params = false;
-  bool bf16_reduce = false;
+  bool half_params = false;   ///< working params stored and all-gathered in param_format
+  bool half_reduce = false;   ///< gradients summed over dp in reduce_format
+  HalfFormat param_format = HalfFormat::bf16;
+  HalfFormat reduce_format = HalfFormat::bf16;
+  bool offload_nvme = false;  ///< master weights (when a separate copy) and moments in offload_file
+  std::string offload_file;   ///< this rank's offload file (ModelState names it: offload_file_name)
+  /// Largest record of the offload file (bytes of state, all kinds): a unit's stretch is cut into
+  /// chunks of at most this, so resident optimizer memory is two chunks whatever a unit's size.
+  /// Environment TRIDENT_OFFLOAD_CHUNK_BYTES overrides it (tests).
+  std::int64_t offload_chunk_bytes = std::int64_t{16} << 20;
+  /// [parallel] zero_stage, prefetch, overlap_reduce; [train] param_dtype, reduce_dtype. Local.
   static ZeroOptions from(const Config& cfg);
+};
+
+/// `<dir>/trident-offload.<world_rank>.bin`: the file of one rank under [parallel] offload_path.
+std::string offload_file_name(const std::string& dir, int world_rank);
+
+/// One record of an offload file: elements [begin, begin + count) of unit `unit`'s local stretch
+/// (at local offset `local`); `last`: the unit's final chunk.
+struct OffloadChunk {
+  int unit = 0;
+  std::int64_t begin = 0, count = 0, local = 0;
+  bool last = false;
+};
+
+/// Offload traffic and the time the training thread waited for it, cumulative. Local.
+struct OffloadCounters {
+  std::int64_t bytes_read = 0, bytes_written = 0;
+  double wait_seconds = 0.0;
 };
 
 /// The communicators an engine uses besides its shard group.
@@ -79,6 +125,14 @@ class ZeroEngine final : public UnitProvider<T> {
   /// (the --dry-run prediction; the Gpt's activations are not included). Local, pure.
   static MemoryBytes plan(const ParamLayout& layout, const GptSchedule& sched, const ZeroOptions& opt,
                           int shard_size, int shard_rank);
+  /// Bytes of the offload file of shard rank `shard_rank` (0 without offload): per unit
+  /// aligned(kinds * s_u * sizeof(T)), kinds = 3 where the master weights are a separate copy,
+  /// else 2 (the fp32 working params are the master and stay). Local, pure.
+  static std::int64_t plan_offload_bytes(const ParamLayout& layout, const GptSchedule& sched, const ZeroOptions& opt,
+                                         int shard_size, int shard_rank);
+  /// Host bytes of the two offload staging buffers (counted as optimizer in plan()). Local, pure.
+  static std::int64_t plan_offload_staging_bytes(const ParamLayout& layout, const GptSchedule& sched,
+                                                 const ZeroOptions& opt, int shard_size, int shard_rank);
 
   /// GPT-2 initialisation of the owned pieces (layout independent), then working params from
   /// them. Collective over shard_comm (stages 1-2 all-gather).
@@ -114,6 +168,27 @@ class ZeroEngine final : public UnitProvider<T> {
 
   /// The pieces this rank's optimizer owns (local offsets into master()/moments).
   const std::vector<Piece>& owned() const { return owned_; }
+
+  // ---- offload ----
+  bool offloaded() const { return off_ != nullptr; }
+  /// True when state kind k (0 master, 1 exp_avg, 2 exp_avg_sq) lives in the offload file.
+  bool kind_offloaded(int k) const { return off_ != nullptr && (k > 0 || off_kinds_ == 3); }
+  /// Copies local elements [local_offset, +count) of state kind k to host memory `dst`, from the
+  /// live arrays or the offload file (between steps). Local. Throws IoError naming the file.
+  void read_state(int k, std::int64_t local_offset, std::int64_t count, T* dst) const;
+  /// Rewrites every unit's offloaded state chunk by chunk: fill(u, begin, count, master, exp_avg,
+  /// exp_avg_sq) gets zeroed host buffers for elements [begin, begin + count) of unit u's local
+  /// stretch (master nullptr where the master is resident) to fill, e.g. from a checkpoint;
+  /// padding stays zero. Written behind while the next chunk is filled. Local; I/O failures are
+  /// kept for check_offload().
+  void write_units_host(const std::function<void(int, std::int64_t, std::int64_t, T*, T*, T*)>& fill);
+  /// Raises the first offload I/O failure of this rank (IoError naming the file). Local: callers
+  /// wrap it in run_agreed over world so every rank stops alike.
+  void check_offload() const;
+  /// Offload traffic so far (zeros without offload). Local.
+  OffloadCounters offload_counters() const;
+  /// Test hook (TRIDENT_POISON=offload_truncate): truncates this rank's offload file. Local.
+  void truncate_offload_for_test();
   /// The pieces this rank writes to a checkpoint: its dp piece of every unit at stage 0, its
   /// owned pieces at stages 1-3 on the first replica group, nothing on the others. Each element
   /// of the model is written by exactly one rank.
@@ -134,14 +209,14 @@ class ZeroEngine final : public UnitProvider<T> {
  private:
   struct Slot {
     TrackedBuffer<T> compute;      // unsharded unit in the compute type
-    TrackedBuffer<bf16_t> staging; // bf16 all-gather target (stage 3 + bf16)
+    TrackedBuffer<std::uint16_t> staging; // 16-bit all-gather target (stage 3 + half params)
     int unit = -1;
     bool held = false, valid = false, pending = false;
     Request req;
   };
   struct GradSlot {
     TrackedBuffer<T> buf, recv;
-    TrackedBuffer<bf16_t> send_h, recv_h;
+    TrackedBuffer<std::uint16_t> send_h, recv_h;
     int unit = -1;
     bool pending = false;
     Request req;
@@ -151,7 +226,18 @@ class ZeroEngine final : public UnitProvider<T> {
   void try_prefetch();
   void complete_reduce(GradSlot& g);
   void invalidate_slots();
+  void refresh_unit(int u, const T* master_u);
+  // Working params from elements [begin, begin + count) of unit u's master weights; at stages 1-2
+  // the unit's all-gather follows in finish_refresh_unit (collective over shard_comm).
+  void refresh_chunk(int u, std::int64_t begin, std::int64_t count, const T* master_chunk);
+  void finish_refresh_unit(int u);
+  // Streams every chunk through the two staging buffers: reads it (read) or zeroes it, calls
+  // f(chunk, master, m, v, ok) with MemSpace pointers (host pointers when on_host), writes it
+  // back (write). f runs for every chunk on every rank, ok = false after an I/O failure.
+  void stream(bool read, bool write, bool on_host, const std::function<void(const OffloadChunk&, T*, T*, T*, bool)>& f);
   std::int64_t padded(int u) const { return s_u_[static_cast<size_t>(u)] * S_; }
+  DataType param_dt() const { return opt_.param_format == HalfFormat::fp16 ? DataType::f16 : DataType::bf16; }
+  DataType reduce_dt() const { return opt_.reduce_format == HalfFormat::fp16 ? DataType::f16 : DataType::bf16; }
 
   const ParamLayout& layout_;
   GptSchedule sched_;
@@ -165,21 +251,29 @@ class ZeroEngine final : public UnitProvider<T> {
   std::vector<Piece> owned_;
   std::int64_t local_size_ = 0;
   TrackedBuffer<T> params_T_;          // working params in T: full (stages 0-2) or shard (stage 3)
-  TrackedBuffer<bf16_t> params_h_;     // working params in bf16: full or shard
+  TrackedBuffer<std::uint16_t> params_h_;  // working params in 16 bits: full or shard
   TrackedBuffer<T> master_own_;        // master weights when they are not the working params
   T* master_ = nullptr;
   std::unique_ptr<AdamW<T>> adam_;
   TrackedBuffer<T> grads_full_, grads_shard_;
   TrackedBuffer<T> stage_T_;           // stage 1-2 refresh staging (working params in T)
-  TrackedBuffer<bf16_t> stage_h_;      // ... in bf16
+  TrackedBuffer<std::uint16_t> stage_h_;   // ... in 16 bits
   TrackedBuffer<T> grads_stage_;       // stage 1 reduce-scatter staging
-  TrackedBuffer<bf16_t> reduce_h_;     // stage 0-1 bf16 gradient reduction
+  TrackedBuffer<std::uint16_t> reduce_h_;  // stage 0-1 16-bit gradient reduction
   std::vector<Slot> slots_;
   std::vector<GradSlot> gslots_;
   std::vector<int> slot_of_;           // unit -> slot: one per special unit, then two alternating for blocks
   std::vector<int> gslot_in_use_;      // unit -> grad slot holding it in this micro-batch, or -1
   std::vector<int> order_;
   size_t cursor_ = 0;
+  // offload
+  std::unique_ptr<OffloadFile> off_;
+  int off_kinds_ = 0;                  // 3: master + moments in the file; 2: moments only
+  std::vector<OffloadChunk> chunks_;   // the file's records, in local order
+  std::array<AlignedHostBuffer, 2> obuf_;
+  std::array<TrackedBuffer<T>, 2> odev_;  // device copies of the staging buffers (GPU builds)
+  mutable std::string off_error_;
+  double off_wait_s_ = 0.0;
 };
 
 }  // namespace trident

@@ -16,6 +16,14 @@ expect_exit 0 "--tokenizer" -- "$TRIDENT" prep --help
 expect_exit 0 "--temperature" -- "$TRIDENT" sample --help
 expect_exit 2 "no input deck" -- "$TRIDENT" train
 expect_exit 2 "cannot open deck file '$WORK/nope.ini'" -- "$TRIDENT" train --config "$WORK/nope.ini"
+# A deck without --config, and an example deck named from outside the tree: the message says what to type.
+expect_exit 2 "unknown argument '$WORK/deck.ini': give the deck with --config" -- "$TRIDENT" train "$WORK/deck.ini"
+expect_exit 2 "unknown argument 'my.ini': give the deck with --config" -- "$TRIDENT" plan my.ini
+mkdir -p "$WORK/root/input" "$WORK/elsewhere" && cp "$WORK/deck.ini" "$WORK/root/input/example.ini"
+expect_exit 2 "cannot open deck file 'input/example.ini'; the installed example deck is --config $WORK/root/input/example.ini" -- \
+  env -C "$WORK/elsewhere" TRIDENT_ROOT="$WORK/root" "$TRIDENT" train --config input/example.ini
+expect_exit 2 "cannot open deck file 'nope.ini' \(relative to the current directory, $WORK/elsewhere\)" -- \
+  env -C "$WORK/elsewhere" TRIDENT_ROOT="$WORK/root" "$TRIDENT" train --config nope.ini
 
 cp "$WORK/deck.ini" "$WORK/unknown.ini"; printf '[model]\nn_layers = 3\n' >> "$WORK/unknown.ini"
 expect_exit 2 "unknown key 'n_layers' in section \[model\]" -- "$TRIDENT" train --config "$WORK/unknown.ini"
@@ -45,8 +53,9 @@ expect_exit 0 "collectives: dp mpi, tp mpi, pp mpi, mp mpi, world mpi \(\[parall
 expect_exit 2 "zero_stage = 4 must be 0, 1, 2 or 3" -- "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=4
 expect_exit 2 "shard_group_size = 3 does not divide dp = 2" -- \
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" --parallel.zero_stage=3 --parallel.shard_group_size=3
-expect_exit 2 "param_dtype = fp16: fp16 working parameters are not supported yet.*Use bf16" -- \
-  "$TRIDENT" train --config "$WORK/deck.ini" --train.param_dtype=fp16
+expect_exit 2 "param_dtype = half: write fp16" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.param_dtype=half
+expect_exit 2 "\[train\] loss_scale_backoff = 2 must be between 0 and 1" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.param_dtype=fp16 --train.loss_scale_backoff=2
 expect_exit 2 "activation_checkpointing = all: expected none or block" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.activation_checkpointing=all
 expect_exit 0 "optimizer .* MiB" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run 8 --parallel.zero_stage=3 \

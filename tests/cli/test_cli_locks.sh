@@ -100,6 +100,10 @@ check "busy out_dir: the holder is named" \
   grep -Eq "run directory '$WORK/run' is in use by another Trident job \(host .* pid $holder\)" "$WORK/d.log"
 check "busy out_dir: refused before verifying or loading the checkpoint" \
   bash -c "! grep -Eiq 'resumed from|verif|skipping|model:' '$WORK/d.log'"
+# run_lock = off goes without a lock only where the file system grants none: here it grants one,
+# and the holder is still respected (was: the second job ran into the live run's directory).
+expect_exit 2 "run directory '$WORK/run' is in use by another Trident job \(host .* pid $holder\)" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --resume --checkpoint.run_lock=off
 kill -9 "$holder" 2>/dev/null; wait "$holder" 2>/dev/null
 
 echo "$FAILED failed"

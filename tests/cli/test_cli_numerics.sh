@@ -45,8 +45,6 @@ expect_exit 2 "spike_window = 1 must be 0 \(off\) or >= 2" -- run2 --train.spike
 expect_exit 2 "spike_rollback = true needs checkpoints to roll back to" -- \
   run2 --train.spike_rollback=true --checkpoint.interval=0
 expect_exit 2 "spike_rollback = true needs the spike detector" -- run2 --train.spike_rollback=true --train.spike_window=0
-expect_exit 2 "\[train\] param_dtype = fp16: fp16 working parameters are not supported yet.*Use bf16" -- \
-  run2 --train.param_dtype=fp16
 
 # ---- skip: agreement across ranks, what a skipped step changes -------------------------------------
 common=(--train.nonfinite=skip --checkpoint.interval=1 --checkpoint.keep=10 --data.sample_log=true)
@@ -72,7 +70,7 @@ check "the LR schedule advances (lr column equals the clean run's)" \
   cmp -s <(cut -d, -f1,4 "$WORK/clean/metrics.csv") <(cut -d, -f1,4 "$WORK/loss1/metrics.csv")
 check "metrics.csv marks step 3 skipped and counts it" \
   bash -c "awk -F, '\$1 == 3 && \$20 == 1 && \$21 == 1 {ok=1} \$1 == 6 && \$20 == 0 && \$21 == 1 {ok2=1} END {exit !(ok && ok2)}' '$WORK/loss1/metrics.csv'"
-check "metrics.csv has the numerics columns" grep -q ",bubble,leg,mem_checkpoint,skipped,skipped_steps,loss_z$" "$WORK/loss1/metrics.csv"
+check "metrics.csv has the numerics columns" grep -q ",bubble,leg,mem_checkpoint,skipped,skipped_steps,loss_z,loss_scale,overflow_steps,t_step," "$WORK/loss1/metrics.csv"
 check "checkpoints count the skipped steps" test "$(attr "$(ck "$WORK/loss1" 6)" skipped_steps)" = 1
 
 # ---- stop (the default): one rank's NaN stops every rank -----------------------------------------
@@ -146,5 +144,11 @@ expect_exit 0 "loss spike: loss .* standard deviations above the mean of the las
   poisoned spike:6 -1 run2 "${spk[@]}" --train.spike_rollback=false --train.out_dir="$WORK/warn"
 check "without rollback the spike is only reported (metrics.csv has 8 rows)" \
   test "$(tail -n +2 "$WORK/warn/metrics.csv" | wc -l)" -eq 8
+# Rollback before the first checkpoint (interval 6, a spike at step 5): reported, training goes on.
+expect_exit 0 "step 5: loss spike: .*: no checkpoint to roll back to yet" -- \
+  poisoned spike:5 -1 run2 "${spk[@]}" --checkpoint.interval=6 --train.out_dir="$WORK/early"
+check "... nothing rolled back (8 rows, no superseded rows), step 6 saved" \
+  test "$(tail -n +2 "$WORK/early/metrics.csv" | wc -l)" -eq 8 -a ! -e "$WORK/early/metrics.superseded.csv" \
+  -a -f "$(ck "$WORK/early" 6)"
 
 exit "$FAILED"

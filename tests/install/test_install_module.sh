@@ -31,6 +31,13 @@ check "installed executables are executable" test -x "$prefix/bin/trident" -a -x
 modfile="$(ls "$prefix"/share/modulefiles/trident/*.lua | head -n 1)"
 check "the modulefile names the prefix, not a placeholder" \
   bash -c "grep -q 'local prefix = \"$prefix\"' '$modfile' && ! grep -q '@[A-Z_]*@' '$modfile'"
+# A relative --prefix installs under the current directory; the module must still name it absolutely.
+if (cd "$WORK" && cmake --install "$BUILD_DIR" --prefix relprefix >"$WORK/install_rel.log" 2>&1); then
+  check "a relative --prefix gives an absolute prefix in the modulefile" \
+    grep -q "local prefix = \"$WORK/relprefix\"" "$WORK"/relprefix/share/modulefiles/trident/*.lua
+else
+  echo "FAIL cmake --install --prefix relprefix"; FAILED=$((FAILED + 1))
+fi
 
 # ---- a clean shell: no PATH entry of the build, no variables of this test, Lmod from its init file
 run="$WORK/elsewhere/run1"
@@ -50,14 +57,18 @@ trident prep --tokenizer char --output data/shakespeare_char.h5 "$WORK/text.txt"
 # The example deck straight from the module, a few steps of a 6-step run, 2 ranks.
 mpiexec -n 2 trident train --config "\$TRIDENT_ROOT/input/shakespeare_char.ini" --resume --train.max_steps=6 \
   --train.stop_at_step=4 --train.log_interval=1 --train.eval_interval=2 --train.eval_iters=2 >train.log 2>&1 || exit 13
-# The installed job script without Slurm (mpiexec launcher): trident from PATH, deck from TRIDENT_ROOT.
-TRIDENT_LAUNCHER=mpiexec TRIDENT_ARGS="--train.max_steps=6 --train.log_interval=1 --train.eval_interval=2 --train.eval_iters=2" \
+# The installed job script without Slurm (outside a job it launches with mpiexec by itself): trident
+# from PATH, deck from TRIDENT_ROOT.
+TRIDENT_ARGS="--train.max_steps=6 --train.log_interval=1 --train.eval_interval=2 --train.eval_iters=2" \
   bash "\$TRIDENT_ROOT/jobscripts/train.sbatch" >job.log 2>&1 || exit 14
 if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
   trident-plot runs/shakespeare_char >plot.log 2>&1 || exit 15
 fi
 trident-plot --help >plot_help.log 2>&1 || exit 16
 "\$TRIDENT_ROOT/jobscripts/chain.sh" --help >chain_help.log 2>&1 || exit 17
+bash "\$TRIDENT_ROOT/jobscripts/train.sbatch" --help >sbatch_help.log 2>&1 || exit 18
+# A new user's slip: the example deck by its source-tree path, from a work directory.
+trident train --config input/shakespeare_char.ini >deck_hint.log 2>&1
 module unload trident
 echo "after_unload=\$(command -v trident || echo none) root=\${TRIDENT_ROOT:-unset}"
 EOF
@@ -82,6 +93,11 @@ if /usr/bin/python3 -c 'import matplotlib' 2>/dev/null; then
 fi
 check "trident-plot --help" grep -q "usage: trident-plot" "$run/plot_help.log"
 check "installed chain.sh --help" grep -q "Submit a chain" "$run/chain_help.log"
+check "installed train.sbatch --help prints its header, runs nothing" \
+  bash -c "grep -q 'Trident production training job' '$run/sbatch_help.log' && ! grep -q 'running:' '$run/sbatch_help.log'"
+check "train.sbatch outside Slurm says it uses mpiexec" grep -q "not inside a Slurm job (no SLURM_JOB_ID): starting the ranks with mpiexec" "$run/job.log"
+check "a missing example deck points at the installed one" \
+  grep -q "the installed example deck is --config $prefix/share/trident/input/shakespeare_char.ini" "$run/deck_hint.log"
 
 echo "$FAILED failed"
 exit "$FAILED"

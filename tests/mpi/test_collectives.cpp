@@ -1,10 +1,13 @@
 // The MPI backend of the collectives interface: results against the definitions, in-place forms,
 // non-blocking forms, and the byte counts of the ring model documented in communicator.hpp.
+#include "kernels/convert.hpp"
 #include "parallel/communicator.hpp"
 #include "test_env.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <vector>
 
@@ -42,6 +45,23 @@ TEST(Collectives, ReduceScatterAndAllGather) {
   inplace[r] = r * 10;
   c.all_gather(inplace.data() + r, inplace.data(), 1, DataType::i32);
   for (int i = 0; i < n; ++i) EXPECT_EQ(inplace[i], i * 10);
+}
+
+// IEEE half sums (reduce_dtype = fp16): exact where the sums are halves, inf where a sum passes
+// 65504 (what fp16 loss scaling reads as an overflow), and the same through reduce_scatter.
+TEST(Collectives, Fp16SumsAreHalvesAndOverflowToInf) {
+  Communicator& c = test::runtime().world();
+  const int n = c.size(), r = c.rank();
+  std::vector<std::uint16_t> v = {to_fp16(0.5f * (r + 1)), to_fp16(r == 0 ? 60000.f : 0.f), to_fp16(40000.f)};
+  c.all_reduce(v.data(), v.data(), v.size(), DataType::f16, ReduceOp::sum);
+  EXPECT_EQ(from_fp16(v[0]), 0.25f * n * (n + 1));
+  EXPECT_EQ(from_fp16(v[1]), 60000.f);
+  if (n == 1) EXPECT_EQ(from_fp16(v[2]), 40000.f);
+  else EXPECT_TRUE(std::isinf(from_fp16(v[2])));
+  std::vector<std::uint16_t> in(static_cast<size_t>(n)), out(1);
+  for (int i = 0; i < n; ++i) in[static_cast<size_t>(i)] = to_fp16(static_cast<float>(i + 1));
+  c.reduce_scatter(in.data(), out.data(), 1, DataType::f16, ReduceOp::sum);
+  EXPECT_EQ(from_fp16(out[0]), static_cast<float>(n * (r + 1)));
 }
 
 TEST(Collectives, BroadcastSendRecvAndNonBlocking) {

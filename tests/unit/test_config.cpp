@@ -188,18 +188,35 @@ TEST(Config, NumericsPolicyKeys) {
             std::string::npos);
 }
 
-// fp16 working parameters need dynamic loss scaling, which is not built: the deck refuses them
-// with the reason and the way out rather than a bare list of choices.
-TEST(Config, Fp16ParamsAreRefusedWithTheReason) {
-  for (const char* name : {"fp16", "float16", "half"}) {
-    const std::string e = error_of(kDeck, 1, {std::string("--train.param_dtype=") + name});
-    EXPECT_NE(e.find(std::string("[train] param_dtype = ") + name + ": fp16 working parameters are not supported yet"),
-              std::string::npos)
-        << e;
-    EXPECT_NE(e.find("loss scaling"), std::string::npos) << e;
-    EXPECT_NE(e.find("Use bf16"), std::string::npos) << e;
-  }
-  EXPECT_NE(error_of(kDeck, 1, {"--train.param_dtype=int8"}).find("expected float or bf16"), std::string::npos);
+// fp16 working parameters and reduction (with dynamic loss scaling): the choices parse once, the
+// other spellings name the right one, the loss_scale_* keys are range-checked naming the key.
+TEST(Config, Fp16AndTheLossScaleKeys) {
+  Config c = parse_deck_text(kDeck, "t", {"--train.param_dtype=fp16", "--train.reduce_dtype=fp16"});
+  validate(c, 1);
+  EXPECT_EQ(c.train.param_dtype, Precision::fp16);
+  EXPECT_EQ(c.train.reduce_dtype, Precision::fp16);
+  EXPECT_TRUE(uses_loss_scaling(c.train));
+  EXPECT_EQ(parse_deck_text(c.to_ini(), "t").train.param_dtype, Precision::fp16);
+  EXPECT_NE(c.to_ini().find("param_dtype = fp16\n"), std::string::npos);
+  EXPECT_NE(c.to_ini().find("loss_scale_init = 65536\n"), std::string::npos);
+  EXPECT_FALSE(uses_loss_scaling(parse_deck_text(kDeck, "t", {"--train.param_dtype=bf16"}).train));
+  for (const char* name : {"float16", "half"})
+    EXPECT_NE(error_of(kDeck, 1, {std::string("--train.param_dtype=") + name}).find("write fp16"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.param_dtype=int8"}).find("expected float, bf16 or fp16"), std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, {"--train.param_dtype=fp16", "--train.dtype=double"}).find(
+                "[train] param_dtype/reduce_dtype = fp16 needs [train] dtype = float"),
+            std::string::npos);
+  const std::pair<const char*, const char*> bad[] = {
+      {"--train.loss_scale_init=0", "[train] loss_scale_init = 0 must be > 0"},
+      {"--train.loss_scale_init=1e39", "loss_scale_init = 1e+39 must be > 0 and within float"},
+      {"--train.loss_scale_min=0", "[train] loss_scale_min = 0 must be > 0"},
+      {"--train.loss_scale_min=1e6", "at most [train] loss_scale_init = 65536"},
+      {"--train.loss_scale_growth=1", "[train] loss_scale_growth = 1 must be > 1"},
+      {"--train.loss_scale_backoff=1", "[train] loss_scale_backoff = 1 must be between 0 and 1"},
+      {"--train.loss_scale_backoff=0", "[train] loss_scale_backoff = 0 must be between 0 and 1"},
+      {"--train.loss_scale_growth_interval=0", "[train] loss_scale_growth_interval = 0 must be >= 1"},
+      {"--train.loss_scale_init=nan", "is not a finite number"}};
+  for (const auto& [arg, want] : bad) EXPECT_NE(error_of(kDeck, 1, {arg}).find(want), std::string::npos) << arg;
 }
 
 TEST(Config, GradientAccumulationCount) {

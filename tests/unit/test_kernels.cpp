@@ -16,6 +16,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
 
 namespace trident {
 namespace {
@@ -597,6 +601,110 @@ TEST(Kernels, SumSquaresAndFinite) {
   EXPECT_TRUE(all_finite<float>(View1<const float>(x.data(), 4)));
   Kokkos::deep_copy(Kokkos::subview(x, 2), std::nanf(""));
   EXPECT_FALSE(all_finite<float>(View1<const float>(x.data(), 4)));
+}
+
+}  // namespace
+}  // namespace trident
+
+// ---- fp16 (IEEE binary16) conversions --------------------------------------------------------
+// Oracle: the binary16 definition evaluated in double (IEEE 754-2008 sec. 3.4: value of a
+// (sign, exponent, mantissa) triple) and a nearest-even search over every finite half; plus values
+// numpy's float16 gives (np.float16(x).view(np.uint16)).
+namespace trident {
+namespace {
+
+double ref_fp16_value(std::uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  double v = e == 31 ? (m ? std::nan("") : HUGE_VAL) : e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+/// The half nearest to x (ties to the even mantissa), inf from 65520 on (half-way to 2^16).
+std::uint16_t ref_to_fp16(float x) {
+  if (std::isnan(x)) return static_cast<std::uint16_t>(std::signbit(x) ? 0xfe00 : 0x7e00);
+  const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  const double a = std::fabs(static_cast<double>(x));
+  if (a >= 65520.0) return sign | 0x7c00;
+  int lo = 0, hi = 0x7bff;  // largest k with value(k) <= a
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (ref_fp16_value(static_cast<std::uint16_t>(mid)) <= a) lo = mid;
+    else hi = mid - 1;
+  }
+  const int k = lo;
+  const double below = ref_fp16_value(static_cast<std::uint16_t>(k));
+  const double above = k == 0x7bff ? 65536.0 : ref_fp16_value(static_cast<std::uint16_t>(k + 1));
+  const double d1 = a - below, d2 = above - a;
+  const int r = d1 < d2 ? k : d2 < d1 ? k + 1 : (k % 2 == 0 ? k : k + 1);
+  return static_cast<std::uint16_t>(sign | r);
+}
+
+TEST(Fp16, EveryHalfDecodesExactlyAndRoundTrips) {
+  for (int i = 0; i < 65536; ++i) {
+    const auto h = static_cast<std::uint16_t>(i);
+    const float f = from_fp16(h);
+    const double want = ref_fp16_value(h);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(f)) << std::hex << i;
+      EXPECT_EQ(to_fp16(f), (h & 0x8000) | 0x7e00) << std::hex << i;  // a quiet NaN, sign kept
+      continue;
+    }
+    ASSERT_EQ(static_cast<double>(f), want) << std::hex << i;
+    ASSERT_EQ(std::signbit(f), (h & 0x8000) != 0) << std::hex << i;
+    ASSERT_EQ(to_fp16(f), h) << std::hex << i;
+  }
+}
+
+TEST(Fp16, RoundsToNearestEvenAtEveryMidpointAndAround) {
+  for (int k = 0; k < 0x7c00; ++k) {  // the midpoint above every finite half, and its float neighbours
+    const double lo = ref_fp16_value(static_cast<std::uint16_t>(k));
+    const double hi = k == 0x7bff ? 65536.0 : ref_fp16_value(static_cast<std::uint16_t>(k + 1));
+    const float mid = static_cast<float>((lo + hi) / 2);  // 12 significant bits: exact in float
+    ASSERT_EQ(static_cast<double>(mid), (lo + hi) / 2);
+    for (float x : {mid, std::nextafter(mid, 0.f), std::nextafter(mid, 1e30f)}) {
+      ASSERT_EQ(to_fp16(x), ref_to_fp16(x)) << x;
+      ASSERT_EQ(to_fp16(-x), ref_to_fp16(-x)) << -x;
+    }
+  }
+  // Random float bit patterns across the whole range (NaN, inf, overflow, subnormals, underflow).
+  std::uint32_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    float x;
+    std::memcpy(&x, &state, 4);
+    const std::uint16_t want = ref_to_fp16(x);
+    ASSERT_EQ(to_fp16(x), want) << std::hexfloat << x;
+  }
+}
+
+TEST(Fp16, KnownValuesOfNumpyFloat16) {
+  const std::pair<float, std::uint16_t> cases[] = {
+      {0.1f, 0x2e66},        {1.0f / 3.0f, 0x3555}, {-2.0f, 0xc000},   {65504.f, 0x7bff},
+      {65519.99f, 0x7bff},   {65520.f, 0x7c00},     {1e5f, 0x7c00},    {-1e30f, 0xfc00},
+      {0x1p-14f, 0x0400},    {0x1p-24f, 0x0001},    {0x1p-25f, 0x0000}, {0x1.8p-25f, 0x0001},
+      {0x3p-25f, 0x0002},    {1e-8f, 0x0000},       {-0.0f, 0x8000},   {HUGE_VALF, 0x7c00}};
+  for (const auto& [x, h] : cases) EXPECT_EQ(to_fp16(x), h) << x;
+}
+
+TEST(Fp16, ConvertKernelsOnViewsAndTheHalfFormats) {
+  const std::vector<float> in = {0.1f, -3.5f, 70000.f, 1e-6f, 0x1p-24f, 2.0f};
+  Kokkos::View<float*, MemSpace> d("in", in.size()), back("back", in.size());
+  Kokkos::View<std::uint16_t*, MemSpace> h("h", in.size());
+  Kokkos::deep_copy(d, Kokkos::View<const float*, HostSpace, Unmanaged>(in.data(), in.size()));
+  for (HalfFormat fmt : {HalfFormat::fp16, HalfFormat::bf16}) {
+    convert_to_half<float>(fmt, View1<std::uint16_t>(h.data(), h.size()), View1<const float>(d.data(), d.size()));
+    convert_from_half<float>(fmt, View1<float>(back.data(), back.size()), View1<const std::uint16_t>(h.data(), h.size()));
+    auto hh = Kokkos::create_mirror_view_and_copy(HostSpace(), h);
+    auto hb = Kokkos::create_mirror_view_and_copy(HostSpace(), back);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const std::uint16_t want = fmt == HalfFormat::fp16 ? to_fp16(in[i]) : to_bf16(in[i]);
+      EXPECT_EQ(hh(i), want) << i;
+      EXPECT_EQ(to_half(fmt, in[i]), want);
+      EXPECT_EQ(hb(i), from_half(fmt, want)) << i;
+    }
+  }
+  EXPECT_TRUE(std::isinf(from_fp16(to_fp16(70000.f))));  // fp16 overflows where bf16 does not
+  EXPECT_FALSE(std::isinf(from_bf16(to_bf16(70000.f))));
 }
 
 }  // namespace

@@ -1,12 +1,14 @@
 // The numerics policy of `trident train` (train/numerics.hpp): the agreement on a step's health
 // across ranks (at 2 ranks with a non-finite value on one rank only), the skip/stop verdicts and
-// their counting, the spike detector's z-score against a direct two-pass computation, its window
-// across a restore, and the rollback budget.
+// their counting, the fp16 loss scaler's state machine against hand-computed sequences, the spike
+// detector's z-score against a direct two-pass computation, its window across a restore, and the
+// rollback budget.
 #include "test_env.hpp"
 #include "train/numerics.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -67,6 +69,118 @@ TEST(NonfinitePolicy, SkipCountsAndStopsAtTheLimitOfConsecutiveSkips) {
   q.restore(2, 7);
   EXPECT_EQ(q.decide(false), NonfiniteVerdict::stop);
   EXPECT_EQ(q.skipped_total(), 8);
+}
+
+TEST(StepHealth, ANonFiniteNormWithFiniteLossesIsNotALossProblem) {
+  // An overflow under loss scaling: the gradient norm is inf on the last rank only, every loss finite.
+  const bool mine = world().rank() == world().size() - 1;
+  const StepHealth h = agree_step_health(world(), world().rank(), 2.0,
+                                         mine ? std::numeric_limits<double>::infinity() : 1.0);
+  EXPECT_FALSE(h.finite);
+  EXPECT_TRUE(h.loss_finite);
+  EXPECT_EQ(h.loss, 2.0);
+  // A NaN loss on the last rank: not loss_finite on every rank.
+  const StepHealth g = agree_step_health(world(), world().rank(), mine ? std::nan("") : 2.0, 1.0);
+  EXPECT_FALSE(g.finite);
+  EXPECT_FALSE(g.loss_finite);
+}
+
+// The scaler against sequences computed by hand from torch.cuda.amp.GradScaler's rules (growth
+// after `interval` good steps, backoff on an overflow, growth tracker reset by both) plus
+// Megatron-LM's floor.
+TEST(LossScaler, GrowsAfterIntervalGoodStepsAndBacksOffOnOverflow) {
+  LossScaler s(true, 65536.0, 3, 2.0, 0.5, 1.0);
+  // good good good -> x2; good overflow -> /2 (tracker reset); good good good -> x2.
+  const bool finite[] = {true, true, true, true, false, true, true, true, true};
+  const double want_scale[] = {65536, 65536, 131072, 131072, 65536, 65536, 65536, 131072, 131072};
+  const std::int64_t want_good[] = {1, 2, 0, 1, 0, 1, 2, 0, 1};
+  for (int i = 0; i < 9; ++i) {
+    const ScaleVerdict v = s.update(finite[i]);
+    EXPECT_EQ(v, finite[i] ? ScaleVerdict::apply : ScaleVerdict::overflow) << i;
+    EXPECT_EQ(s.scale(), want_scale[i]) << i;
+    EXPECT_EQ(s.good_steps(), want_good[i]) << i;
+  }
+  EXPECT_EQ(s.overflows(), 1);
+}
+
+TEST(LossScaler, BackoffIsClampedAtTheMinimumAndAnOverflowThereStops) {
+  LossScaler s(true, 8.0, 100, 2.0, 0.25, 1.0);
+  EXPECT_EQ(s.update(false), ScaleVerdict::overflow);
+  EXPECT_EQ(s.scale(), 2.0);
+  EXPECT_EQ(s.update(false), ScaleVerdict::overflow);
+  EXPECT_EQ(s.scale(), 1.0);  // 0.5 clamped to the minimum
+  EXPECT_EQ(s.update(true), ScaleVerdict::apply);
+  EXPECT_EQ(s.update(false), ScaleVerdict::stop);  // an overflow at the minimum
+  EXPECT_EQ(s.scale(), 1.0);
+  EXPECT_EQ(s.overflows(), 2);
+  // A non-power-of-two minimum is reached exactly, too.
+  LossScaler t(true, 10.0, 100, 2.0, 0.5, 3.0);
+  EXPECT_EQ(t.update(false), ScaleVerdict::overflow);
+  EXPECT_EQ(t.scale(), 5.0);
+  EXPECT_EQ(t.update(false), ScaleVerdict::overflow);
+  EXPECT_EQ(t.scale(), 3.0);
+  EXPECT_EQ(t.update(false), ScaleVerdict::stop);
+}
+
+TEST(LossScaler, GrowthStopsAtTheEndOfFloatsRangeAndDisabledIsOne) {
+  LossScaler s(true, 0x1p127, 1, 2.0, 0.5, 1.0);
+  EXPECT_EQ(s.update(true), ScaleVerdict::apply);
+  EXPECT_EQ(s.scale(), 0x1p127);  // 2^128 is not a float: the scale stays
+  EXPECT_EQ(s.good_steps(), 0);
+  LossScaler off(false, 65536.0, 1, 2.0, 0.5, 1.0);
+  EXPECT_EQ(off.scale(), 1.0);
+  EXPECT_EQ(off.update(false), ScaleVerdict::apply);
+  EXPECT_EQ(off.overflows(), 0);
+  // From a deck: enabled by fp16 parameters or reduction only.
+  TrainConfig t;
+  EXPECT_FALSE(LossScaler(t).enabled());
+  t.param_dtype = Precision::bf16;
+  EXPECT_FALSE(LossScaler(t).enabled());
+  t.reduce_dtype = Precision::fp16;
+  EXPECT_TRUE(LossScaler(t).enabled());
+  t.reduce_dtype = Precision::f32;
+  t.param_dtype = Precision::fp16;
+  EXPECT_EQ(LossScaler(t).scale(), 65536.0);
+}
+
+TEST(LossScaler, InterruptResetsTheGoodStepsAndRestoreContinues) {
+  LossScaler a(true, 4.0, 3, 2.0, 0.5, 1.0);
+  a.update(true);
+  a.update(true);
+  a.interrupt();  // a step with a non-finite loss (the nonfinite policy's)
+  EXPECT_EQ(a.good_steps(), 0);
+  EXPECT_EQ(a.scale(), 4.0);
+  // A restored scaler continues exactly as the one it was saved from.
+  LossScaler b(true, 65536.0, 3, 2.0, 0.5, 1.0);
+  a.update(true);
+  a.update(false);
+  a.update(true);
+  b.restore(a.scale(), a.good_steps(), a.overflows());
+  for (bool f : {true, true, false, true, true, true, true}) {
+    EXPECT_EQ(a.update(f), b.update(f));
+    EXPECT_EQ(a.scale(), b.scale());
+    EXPECT_EQ(a.good_steps(), b.good_steps());
+    EXPECT_EQ(a.overflows(), b.overflows());
+  }
+}
+
+TEST(LossScaler, RestoreBelowARaisedMinimumStartsAtTheMinimum) {
+  // A resume that raised [train] loss_scale_min above the checkpoint's scale: the scale starts at
+  // the new floor (was: it stayed below it, and the first overflow stopped the run "at the minimum
+  // loss scale" of the checkpoint's value, not the floor the user set).
+  LossScaler s(true, 65536.0, 3, 2.0, 0.5, 4096.0);
+  EXPECT_TRUE(s.restore(1024.0, 2, 5));
+  EXPECT_EQ(s.scale(), 4096.0);
+  EXPECT_EQ(s.good_steps(), 0);
+  EXPECT_EQ(s.overflows(), 5);
+  EXPECT_EQ(s.update(false), ScaleVerdict::stop);  // at the floor now: an overflow stops
+  // A scale at or above the floor is restored as it was.
+  LossScaler t(true, 65536.0, 3, 2.0, 0.5, 4096.0);
+  EXPECT_FALSE(t.restore(8192.0, 2, 5));
+  EXPECT_EQ(t.scale(), 8192.0);
+  EXPECT_EQ(t.good_steps(), 2);
+  EXPECT_EQ(t.update(false), ScaleVerdict::overflow);
+  EXPECT_EQ(t.scale(), 4096.0);
 }
 
 TEST(SpikeDetector, ZScoreAgainstThePreviousWindow) {

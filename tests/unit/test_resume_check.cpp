@@ -69,7 +69,9 @@ TEST(ResumeCheck, EveryDeckKeyHasAClass) {
     EXPECT_EQ(change_class(k), ChangeClass::takes_effect) << k;
   for (const char* k : {"parallel.dp", "parallel.zero_stage", "train.micro_batch_size", "train.stop_at_step",
                         "train.time_limit_min", "train.out_dir", "checkpoint.interval", "data.cache_max_mb",
-                        "train.nonfinite", "train.spike_window", "train.spike_rollback"})
+                        "train.nonfinite", "train.spike_window", "train.spike_rollback", "train.loss_scale_init",
+                        "train.loss_scale_growth_interval", "train.loss_scale_growth", "train.loss_scale_backoff",
+                        "train.loss_scale_min"})
     EXPECT_EQ(change_class(k), ChangeClass::same_math) << k;
 }
 

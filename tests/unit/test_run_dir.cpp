@@ -10,6 +10,7 @@
 #include "train/model_schema.hpp"
 #include "train/resume.hpp"
 #include "train/run_dir.hpp"
+#include "train/step_timers.hpp"
 
 #include <gtest/gtest.h>
 
@@ -173,9 +174,18 @@ TEST(RunDir, ClaimHoldsTheRunLockUntilItIsDestroyed) {
             << e.what();
       }
     }
-    // run_lock = off takes no lock and is not refused: the user answers for it.
-    const RunDirClaim unlocked = claim_of(out, RunLockMode::off);
-    EXPECT_FALSE(unlocked.locked());
+    // run_lock = off goes without a lock only where the file system grants none: here it grants
+    // one, so the holder is still respected (was: the second claim went ahead unlocked).
+    expect_error<ConfigError>([&] { RunDirClaim second = claim_of(out, RunLockMode::off); },
+                              "cannot set up the run directory: run directory '" + out +
+                                  "' is in use by another Trident job (host ",
+                              2);
+  }
+  world().barrier();
+  {
+    // ... and on a free directory it takes the lock like required.
+    const RunDirClaim off = claim_of(out, RunLockMode::off);
+    EXPECT_EQ(off.locked(), world().rank() == 0);
   }
   world().barrier();
   EXPECT_NO_THROW(RunDirClaim again = claim_of(out));
@@ -251,7 +261,9 @@ TEST(RunDir, MetricsRowsOfEveryVersionFollowTheirLeg) {
   EXPECT_NE(kept.find("3" + values + ",cccccccc,12.5\n"), std::string::npos);
   EXPECT_EQ(kept.find("3" + values + ",aaaaaaaa\n"), std::string::npos);  // a step of the branch left
   EXPECT_NE(read_file(out + "/metrics.superseded.csv").find("3" + values + ",aaaaaaaa\n"), std::string::npos);
-  EXPECT_EQ(kept.substr(0, kept.find('\n')).substr(kept.find(",leg")), ",leg,mem_checkpoint,skipped,skipped_steps,loss_z");
+  EXPECT_EQ(kept.substr(0, kept.find('\n')).substr(kept.find(",leg")),
+            ",leg,mem_checkpoint,skipped,skipped_steps,loss_z,loss_scale,overflow_steps," + step_breakdown_columns() +
+                ",offload_read_mib,offload_write_mib,offload_wait_ms");
 }
 
 TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {

@@ -1,0 +1,265 @@
+// Optimizer-state offload ([parallel] offload_optimizer = nvme) against its oracle, the same run
+// with the state resident: at ZeRO stages 0-3, fp32 and bf16 working params, one unit per block
+// and the whole model as one unit, default and 1000-byte chunks, every step's loss and gradient
+// norm and the final master weights and both moments are bitwise equal (the streamed update is
+// the resident one, chunk by chunk). Also: what is allocated equals the --dry-run prediction to
+// the byte and the offload file has the predicted size (the resident optimizer memory is two
+// records), also with chunks smaller than units; and an I/O failure on one rank only (its file
+// truncated by the test hook) stops every rank with the same collective IoError naming that file.
+#include "core/error.hpp"
+#include "data/token_dataset.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/trainer.hpp"
+#include "trainer_fixture.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace trident {
+namespace {
+
+// Odd unit sizes (n_embd = 15, vocab 997): padding in every piece at every dp.
+const std::vector<std::string> kUneven = {"--model.n_embd=15", "--model.n_head=3", "--model.vocab_size=997"};
+
+std::string offload_dir() {
+  const std::string d = test::scratch_dir() + "/offload";
+  if (test::runtime().world().rank() == 0) std::filesystem::create_directories(d);
+  test::runtime().world().barrier();
+  return d;
+}
+
+Config config(std::vector<std::string> extra, bool offload) {
+  std::vector<std::string> ov = kUneven;
+  ov.insert(ov.end(), extra.begin(), extra.end());
+  if (offload) {
+    ov.push_back("--parallel.offload_optimizer=nvme");
+    ov.push_back("--parallel.offload_path=" + offload_dir());
+  }
+  Config c = test::tiny_config(test::runtime().world_size(), ov);
+  c.model.vocab_size = 997;
+  return c;
+}
+
+struct RunResult {
+  std::vector<double> loss, norm;
+  std::vector<float> master, m, v;
+};
+
+RunResult train(const Config& cfg, int steps) {
+  Runtime& rt = test::runtime();
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  RunResult r;
+  for (int s = 0; s < steps; ++s) {
+    const StepResult x = t.train_step();
+    r.loss.push_back(x.loss);
+    r.norm.push_back(x.grad_norm);
+  }
+  r.master = t.master_copy();
+  r.m = t.exp_avg_copy();
+  r.v = t.exp_avg_sq_copy();
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class OffloadEquality : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+// Small chunks (TRIDENT_OFFLOAD_CHUNK_BYTES): several records per unit, cut at odd places.
+struct ChunkBytes {
+  explicit ChunkBytes(const char* bytes) {
+    if (bytes != nullptr) ::setenv("TRIDENT_OFFLOAD_CHUNK_BYTES", bytes, 1);
+  }
+  ~ChunkBytes() { ::unsetenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); }
+};
+
+TEST_P(OffloadEquality, BitwiseEqualToResident) {
+  const RunResult ref = train(config(GetParam(), false), 4);
+  for (const char* chunk : {static_cast<const char*>(nullptr), "1000"}) {
+    ChunkBytes scoped(chunk);
+    const RunResult off = train(config(GetParam(), true), 4);
+    const std::string what = chunk == nullptr ? "default chunks" : "1000-byte chunks";
+    for (size_t s = 0; s < ref.loss.size(); ++s) {
+      EXPECT_EQ(off.loss[s], ref.loss[s]) << what << ", step " << s + 1;
+      EXPECT_EQ(off.norm[s], ref.norm[s]) << what << ", step " << s + 1;
+    }
+    EXPECT_TRUE(same_bits(off.master, ref.master)) << what << ": master weights";
+    EXPECT_TRUE(same_bits(off.m, ref.m)) << what << ": exp_avg";
+    EXPECT_TRUE(same_bits(off.v, ref.v)) << what << ": exp_avg_sq";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Stages, OffloadEquality,
+    ::testing::Values(std::vector<std::string>{"--parallel.zero_stage=0"}, std::vector<std::string>{"--parallel.zero_stage=1"},
+                      std::vector<std::string>{"--parallel.zero_stage=2"}, std::vector<std::string>{"--parallel.zero_stage=3"},
+                      std::vector<std::string>{"--parallel.zero_stage=1", "--train.param_dtype=bf16"},
+                      std::vector<std::string>{"--parallel.zero_stage=3", "--train.param_dtype=bf16"},
+                      std::vector<std::string>{"--parallel.zero_stage=0", "--train.param_dtype=bf16"},
+                      std::vector<std::string>{"--parallel.zero_stage=2", "--parallel.unit_blocks=0"}));
+
+// What construction allocates is the prediction, the offload file has the predicted size, and the
+// optimizer memory that left is the hand-computed 4 * kinds * shard elements (kinds: 3 with a
+// separate master copy, 2 where the fp32 working params are the master) minus two records of
+// the largest chunk (min(largest piece, chunk_bytes / (4 kinds)) elements).
+class OffloadPlanBytes : public ::testing::TestWithParam<std::int64_t> {};
+
+TEST_P(OffloadPlanBytes, DryRunPredictionEqualsAllocation) {
+  Runtime& rt = test::runtime();
+  const std::int64_t chunk_bytes = GetParam();
+  ChunkBytes scoped(chunk_bytes > 0 ? std::to_string(chunk_bytes).c_str() : nullptr);
+  for (const std::vector<std::string>& v :
+       {std::vector<std::string>{"--parallel.zero_stage=0"}, {"--parallel.zero_stage=1"}, {"--parallel.zero_stage=3"},
+        {"--parallel.zero_stage=1", "--train.param_dtype=bf16"}}) {
+    const Config cfg = config(v, true), resident = config(v, false);
+    ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+    TokenDataset data(cfg.data.path, 64.0);
+    const std::int64_t before = MemoryLedger::current(MemCategory::optimizer);
+    Trainer<float> t(cfg, grid, data);
+    const std::int64_t got = MemoryLedger::current(MemCategory::optimizer) - before;
+    const MemoryBytes want = predict_memory(cfg), want_res = predict_memory(resident);
+    const auto opt = static_cast<size_t>(MemCategory::optimizer);
+    if (grid.dp_rank() == 0) {
+      EXPECT_EQ(got, want[opt]) << v[0];
+    } else {
+      EXPECT_LE(got, want[opt]) << v[0];
+    }
+    for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
+      if (static_cast<size_t>(c) == opt || static_cast<MemCategory>(c) == MemCategory::checkpoint) continue;
+      EXPECT_EQ(want[static_cast<size_t>(c)], want_res[static_cast<size_t>(c)]) << c;
+    }
+    // Hand computation from the engine's geometry.
+    const ZeroEngine<float>& z = t.engine();
+    const bool separate = v.size() > 1 || (v[0] != "--parallel.zero_stage=0" && v[0] != "--parallel.zero_stage=3");
+    const std::int64_t kinds = separate ? 3 : 2;
+    const std::int64_t c = chunk_bytes > 0 ? chunk_bytes / (4 * kinds) : (std::int64_t{16} << 20) / (4 * kinds);
+    std::int64_t max_rec = 0;
+    const int S = cfg.parallel.zero_stage == 0 ? 1 : cfg.parallel.dp;
+    std::int64_t file = 0;
+    for (const UnitSpec& u : t.layout().units()) {
+      const std::int64_t s = (u.numel + S - 1) / S;  // the unit's piece
+      for (std::int64_t b = 0; b < s; b += c) {
+        const std::int64_t n = std::min(c, s - b);
+        max_rec = std::max(max_rec, n);
+        file += OffloadFile::aligned(kinds * n * 4);
+      }
+    }
+    const std::int64_t staging = 2 * OffloadFile::aligned(kinds * max_rec * 4);
+    if (grid.dp_rank() == 0) {
+      EXPECT_EQ(want_res[opt] - want[opt], kinds * z.local_size() * 4 - staging) << v[0];
+      EXPECT_EQ(predict_offload(cfg).file_bytes, file) << v[0];
+      EXPECT_EQ(predict_offload(cfg).staging_bytes, staging) << v[0];
+      EXPECT_EQ(static_cast<std::int64_t>(
+                    std::filesystem::file_size(offload_file_name(cfg.parallel.offload_path, rt.world().rank()))),
+                file)
+          << v[0];
+    }
+    EXPECT_EQ(z.optimizer().exp_avg().size(), 0) << "no resident moments";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunks, OffloadPlanBytes, ::testing::Values(std::int64_t{0}, std::int64_t{1000}));
+
+// Saves read the offloaded state back: an asynchronous save's snapshot holds bitwise the resident
+// run's arrays (read across chunk boundaries: 1000-byte chunks), and what a save allocates is the
+// dry run's checkpoint bytes (a synchronous save goes through its staging buffer, at most 16 MiB,
+// as on a GPU build).
+TEST(Offload, SavesReadTheStateBackAndMatchThePrediction) {
+  Runtime& rt = test::runtime();
+  ChunkBytes scoped("1000");
+  int variant = 0;
+  for (const std::vector<std::string>& v :
+       {std::vector<std::string>{"--parallel.zero_stage=0"}, {"--parallel.zero_stage=1"},
+        {"--parallel.zero_stage=3", "--train.param_dtype=bf16"}}) {
+    for (const bool async : {false, true}) {
+      std::vector<std::string> ov = v;
+      ov.push_back(async ? "--checkpoint.async=true" : "--checkpoint.async=false");
+      const Config cfg = config(ov, true), res_cfg = config(ov, false);
+      ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+      TokenDataset data(cfg.data.path, 64.0);
+      Trainer<float> off(cfg, grid, data), res(res_cfg, grid, data);
+      for (int s = 0; s < 2; ++s) {
+        off.train_step();
+        res.train_step();
+      }
+      const std::int64_t want = predict_memory(cfg)[static_cast<size_t>(MemCategory::checkpoint)];
+      MemoryLedger::reset_peaks();
+      const std::int64_t before = MemoryLedger::current(MemCategory::checkpoint);
+      std::int64_t got = 0;
+      const std::string what = v.back() + (async ? " async" : " sync");
+      if (async) {
+        CheckpointSnapshot snap = off.snapshot();
+        got = MemoryLedger::current(MemCategory::checkpoint) - before;
+        CheckpointSnapshot ref = res.snapshot();
+        ASSERT_EQ(snap.write.shard.length, ref.write.shard.length) << what;
+        ASSERT_EQ(snap.write.arrays.size(), 3u) << what;
+        for (size_t k = 0; k < 3; ++k)
+          EXPECT_EQ(std::memcmp(snap.write.arrays[k], ref.write.arrays[k],
+                                static_cast<size_t>(snap.write.shard.length) * sizeof(float)),
+                    0)
+              << what << " kind " << k;
+      } else {
+        off.write_checkpoint(test::scratch_dir() + "/offload_save_" + std::to_string(variant) + ".h5");
+        got = MemoryLedger::peak(MemCategory::checkpoint) - before;
+      }
+      if (grid.dp_rank() == 0) {
+        EXPECT_EQ(got, want) << what;
+      } else {
+        EXPECT_LE(got, want) << what;
+      }
+      ++variant;
+    }
+  }
+}
+
+// One rank's file is truncated before step 2's update: every rank fails that step with the same
+// collective IoError, which names the file of the failing rank.
+TEST(Offload, TruncatedFileOnOneRankStopsEveryRank) {
+  Runtime& rt = test::runtime();
+  const Config cfg = config({"--parallel.zero_stage=1"}, true);
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  Trainer<float> t(cfg, grid, data);
+  t.train_step();
+  const int victim = rt.world_size() - 1;
+  if (rt.world().rank() == victim) t.engine().truncate_offload_for_test();
+  std::string msg;
+  bool collective = false;
+  try {
+    t.train_step();
+  } catch (const IoError& e) {
+    msg = e.what();
+    collective = e.collective();
+  }
+  EXPECT_TRUE(collective) << msg;
+  EXPECT_NE(msg.find("step 2: optimizer-state offload failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("trident-offload." + std::to_string(victim) + ".bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+}
+
+// A missing offload directory is refused at start-up, on every rank alike, naming the file.
+TEST(Offload, MissingDirectoryIsAgreed) {
+  Runtime& rt = test::runtime();
+  Config cfg = config({"--parallel.zero_stage=2"}, true);
+  cfg.parallel.offload_path = test::scratch_dir() + "/does-not-exist";
+  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  std::string msg;
+  try {
+    Trainer<float> t(cfg, grid, data);
+  } catch (const IoError& e) {
+    msg = e.what();
+    EXPECT_TRUE(e.collective());
+  }
+  EXPECT_NE(msg.find("cannot start the optimizer-state offload"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("does-not-exist/trident-offload.0.bin"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace trident
