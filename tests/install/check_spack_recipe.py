@@ -32,7 +32,8 @@ CMAKE_TO_SPACK = {
     "trilinos_kokkoskernels": "kokkos-kernels", "kokkoskernels": "kokkos-kernels",
 }
 # Looked for but not a dependency, with the reason.
-NOT_DEPENDENCIES = {"Git": "optional (QUIET): the commit in `trident --version`"}
+NOT_DEPENDENCIES = {"Git": "optional (QUIET): the commit in `trident --version`",
+                    "Threads": "the C library's POSIX threads (the offload I/O thread), no Spack package"}
 # Dependencies of the recipe that no find_* call names.
 BUILD_TOOLS = {"cmake": "cmake_minimum_required"}
 # CMake variables of an if() -> Spack variant.
