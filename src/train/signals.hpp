@@ -17,7 +17,10 @@ constexpr int kExitRequeue = 3;
 /// Installs the SIGUSR1, SIGTERM and SIGINT handlers and ignores SIGXFSZ. Local; idempotent.
 /// SIGINT (Ctrl-C at a terminal, which reaches mpiexec and every rank) is a stop request like
 /// SIGTERM, announced on stderr; a second SIGINT aborts at once (the default action), without a
-/// checkpoint. A SIGTERM/SIGUSR1 already recorded is not replaced by a later SIGINT.
+/// checkpoint. A SIGINT less than 1 s after the first (TRIDENT_INTERRUPT_MERGE_MS, milliseconds)
+/// is the same Ctrl-C arriving twice -- from the terminal's process-group signal and again from
+/// mpiexec's forwarding -- and is ignored. A SIGTERM/SIGUSR1 already recorded is not replaced by a
+/// later SIGINT.
 void install_stop_signal_handlers();
 /// Silences the handler's SIGINT messages on this rank (all ranks but world rank 0). Local.
 void set_stop_signal_quiet(bool quiet);

@@ -481,5 +481,32 @@ TEST(StopAndCheckpointPolicies, AFailedFinalSaveTurnsEveryStopIntoExit1) {
   }
 }
 
+// One Ctrl-C at a terminal reaches each rank twice (the terminal signals mpiexec's whole process
+// group, and mpiexec forwards the interrupt again): within the merge window the second SIGINT is
+// the same interrupt, a stop request, not the "second interrupt" that aborts the process. (Were it
+// taken as the second, raise() below would kill this test: SIG_DFL for SIGINT terminates.)
+TEST(StopSignals, ASigintArrivingTwiceWithinTheMergeWindowIsOneInterrupt) {
+  struct sigaction old_int {}, old_term {}, old_usr1 {};
+  sigaction(SIGINT, nullptr, &old_int);
+  sigaction(SIGTERM, nullptr, &old_term);
+  sigaction(SIGUSR1, nullptr, &old_usr1);
+  setenv("TRIDENT_INTERRUPT_MERGE_MS", "60000", 1);
+  install_stop_signal_handlers();
+  set_stop_signal_quiet(true);
+  clear_stop_signal();
+  std::raise(SIGINT);
+  std::raise(SIGINT);  // the forwarded copy, well within 60 s
+  EXPECT_EQ(stop_signal_received(), SIGINT);
+  std::raise(SIGTERM);  // a batch system's signal still registers after the interrupt
+  EXPECT_EQ(stop_signal_received(), SIGTERM);
+  clear_stop_signal();
+  set_stop_signal_quiet(false);
+  unsetenv("TRIDENT_INTERRUPT_MERGE_MS");
+  install_stop_signal_handlers();  // back to the default window for whatever runs next
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGUSR1, &old_usr1, nullptr);
+}
+
 }  // namespace
 }  // namespace trident
