@@ -25,7 +25,11 @@ TRIDENT_STOP_FILE="$WORK/stop" timeout -k 10 120 "$MPIEXEC" -n 2 "$TRIDENT" trai
   > "$WORK/int.out" 2>&1 &
 pid=$!
 check "the run trains some steps" wait_rows "$WORK/run/metrics.csv" 3
-kill -INT "$pid"
+# To mpiexec itself, not to `timeout`: timeout passes a signal to its child AND to its whole
+# process group, so mpiexec would get two SIGINTs ("Press Ctrl-C again to force abort") and kill
+# the ranks before they save (hydra's behaviour, seen in CI); a terminal's Ctrl-C reaches it once.
+mpi_pid="$(pgrep -P "$pid" | head -n 1)"
+kill -INT "${mpi_pid:-$pid}"
 wait "$pid"
 step="$(sed -n 's/.*stopping after step \([0-9]*\) on SIGINT.*/\1/p' "$WORK/int.out" | head -1)"
 check "Ctrl-C: rank 0 says it stops on SIGINT and how to resume" \
