@@ -233,7 +233,7 @@ std::string shard_split_by_name(const std::string& path) {
   std::string word;
   for (size_t i = 0; i <= stem.size(); ++i) {
     if (i == stem.size() || stem[i] == '_' || stem[i] == '-' || stem[i] == '.') {
-      val = val || word == "val" || word == "validation";
+      val = val || word == "val" || word == "valid" || word == "validation";
       train = train || word == "train";
       word.clear();
     } else {
@@ -340,7 +340,8 @@ PrepResult prep_token_file(const PrepOptions& opt) {
                         (kind == TokenizerKind::byte ? std::string(", or add --binary to read the file's raw bytes)")
                                                      : std::string(")")));
     bool any_val = false;
-    log::info("inputs (llm.c shards: a word 'val' in the name means validation, as llm.c names them):");
+    log::info("inputs (llm.c shards: a word 'val', 'valid' or 'validation' in the name means validation, as llm.c "
+              "and Hugging Face datasets name them):");
     for (size_t i = 0; i < opt.inputs.size(); ++i) {
       const std::string& p = opt.inputs[i];
       const std::string by_name = shard_split_by_name(p);
@@ -353,7 +354,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
                   std::to_string(shard_format->version) + ")";
       in.count = static_cast<std::int64_t>(ids.size());
       in.split = is_val ? "val" : "train";
-      in.reason = is_val ? "'val' in its name" : by_name == "train" ? "'train' in its name" : "no 'val' in its name";
+      in.reason = is_val ? "'val' (or 'valid', 'validation') in its name" : by_name == "train" ? "'train' in its name" : "no 'val' in its name";
       r.inputs.push_back(in);
       auto& dst = is_val ? val : train;
       dst.insert(dst.end(), ids.begin(), ids.end());

@@ -90,7 +90,8 @@ InputFormat detect_input_format(const std::string& path);
 
 /// The split an llm.c shard belongs to by its file name, following llm.c's own scripts: "val" when
 /// a word of the name without its extension (words separated by '_', '-' or '.', any case) is
-/// "val" or "validation" (tiny_shakespeare_val.bin, fineweb_val_000000.bin, TinyStories_val.bin),
+/// "val", "valid" or "validation" (tiny_shakespeare_val.bin, fineweb_val_000000.bin, TinyStories_val.bin,
+/// Hugging Face's "validation" and "valid" splits),
 /// "train" when a word is "train", "" when neither. Local, pure. Throws ConfigError naming the file
 /// when its name has both.
 std::string shard_split_by_name(const std::string& path);

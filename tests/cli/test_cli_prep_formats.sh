@@ -24,7 +24,7 @@ many() { seq "$2" 7919 $(( $2 + 7919 * ($1 - 1) )) | awk '{ print $1 % 128256 }'
 # ---- (a) llama-3 shards: read as tokens, never as text ---------------------------------------------
 write_shard "$WORK/tiny_shakespeare_val.bin" 20240801 7 uint32 $(many 200 128000)
 write_shard "$WORK/tiny_shakespeare_train.bin" 20240801 7 uint32 $(many 2000 5)
-expect_exit 0 "tiny_shakespeare_val.bin: llm.c llama-3 token shard \(version 7\), 200 tokens -> val \('val' in its name\)" -- \
+expect_exit 0 "tiny_shakespeare_val.bin: llm.c llama-3 token shard \(version 7\), 200 tokens -> val \('val' \(or 'valid', 'validation'\) in its name\)" -- \
   "$TRIDENT" prep --output "$WORK/l3.h5" "$WORK/tiny_shakespeare_val.bin" "$WORK/tiny_shakespeare_train.bin"
 expect_exit 0 "tiny_shakespeare_train.bin: llm.c llama-3 token shard \(version 7\), 2000 tokens -> train" -- \
   "$TRIDENT" prep --output "$WORK/l3.h5" "$WORK/tiny_shakespeare_val.bin" "$WORK/tiny_shakespeare_train.bin"

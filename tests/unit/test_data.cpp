@@ -309,7 +309,7 @@ TEST(Prep, Llama3ShardsKeepTheirIdsInAnInt32File) {
   ASSERT_EQ(r.inputs.size(), 2u);
   EXPECT_EQ(r.inputs[0].format, "llm.c llama-3 token shard (version 7)");
   EXPECT_EQ(r.inputs[1].split, "val");
-  EXPECT_EQ(r.inputs[1].reason, "'val' in its name");
+  EXPECT_EQ(r.inputs[1].reason, "'val' (or 'valid', 'validation') in its name");
   // Naming the kind is allowed; another kind is refused by name, never tokenised as text or bytes.
   o.tokenizer = "llama3";
   EXPECT_EQ(prep_error<ConfigError>(o), "");
@@ -340,7 +340,8 @@ TEST(Prep, Llama3ShardsKeepTheirIdsInAnInt32File) {
 
 TEST(Prep, ShardSplitFollowsLlmcNaming) {
   for (const char* v : {"tiny_shakespeare_val.bin", "fineweb_val_000000.bin", "edu_fineweb_val_000000.bin",
-                        "TinyStories_val.bin", "/data/x/shard-VAL-3.bin", "owt_validation.bin", "val.bin"})
+                        "TinyStories_val.bin", "/data/x/shard-VAL-3.bin", "owt_validation.bin", "val.bin",
+                        "wikitext_valid.bin", "data-valid-000.bin"})
     EXPECT_EQ(shard_split_by_name(v), "val") << v;
   for (const char* t : {"tiny_shakespeare_train.bin", "fineweb_train_000001.bin", "TinyStories_train.bin"})
     EXPECT_EQ(shard_split_by_name(t), "train") << t;
