@@ -719,7 +719,32 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                               cfg.train.spike_zscore, cfg.train.spike_rollback ? "rolls back" : "warns").c_str());
   StopPolicy stops(StopLimits{cfg.train.max_steps, cfg.train.stop_at_step, cfg.train.time_limit_min},
                    [&wall] { return wall.seconds(); });
-  if (stops.at_start(trainer.step()) != StartDecision::train) return 0;
+  switch (stops.at_start(trainer.step())) {
+    case StartDecision::train: break;
+    case StartDecision::at_stop_step: return 0;
+    case StartDecision::complete:
+      // A stop during the final evaluation saved the last step without its validation loss (the
+      // evaluation was abandoned): the requeued or resumed run does that evaluation now, so the
+      // run still ends with its final val loss. Nothing is saved: the checkpoint stays as it is.
+      if (trainer.val_loss_step() == trainer.step()) return 0;
+      {
+        install_stop_signal_handlers();
+        const EvalResult e = trainer.evaluate(
+            [&world] { return StopPolicy::agree_signal(world, stop_signal_received()) != 0; });
+        if (e.stopped) {
+          log::info("the final evaluation was abandoned again after %lld of %lld batches: a stop was requested; "
+                    "resume to run it",
+                    static_cast<long long>(e.batches), static_cast<long long>(e.batches_planned));
+          return StopPolicy::exit_status(StopReason::signal, /*final_saved=*/true);
+        }
+        if (e.tokens > 0)
+          log::info("step %6lld | val loss %.4f | %s tokens | %.2f s (the final evaluation, abandoned at a stop, "
+                    "run now; not saved in the checkpoint)",
+                    static_cast<long long>(trainer.step()), e.loss, human(static_cast<double>(e.tokens)).c_str(),
+                    e.seconds);
+      }
+      return 0;
+  }
 
   {
     const MemoryBytes pred = predict_memory(cfg);

@@ -140,6 +140,9 @@ class Trainer {
     val_loss_ = loss;
     val_loss_step_ = step_;
   }
+  /// The step whose validation loss was last recorded (record_val_loss; restored from a
+  /// checkpoint), -1 when none. Local.
+  std::int64_t val_loss_step() const { return val_loss_step_; }
 
   /// Records that leg `id` (this invocation) trains from the current step on. Local.
   void begin_leg(const std::string& id) { lineage_ = extend_lineage(lineage_, id, step_); }

@@ -53,4 +53,28 @@ expect_exit 0 "resumed from .*step_0*${stopped:-x}.h5" -- run --resume
 check "resumed: losses bitwise equal to the uninterrupted run" \
   cmp -s <(awk -F, -v s="${stopped:-0}" 'BEGIN{OFS=","} $1 == s {$3 = ""} {print $1,$2,$3,$4,$5}' "$WORK/ref/metrics.csv") \
          <(cut -d, -f1-5 "$WORK/run/metrics.csv")
+
+# A stop during the *final* evaluation (step 3 of 3): the checkpoint of step 3 has no validation
+# loss, so the resumed run, with nothing left to train, runs that evaluation and prints the val
+# loss of the uninterrupted run (same parameters, same validation tokens).
+run --train.out_dir="$WORK/run2" > "$WORK/stop2.out" 2>&1 &
+job=$!
+for _ in $(seq 1200); do  # until step 2 and its evaluation are done: step 3's evaluation follows
+  [ "$(wc -l 2>/dev/null < "$WORK/run2/metrics.csv" || echo 0)" -ge 3 ] && break
+  sleep 0.1
+done
+sleep 0.3
+rank_pid="$(pgrep -f "^$TRIDENT train --config $WORK/deck.ini --train.out_dir=$WORK/run2" | tail -n 1)"
+[ -n "$rank_pid" ] && kill -TERM "$rank_pid"
+wait "$job"; rc=$?
+check "final evaluation: SIGTERM during it exits 3" test "$rc" -eq 3
+check "final evaluation: it was abandoned after step 3" \
+  grep -q "step *3 | evaluation abandoned after" "$WORK/stop2.out"
+want="$(sed -n 's/.*step *3 | val loss \([0-9.]*\) .*/\1/p' "$WORK/ref.out" | head -n 1)"
+run --train.out_dir="$WORK/run2" --resume > "$WORK/resume2.out" 2>&1; rc=$?
+check "final evaluation: the resumed run exits 0" test "$rc" -eq 0
+check "final evaluation: the resumed run prints the uninterrupted run's val loss (${want:-none})" \
+  grep -Eq "step +3 \| val loss ${want:-none} \|.*abandoned at a stop, run now" "$WORK/resume2.out"
+check "final evaluation: no step was trained again" bash -c "! grep -Eq 'step +[0-9]+/3 \| loss' '$WORK/resume2.out'"
+[ "$rc" -eq 0 ] || tail -5 "$WORK/resume2.out"
 exit "$FAILED"
