@@ -3,7 +3,8 @@
 #   P/bin/trident                       the executable
 #   P/bin/trident-plot                  tools/plot_run.py: a run's metrics.csv as PNG
 #   P/share/trident/input/              example decks                       } TRIDENT_ROOT: the same
-#   P/share/trident/jobscripts/         train.sbatch, chain.sh, README.md   } layout as the source
+#   P/share/trident/jobscripts/         train.sbatch, chain.sh, README.md,  } layout as the source
+#                                       scaling/ (study driver, one point)  }
 #   P/share/trident/tools/              plots and checkpoint readers        } tree's folders
 #   P/share/doc/trident/                README.md, docs/
 #   P/share/modulefiles/trident/<version>.lua   Lmod modulefile (PATH, TRIDENT_ROOT, help)
@@ -30,8 +31,10 @@ install(PROGRAMS tools/plot_run.py DESTINATION ${CMAKE_INSTALL_BINDIR} RENAME tr
 install(DIRECTORY input/ DESTINATION ${TRIDENT_INSTALL_DATADIR}/input FILES_MATCHING PATTERN "*.ini")
 install(PROGRAMS jobscripts/train.sbatch jobscripts/chain.sh DESTINATION ${TRIDENT_INSTALL_DATADIR}/jobscripts)
 install(FILES jobscripts/README.md DESTINATION ${TRIDENT_INSTALL_DATADIR}/jobscripts)
+install(PROGRAMS jobscripts/scaling/scaling.sh jobscripts/scaling/point.sbatch
+  DESTINATION ${TRIDENT_INSTALL_DATADIR}/jobscripts/scaling)
 # The tools a user runs on results (not the build, test and benchmark drivers, which need a source tree).
-install(PROGRAMS tools/plot_run.py tools/trident_ckpt.py tools/plot_ckpt.py tools/plot_zero.py
+install(PROGRAMS tools/plot_run.py tools/trident_ckpt.py tools/plot_ckpt.py tools/plot_zero.py tools/scaling_report.py
   DESTINATION ${TRIDENT_INSTALL_DATADIR}/tools)
 install(FILES README.md DESTINATION ${TRIDENT_INSTALL_DOCDIR})
 install(DIRECTORY docs/ DESTINATION ${TRIDENT_INSTALL_DOCDIR}/docs)

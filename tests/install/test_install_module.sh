@@ -22,6 +22,7 @@ if ! cmake --install "$BUILD_DIR" --prefix "$prefix" >"$WORK/install.log" 2>&1; 
 fi
 for f in bin/trident bin/trident-plot share/trident/input/shakespeare_char.ini share/trident/jobscripts/train.sbatch \
          share/trident/jobscripts/chain.sh share/trident/jobscripts/README.md share/trident/tools/plot_run.py \
+         share/trident/jobscripts/scaling/scaling.sh share/trident/tools/scaling_report.py \
          share/trident/tools/trident_ckpt.py share/doc/trident/README.md share/doc/trident/docs/install.md \
          share/modulefiles/trident/*.lua; do
   check "installed: $f" test -e "$prefix"/$f
