@@ -21,9 +21,12 @@ set(TRIDENT_MODULE_DEPENDS "" CACHE STRING
   "Modules the modulefile loads first, ;-separated (e.g. gcc/12;cray-mpich;cray-hdf5-parallel;kokkos/4.3)")
 
 # Libraries outside the system directories (a site's or Spack's Kokkos, HDF5, MPI) stay found
-# from the installed executable, without LD_LIBRARY_PATH.
-if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH)
-  set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)
+# from the installed executable, without LD_LIBRARY_PATH. A target property: this file is included
+# after apps/ created the target, so the variable CMAKE_INSTALL_RPATH_USE_LINK_PATH would come too
+# late (an installed trident once had no RUNPATH at all). -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF
+# still turns it off.
+if(NOT DEFINED CMAKE_INSTALL_RPATH_USE_LINK_PATH OR CMAKE_INSTALL_RPATH_USE_LINK_PATH)
+  set_target_properties(trident PROPERTIES INSTALL_RPATH_USE_LINK_PATH ON)
 endif()
 
 install(TARGETS trident RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

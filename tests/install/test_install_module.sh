@@ -29,6 +29,15 @@ for f in bin/trident bin/trident-plot share/trident/input/shakespeare_char.ini s
 done
 check "installed executables are executable" test -x "$prefix/bin/trident" -a -x "$prefix/bin/trident-plot" \
   -a -x "$prefix/share/trident/jobscripts/train.sbatch" -a -x "$prefix/share/trident/jobscripts/chain.sh"
+# The libraries the build found outside the system directories (HDF5's mpich folder on Debian, a
+# site's Kokkos or HDF5) stay found from the install: every run-path folder of the built executable
+# that is not inside the build tree is in the installed one's.
+runpath() { readelf -d "$1" 2>/dev/null | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p' | tr ':' '\n' | grep -v '^$'; }
+if command -v readelf >/dev/null; then
+  missing="$(comm -23 <(runpath "$TRIDENT" | grep -v "^$BUILD_DIR" | sort -u) <(runpath "$prefix/bin/trident" | sort -u) | tr '\n' ' ')"
+  check "the installed trident keeps the build's library run path (missing: ${missing:-none})" test -z "$missing"
+  check "the built trident has a run path to compare with" test -n "$(runpath "$TRIDENT")"
+fi
 modfile="$(ls "$prefix"/share/modulefiles/trident/*.lua | head -n 1)"
 check "the modulefile names the prefix, not a placeholder" \
   bash -c "grep -q 'local prefix = \"$prefix\"' '$modfile' && ! grep -q '@[A-Z_]*@' '$modfile'"
