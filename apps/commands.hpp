@@ -13,6 +13,8 @@ namespace trident::app {
 int cmd_prep(Runtime& rt, const std::vector<std::string>& args);
 int cmd_train(Runtime& rt, const std::vector<std::string>& args);
 int cmd_sample(Runtime& rt, const std::vector<std::string>& args);
+/// `trident eval`: the loss of a checkpoint on a whole split (train/eval_run.hpp). Collective over world.
+int cmd_eval(Runtime& rt, const std::vector<std::string>& args);
 int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args);
 int cmd_plan(Runtime& rt, const std::vector<std::string>& args);
 

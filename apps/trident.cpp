@@ -19,6 +19,7 @@ commands:
   prep     turn text files or llm.c token shards into an HDF5 token file
   train    train a model from an input deck; resume from a checkpoint
   sample   generate text from a checkpoint
+  eval     loss and perplexity of a checkpoint on a whole split of a token file, on any layout
   ckpt     inspect and convert checkpoints: ls, verify, diff, reshard, export (safetensors)
   plan     rank the layouts (dp, tp, pp, ZeRO, micro-batch, recompute) of a deck by predicted step time
 
@@ -74,6 +75,7 @@ int main(int argc, char** argv) {
     if (cmd == "prep") return trident::app::cmd_prep(rt, args);
     if (cmd == "train") return trident::app::cmd_train(rt, args);
     if (cmd == "sample") return trident::app::cmd_sample(rt, args);
+    if (cmd == "eval") return trident::app::cmd_eval(rt, args);
     if (cmd == "ckpt") return trident::app::cmd_ckpt(rt, args);
     if (cmd == "plan") return trident::app::cmd_plan(rt, args);
     throw trident::ConfigError("unknown command '" + cmd + "' (try `trident --help`)");

@@ -330,7 +330,7 @@ RunState ModelState<T>::load(const std::string& path) {
     } catch (const ConfigError& e) {
       log::warn("checkpoint '%s': its deck cannot be compared with this run's (%s)", path.c_str(), e.what());
     }
-    if (stored) {
+    if (stored && resume_deck_check_) {
       const ResumeChanges changes = compare_resume_decks(*stored, cfg_, meta.run.step, meta.run.consumed_samples);
       changes.require_allowed();
       changes.log();

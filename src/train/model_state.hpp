@@ -77,8 +77,13 @@ class ModelState final : public CheckpointState {
   /// Collective over the grid. Throws CheckpointError (collective) for another model. World rank
   /// 0 shows the progress of reading its own pieces ("checkpoint load", core/progress.hpp).
   RunState load(const std::string& path) override;
+  /// Whether load() compares the checkpoint's deck with this run's (train/resume_check.hpp: lists,
+  /// refuses). On by default; `trident eval` turns it off, as it reads a model, not a run to
+  /// continue (the model's shape is checked either way). Local.
+  void set_resume_deck_check(bool on) { resume_deck_check_ = on; }
 
  private:
+  bool resume_deck_check_ = true;
   Config cfg_;
   const ProcessGrid& grid_;
   ParamLayout layout_;

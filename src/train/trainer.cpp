@@ -328,11 +328,11 @@ StepResult Trainer<T>::train_step() {
 }
 
 template <class T>
-EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested) {
+EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested, const std::string& split) {
   Timer timer;
   EvalResult res;
   const int T_ = cfg_.model.block_size;
-  const std::int64_t n_val = data_.size("val");
+  const std::int64_t n_val = data_.size(split);
   const int dp = grid_.dp_size(), d = grid_.dp_rank();
   const std::int64_t mb = cfg_.train.micro_batch_size;
   const bool first = grid_.pp_rank() == 0, last = grid_.pp_rank() == grid_.pp_size() - 1;
@@ -360,7 +360,7 @@ EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested) {
   // Rank 0's passes (every rank runs as many). ProgressEnd::erase: the "val loss" line that follows
   // is the evaluation's one line in the step log; progress shows only on a terminal, or in a batch
   // log once an evaluation has run for a whole TRIDENT_PROGRESS_INTERVAL (whole splits, eval_iters = 0).
-  Progress progress(cfg_.train.eval_iters == 0 ? "evaluation (whole val split)" : "evaluation", passes,
+  Progress progress(cfg_.train.eval_iters == 0 ? "evaluation (whole " + split + " split)" : "evaluation", passes,
                     ProgressUnit::batches, ProgressEnd::erase);
   for (std::int64_t k = 0; k < passes; ++k) {
     // Every rank asks at the same pass, before any of the pass's communication, so all leave
@@ -379,7 +379,7 @@ EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested) {
       std::vector<std::int64_t> offsets;
       if (B > 0) offsets.assign(windows.begin() + i, windows.begin() + i + B);
       else offsets.assign(1, 0);
-      data_.load_batch("val", offsets, T_, tok.data(), tgt.data());
+      data_.load_batch(split, offsets, T_, tok.data(), tgt.data());
       if (B == 0) std::fill(tgt.begin(), tgt.begin() + T_, -1);
       Kokkos::deep_copy(Kokkos::subview(tokens_, std::make_pair(size_t{0}, static_cast<size_t>(rows * T_))),
                         Kokkos::View<const token_t*, HostSpace, Unmanaged>(tok.data(), static_cast<size_t>(rows * T_)));

@@ -113,7 +113,8 @@ class Trainer {
   /// on true the evaluation is abandoned there (EvalResult::stopped, no loss), so a stop never
   /// waits for a whole evaluation; an abandoned evaluation changes nothing of the training state.
   /// Collective over the grid (and whatever stop_requested does).
-  EvalResult evaluate(const std::function<bool()>& stop_requested = {});
+  /// `split` is the token file's split evaluated ("val", or "train" for `trident eval --split train`).
+  EvalResult evaluate(const std::function<bool()>& stop_requested = {}, const std::string& split = "val");
 
   /// Writes this run's state into a new checkpoint file at `path`: each rank its shard of master
   /// weights and AdamW moments, plus the index and restart metadata, from a live view (no copy of

@@ -1,0 +1,117 @@
+#include "train/eval_run.hpp"
+
+#include "checkpoint/metadata.hpp"
+#include "checkpoint/verify.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "data/token_dataset.hpp"
+#include "io/checkpoint_file.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/model_schema.hpp"
+#include "train/trainer.hpp"
+
+#include <memory>
+
+namespace trident {
+
+namespace {
+
+/// The token file must speak the checkpoint's tokenizer: the same kind and, where one is stored,
+/// the same vocabulary or model, and no id past the model's vocabulary.
+void require_same_tokenizer(const CheckpointMeta& meta, const Config& cfg, const TokenFileInfo& info,
+                            const std::string& data_path) {
+  const std::string& want = meta.run.tokenizer;
+  const std::string where = "token file '" + data_path + "'";
+  if (!want.empty() && info.tokenizer != want)
+    throw ConfigError(where + " uses the " + info.tokenizer + " tokenizer; the checkpoint's model was trained on " +
+                      want + " tokens. Prepare the text with the checkpoint's tokenizer (trident prep --tokenizer " +
+                      want + ")");
+  if ((!meta.run.vocab.empty() && info.vocab != meta.run.vocab) ||
+      (!meta.run.tokenizer_model.empty() && info.model != meta.run.tokenizer_model))
+    throw ConfigError(where + ": its " + info.tokenizer +
+                      " vocabulary differs from the checkpoint's (the same kind, built from another text): token "
+                      "ids would mean other characters or pieces");
+  if (info.vocab_size > cfg.model.vocab_size)
+    throw ConfigError(where + " has " + std::to_string(info.vocab_size) + " token ids, more than the model's vocabulary (" +
+                      std::to_string(cfg.model.vocab_size) + ")");
+}
+
+template <class T>
+EvalResult run_evaluation(const Config& cfg, const ProcessGrid& grid, const TokenDataset& data, const std::string& path,
+                          const std::string& split) {
+  Trainer<T> trainer(cfg, grid, data);
+  trainer.state().set_resume_deck_check(false);  // a model to read, not a run to continue
+  trainer.load_checkpoint(path);
+  return trainer.evaluate({}, split);
+}
+
+}  // namespace
+
+EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world) {
+  if (opt.split != "val" && opt.split != "train")
+    throw ConfigError("--split '" + opt.split + "': give val or train");
+  if (opt.tp < 1 || opt.pp < 1 || opt.micro_batch < 1)
+    throw ConfigError("--tp, --pp and --micro-batch must be >= 1");
+  if (world.size() % (opt.tp * opt.pp) != 0)
+    throw ConfigError("--tp " + std::to_string(opt.tp) + " x --pp " + std::to_string(opt.pp) + " does not divide the " +
+                      std::to_string(world.size()) + " ranks");
+  EvalRunResult res;
+  std::string path;
+  run_agreed(world, "", [&] { path = resolve_checkpoint_path(opt.checkpoint); });
+  CheckpointMeta meta;
+  Config cfg;
+  {
+    CheckpointReader rd(path, world);
+    require_intact(rd, world, "run `trident ckpt verify " + path + "`", gpt_model_schema());
+    run_agreed(world, "cannot evaluate '" + path + "'", [&] {
+      meta = CheckpointMeta::read(rd);
+      meta.require_complete(path);
+      if (!meta.model_error.empty()) throw CheckpointError(meta.model_error);
+      cfg = meta.deck();
+    });
+  }
+  // The checkpoint's deck on this evaluation's layout: whole split, no offload scratch files.
+  const int dp = world.size() / (opt.tp * opt.pp);
+  cfg.parallel.dp = dp;
+  cfg.parallel.tp = opt.tp;
+  cfg.parallel.pp = opt.pp;
+  cfg.parallel.shard_group_size = 0;
+  cfg.parallel.offload_optimizer = OffloadKind::none;
+  cfg.parallel.offload_params = OffloadKind::none;
+  cfg.train.eval_iters = 0;
+  cfg.train.micro_batch_size = opt.micro_batch;
+  cfg.train.global_batch_size = opt.micro_batch * dp * opt.pp;  // one micro-batch per stage and dp rank
+  if (!opt.data.empty()) cfg.data.path = opt.data;
+  run_agreed(world, "", [&] {
+    try {
+      validate(cfg, world.size());
+    } catch (const ConfigError& e) {
+      throw ConfigError(std::string("this layout cannot evaluate the checkpoint's model: ") + e.what() +
+                        " (choose other --tp / --pp / --micro-batch, or another rank count)");
+    }
+  });
+  std::unique_ptr<TokenDataset> data;
+  run_agreed(world, "cannot load the token file", [&] {
+    data = std::make_unique<TokenDataset>(cfg.data.path, cfg.data.cache_max_mb);
+    require_same_tokenizer(meta, cfg, data->info(), cfg.data.path);
+    if (data->size(opt.split) < cfg.model.block_size + 1)
+      throw ConfigError("token file '" + cfg.data.path + "': its " + opt.split + " split has " +
+                        std::to_string(data->size(opt.split)) + " tokens, fewer than one window of block_size + 1 = " +
+                        std::to_string(cfg.model.block_size + 1));
+  });
+  ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}, cfg.parallel.comm_backend);
+  const EvalResult e = cfg.train.dtype == Precision::f64
+                           ? run_evaluation<double>(cfg, grid, *data, path, opt.split)
+                           : run_evaluation<float>(cfg, grid, *data, path, opt.split);
+  res.path = path;
+  res.data = cfg.data.path;
+  res.step = meta.run.step;
+  res.loss = e.loss;
+  res.tokens = e.tokens;
+  res.seconds = e.seconds;
+  res.layout = grid.describe();
+  return res;
+}
+
+}  // namespace trident

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `trident eval`: a checkpoint's whole-split loss on any layout. Oracles: the training run's own
+# whole-split val loss in metrics.csv (bitwise on the layout and micro-batch that trained it; to
+# rounding on 1 rank, tp2 and pp2, other summation orders), the token count of the split (from the
+# run's start-up log: every window of block_size + 1 starting every block_size tokens), and
+# perplexity = exp(loss). Bad input: each gets a message naming the problem and exit 2 (usage) or
+# 1 (a damaged or missing file), never a crash.
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+tiny_deck "$WORK/deck.ini" "$WORK/run" "$WORK/tok.h5"
+# The whole val split at the last step (eval_iters = 0), a checkpoint of it (save_final).
+sed -i 's/^eval_interval = 3/eval_interval = 6/; s/^eval_iters = 2/eval_iters = 0/' "$WORK/deck.ini"
+timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/deck.ini" > "$WORK/train.out" 2>&1 ||
+  { echo "training failed"; tail -5 "$WORK/train.out"; exit 1; }
+want="$(awk -F, '$1 == 6 {print $3}' "$WORK/run/metrics.csv")"
+n_val="$(sed -n 's/.* \([0-9]*\) train \/ \([0-9]*\) val tokens.*/\2/p' "$WORK/train.out" | head -n 1)"
+n_train="$(sed -n 's/.* \([0-9]*\) train \/ \([0-9]*\) val tokens.*/\1/p' "$WORK/train.out" | head -n 1)"
+echo "     the run's whole-split val loss at step 6: $want ($n_val val tokens)"
+ev() { timeout -k 10 120 "$MPIEXEC" -n "$1" "$TRIDENT" eval "${@:2}"; }
+loss_of() { sed -n 's/.*\(val\|train\) loss \([0-9.e+-]*\) |.*/\2/p' <<<"$1" | head -n 1; }
+close() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 <= (1e-6 * b) ^ 2) }'; }
+
+# ---- the layout that trained it (dp 2, micro-batch 4): bitwise ----------------------------------
+out="$(ev 2 --checkpoint "$WORK/run" --micro-batch 4 2>&1)"; rc=$?
+check "dp2, micro-batch 4: exit 0" test "$rc" -eq 0
+check "dp2, micro-batch 4: val loss $(loss_of "$out") = the run's $want (bitwise)" test "$(loss_of "$out")" = "$want"
+check "dp2: the token count is every whole window of the split" \
+  grep -q "| $(( (n_val - 1) / 16 * 16 )) tokens | step 6 of .*step_00000006.h5" <<<"$out"
+check "dp2: no resume warnings (a model to read, not a run to continue)" bash -c "! grep -qi 'differ' <<<'$out'"
+ppl="$(sed -n 's/.*perplexity \([0-9.e+]*\) .*/\1/p' <<<"$out")"
+check "perplexity $ppl = exp(loss)" awk -v p="$ppl" -v l="$(loss_of "$out")" 'BEGIN { e = exp(l); exit !((p - e) ^ 2 <= (1e-3 * e) ^ 2) }'
+[ "$rc" -eq 0 ] || tail -5 <<<"$out"
+
+# ---- other layouts: the same loss to rounding ----------------------------------------------------
+for layout in "1" "2 --tp 2" "2 --pp 2" "2 --micro-batch 3"; do
+  set -- $layout
+  out="$(ev "$@" --checkpoint "$WORK/run/checkpoints" 2>&1)"; rc=$?
+  check "eval on $layout rank(s): exit 0 and val loss $(loss_of "$out") = $want to rounding" \
+    bash -c "[ $rc -eq 0 ] && awk -v a='$(loss_of "$out")' -v b='$want' 'BEGIN { exit !(b > 0 && (a - b) ^ 2 <= (1e-6 * b) ^ 2) }'"
+done
+
+# ---- the train split ------------------------------------------------------------------------------
+out="$(ev 1 --checkpoint "$WORK/run/checkpoints/step_00000006.h5" --split train 2>&1)"; rc=$?
+check "--split train: exit 0, every window of the $n_train train tokens" \
+  bash -c "[ $rc -eq 0 ] && grep -q 'train loss [0-9.]* | .* | $(( (n_train - 1) / 16 * 16 )) tokens' <<<'$out'"
+
+# ---- bad input -------------------------------------------------------------------------------------
+expect_exit 2 "no --checkpoint given" -- ev 1
+expect_exit 0 "Prints the mean loss .nats per token. and perplexity" -- ev 1 --help
+expect_exit 1 "nope" -- ev 1 --checkpoint "$WORK/nope"
+expect_exit 2 "--split 'test': give val or train" -- ev 1 --checkpoint "$WORK/run" --split test
+expect_exit 2 "--tp 2 x --pp 2 does not divide the 2 ranks" -- ev 2 --checkpoint "$WORK/run" --tp 2 --pp 2
+expect_exit 2 "--micro-batch must be >= 1" -- ev 1 --checkpoint "$WORK/run" --micro-batch 0
+expect_exit 2 "this layout cannot evaluate the checkpoint's model: .*n_head" -- ev 4 --checkpoint "$WORK/run" --tp 4
+expect_exit 1 "token file '$WORK/missing.h5'" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/missing.h5"
+"$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/text.txt" >/dev/null
+expect_exit 2 "uses the byte tokenizer; the checkpoint's model was trained on char tokens" -- \
+  ev 1 --checkpoint "$WORK/run" --data "$WORK/bytes.h5"
+printf 'zyx wvu tsr qpo nml kji hgf edc ba\n%.0s' $(seq 200) > "$WORK/other.txt"
+"$TRIDENT" prep --output "$WORK/other.h5" "$WORK/other.txt" >/dev/null
+expect_exit 2 "vocabulary differs from the checkpoint's" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/other.h5"
+cp "$WORK/run/checkpoints/step_00000006.h5" "$WORK/damaged.h5"
+corrupt_dataset "$WORK/damaged.h5" shards/param/pp0_dp0_tp0
+expect_exit 1 "trident ckpt verify" -- ev 1 --checkpoint "$WORK/damaged.h5"
+exit "$FAILED"
