@@ -27,13 +27,13 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
       "Tokenises text files (or reads llm.c token shards) into an HDF5 token file: the first 90% of\n"
       "the tokens for training, the rest for validation. llm.c shards: GPT-2 (magic 20240520,\n"
       "version 1, uint16 tokens) and llama-3 (magic 20240801, version 7, uint32 tokens); a shard\n"
-      "whose name has the word val (NAME_val.bin, NAME_val_000000.bin) is validation, the others\n"
+      "whose name has the word val (NAME_val.bin, NAME_val_000000.bin; also valid, validation) is validation, the others\n"
       "training; each input's format, size and split are printed. Binary files (other llm.c files,\n"
       "HDF5, archives, NUL bytes) are refused by name, not tokenised as text. A bpe model is trained\n"
       "on the text and saved in the file; checkpoints carry it on, and `trident sample` encodes and\n"
       "decodes with it. Runs on rank 0 only.\n\noptions");
   desc.add_options()("help,h", "this text")(
-      "tokenizer", po::value<std::string>(&opt.tokenizer)->default_value("char"),
+      "tokenizer", po::value<std::string>(&opt.tokenizer)->default_value("", "char for text"),
       "char: the sorted distinct characters of the text (nanoGPT's shakespeare_char); byte: the 256 byte "
       "values; bpe: subword tokens (byte-pair encoding) that SentencePiece learns from the text. llm.c "
       "shards keep their own tokens (gpt2 or llama3; naming that kind is allowed, another is refused)")(

@@ -105,6 +105,9 @@ def main(argv=None):
         except OSError as e:
             print(f"trident-plot: error: {e}", file=sys.stderr)
             return 1
+        except (UnicodeDecodeError, csv.Error) as e:
+            print(f"trident-plot: error: {path}: not a metrics.csv of trident ({e})", file=sys.stderr)
+            return 1
         if not rows:
             print(f"trident-plot: error: {csv_path} has no rows yet", file=sys.stderr)
             return 2

@@ -252,8 +252,13 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   if (!(opt.val_fraction > 0.0 && opt.val_fraction < 1.0))
     throw ConfigError("--val-fraction must be in (0, 1)");
   std::error_code ec;
-  for (const auto& p : opt.inputs) {
+  for (size_t i = 0; i < opt.inputs.size(); ++i) {
+    const std::string& p = opt.inputs[i];
     if (std::filesystem::is_directory(p, ec)) throw ConfigError("input '" + p + "' is a directory");
+    for (size_t j = 0; j < i; ++j)
+      if (opt.inputs[j] == p || (std::filesystem::exists(p, ec) && std::filesystem::equivalent(opt.inputs[j], p, ec)))
+        throw ConfigError("input '" + p + "' is given twice (also as '" + opt.inputs[j] +
+                          "'): its tokens would be counted twice; give each file once");
     if (std::filesystem::exists(opt.output, ec) && std::filesystem::equivalent(p, opt.output, ec))
       throw ConfigError("--output '" + opt.output + "' is also an input; write the token file elsewhere");
   }
@@ -270,7 +275,9 @@ PrepResult prep_token_file(const PrepOptions& opt) {
                         "', which is not a Trident token file; remove it or choose another --output");
   }
   // The one place --tokenizer is interpreted (core/tokenizer_kind.hpp).
-  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(opt.tokenizer);
+  const bool tokenizer_given = !opt.tokenizer.empty();
+  const std::string tokenizer_name = tokenizer_given ? opt.tokenizer : std::string("char");
+  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(tokenizer_name);
   if (opt.binary && kind != TokenizerKind::byte)
     throw ConfigError("--binary reads every input's raw bytes: it needs --tokenizer byte");
 
@@ -319,26 +326,25 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   for (const auto& p : opt.inputs) source += (source.empty() ? "" : " ") + name_of_path(p);
   info.source = source;
   if (!shards && !(kind && tokenizer_info(*kind).from_text))
-    throw ConfigError("unknown --tokenizer '" + opt.tokenizer + "' (expected " +
+    throw ConfigError("unknown --tokenizer '" + tokenizer_name + "' (expected " +
                       tokenizer_kind_names(&TokenizerKindInfo::from_text) + ")");
+  if (shards && tokenizer_given && kind != shard_format->tokenizer)
+    throw ConfigError("'" + shard_example + "' is an llm.c " + shard_format->name + " token shard, already " +
+                      name_of(shard_format->tokenizer) + "-tokenised: --tokenizer " + opt.tokenizer +
+                      " does not apply (leave it out" +
+                      (kind == TokenizerKind::byte ? std::string(", or add --binary to read the file's raw bytes)")
+                                                   : std::string(")")));
   const bool trained = !shards && tokenizer_info(*kind).stores_model;
   if (trained && !opt.vocab_size)
-    throw ConfigError("--tokenizer " + opt.tokenizer + " needs --vocab-size N, the number of tokens to learn (" +
+    throw ConfigError("--tokenizer " + tokenizer_name + " needs --vocab-size N, the number of tokens to learn (" +
                       std::to_string(Tokenizer::kBpeMinVocab) + " .. " + std::to_string(Tokenizer::kBpeMaxVocab) +
                       "; e.g. 4096 for a few MB of text)");
   if (!trained && opt.vocab_size)
     throw ConfigError("--vocab-size applies to --tokenizer " + tokenizer_kind_names(&TokenizerKindInfo::stores_model) +
-                      " only: the " + (shards ? std::string(name_of(shard_format->tokenizer)) : opt.tokenizer) +
+                      " only: the " + (shards ? std::string(name_of(shard_format->tokenizer)) : tokenizer_name) +
                       " vocabulary is set by the input");
   PrepResult r;
   if (shards) {
-    const char* shard_kind = name_of(shard_format->tokenizer);
-    // "char" is the option's default, so it stands for "not given" with shards.
-    if (kind != TokenizerKind::character && kind != shard_format->tokenizer)
-      throw ConfigError("'" + shard_example + "' is an llm.c " + shard_format->name + " token shard, already " +
-                        shard_kind + "-tokenised: --tokenizer " + opt.tokenizer + " does not apply (leave it out" +
-                        (kind == TokenizerKind::byte ? std::string(", or add --binary to read the file's raw bytes)")
-                                                     : std::string(")")));
     bool any_val = false;
     log::info("inputs (llm.c shards: a word 'val', 'valid' or 'validation' in the name means validation, as llm.c "
               "and Hugging Face datasets name them):");
@@ -374,7 +380,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       split_tail(train, opt.val_fraction, val);
     }
     reading.finish();
-    info.tokenizer = shard_kind;
+    info.tokenizer = name_of(shard_format->tokenizer);
     info.vocab_size = shard_format->vocab_size;
   } else {
     std::string text;

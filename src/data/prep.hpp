@@ -27,7 +27,9 @@
 namespace trident {
 
 struct PrepOptions {
-  std::string tokenizer = "char";  ///< char | byte | bpe (text inputs); for llm.c shards their own kind (gpt2 | llama3)
+  /// char | byte | bpe (text inputs); for llm.c shards their own kind (gpt2 | llama3). Empty: not
+  /// given (char for text; the shards' own kind), so a --tokenizer char given with shards is refused.
+  std::string tokenizer;
   std::optional<std::int64_t> vocab_size;  ///< tokens of the model to train: required for bpe, refused otherwise
   bool binary = false;  ///< byte only: take every input's raw bytes, whatever format it is in
   std::vector<std::string> inputs;

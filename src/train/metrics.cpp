@@ -202,6 +202,24 @@ void MetricsCsv::write(const MetricsRow& r) {
          "," + numerics_fields(r) + "," + r.breakdown.csv_fields() + "," + offload_fields(r) + "\n");
 }
 
+bool MetricsCsv::record_val_loss(std::int64_t step, double loss) {
+  std::ifstream in(path_);
+  std::string header;
+  if (!std::getline(in, header)) return false;
+  in.close();
+  std::vector<std::string> lines = data_lines(path_);
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    const size_t c1 = it->find(','), c2 = c1 == std::string::npos ? c1 : it->find(',', c1 + 1);
+    if (c2 == std::string::npos || std::atoll(it->c_str()) != step || it->substr(0, c1) != std::to_string(step)) continue;
+    const size_t c3 = it->find(',', c2 + 1);
+    if (c3 == std::string::npos) return false;
+    *it = it->substr(0, c2 + 1) + log::format("%.9g", loss) + it->substr(c3);  // column 3: val_loss
+    rewrite(path_, header, lines);
+    return true;
+  }
+  return false;
+}
+
 void MetricsCsv::append(const std::string& lines) {
   std::ofstream out(path_, std::ios::app);
   out << lines;

@@ -78,6 +78,10 @@ class MetricsCsv {
              const std::string& leg);
   /// Appends one row and flushes it.
   void write(const MetricsRow& r);
+  /// Fills the val_loss cell of the last row of `step` (written without one: its evaluation was
+  /// abandoned at a stop and run by the resumed job), through a temporary file and a rename.
+  /// Returns false (and changes nothing) when there is no such row. Throws IoError.
+  bool record_val_loss(std::int64_t step, double loss);
 
  protected:
   /// The same for a CSV file with another header whose rows start with the step.

@@ -61,8 +61,11 @@ ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, 
     c.diff = d;
     c.cls = change_class(name).value_or(ChangeClass::takes_effect);
     c.allowed = std::find(allowed.begin(), allowed.end(), name) != allowed.end();
+    std::error_code ec;
     if (name == "data.path" &&
-        std::filesystem::path(d.before).lexically_normal() == std::filesystem::path(d.after).lexically_normal()) {
+        (std::filesystem::path(d.before).lexically_normal() == std::filesystem::path(d.after).lexically_normal() ||
+         // an absolute and a relative name, or a link: the same file when both name it now
+         (std::filesystem::exists(d.before, ec) && std::filesystem::equivalent(d.before, d.after, ec)))) {
       c.cls = ChangeClass::same_math;
       c.effect = "the same file, named another way";
     } else if (c.cls == ChangeClass::impossible) {

@@ -737,11 +737,13 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
                     static_cast<long long>(e.batches), static_cast<long long>(e.batches_planned));
           return StopPolicy::exit_status(StopReason::signal, /*final_saved=*/true);
         }
-        if (e.tokens > 0)
+        if (e.tokens > 0) {
           log::info("step %6lld | val loss %.4f | %s tokens | %.2f s (the final evaluation, abandoned at a stop, "
-                    "run now; not saved in the checkpoint)",
+                    "run now: in metrics.csv, not in the checkpoint)",
                     static_cast<long long>(trainer.step()), e.loss, human(static_cast<double>(e.tokens)).c_str(),
                     e.seconds);
+          if (run_dir.metrics()) run_dir.metrics()->record_val_loss(trainer.step(), e.loss);
+        }
       }
       return 0;
   }

@@ -34,6 +34,8 @@ head -n 1 "$WORK/run/metrics.csv" > "$WORK/empty.csv"
 expect_exit 2 "has no rows yet" -- "${plot[@]}" "$WORK/empty.csv"
 expect_exit 2 "usage: trident-plot" -- "${plot[@]}"
 expect_exit 0 "usage: trident-plot" -- "${plot[@]}" --help
+printf "step,train_loss\n1,\xff\xfe\n" > "$WORK/binary.csv"
+expect_exit 1 "binary.csv: not a metrics.csv of trident" -- "${plot[@]}" "$WORK/binary.csv"
 
 echo "$FAILED failed"
 exit "$FAILED"

@@ -75,6 +75,9 @@ run --train.out_dir="$WORK/run2" --resume > "$WORK/resume2.out" 2>&1; rc=$?
 check "final evaluation: the resumed run exits 0" test "$rc" -eq 0
 check "final evaluation: the resumed run prints the uninterrupted run's val loss (${want:-none})" \
   grep -Eq "step +3 \| val loss ${want:-none} \|.*abandoned at a stop, run now" "$WORK/resume2.out"
+check "final evaluation: metrics.csv's row of step 3 now has the uninterrupted run's val loss, bitwise" \
+  test "$(awk -F, '$1 == 3 {print $3}' "$WORK/run2/metrics.csv")" = "$(awk -F, '$1 == 3 {print $3}' "$WORK/ref/metrics.csv")"
+check "final evaluation: metrics.csv still has one row per step" test "$(cut -d, -f1 "$WORK/run2/metrics.csv" | tail -n +2 | tr '\n' ' ')" = "1 2 3 "
 check "final evaluation: no step was trained again" bash -c "! grep -Eq 'step +[0-9]+/3 \| loss' '$WORK/resume2.out'"
 [ "$rc" -eq 0 ] || tail -5 "$WORK/resume2.out"
 exit "$FAILED"

@@ -331,11 +331,27 @@ TEST(Prep, Llama3ShardsKeepTheirIdsInAnInt32File) {
   EXPECT_TRUE(has(prep_error<ConfigError>(o), "--binary reads every input's raw bytes: it needs --tokenizer byte"));
   // A token outside the vocabulary, a shard shorter than its header says.
   o.binary = false;
+  o.tokenizer = "";  // not given: the shards' own kind
   write_llama3_shard(tr, {1, 128256});
   EXPECT_TRUE(has(prep_error<IoError>(o), "token 1 = 128256 is outside the llama-3 vocabulary of 128256"))
       << prep_error<IoError>(o);
   write_shard(tr, {1, 2}, 3, 20240801, 7);
   EXPECT_TRUE(has(prep_error<IoError>(o), "header says 3 tokens of 4 bytes, the file holds 2")) << prep_error<IoError>(o);
+  // An explicit --tokenizer char is not the shards' kind: refused, never silently ignored.
+  write_llama3_shard(tr, {1, 2});
+  o.tokenizer = "char";
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "--tokenizer char does not apply")) << prep_error<ConfigError>(o);
+  // --tokenizer bpe --vocab-size N with shards: the tokenizer is what is wrong, not the vocab size.
+  o.tokenizer = "bpe";
+  o.vocab_size = 300;
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "--tokenizer bpe does not apply")) << prep_error<ConfigError>(o);
+  o.vocab_size.reset();
+  // The same file twice (by another name too) would count its tokens twice.
+  o.tokenizer = "";
+  const std::vector<std::string> inputs = o.inputs;
+  o.inputs.push_back(inputs.front());
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "is given twice")) << prep_error<ConfigError>(o);
+  o.inputs = inputs;
 }
 
 TEST(Prep, ShardSplitFollowsLlmcNaming) {

@@ -9,6 +9,10 @@
 #include "train/resume_check.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <sstream>
 
@@ -127,6 +131,21 @@ TEST(ResumeCheck, DataPathAndSeedAreRefusedTogetherAndNamed) {
   ASSERT_EQ(same.changes.size(), 1u);
   EXPECT_EQ(same.changes[0].cls, ChangeClass::same_math);
   EXPECT_EQ(refusal(same), "");
+  // A relative and an absolute name (or a link) of one existing file: the same file too; another
+  // existing file is still refused.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("trident-rc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "a.h5") << "a";
+  std::ofstream(dir / "b.h5") << "b";
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const ResumeChanges abs = compare_resume_decks(deck({"--data.path=a.h5"}), deck({"--data.path=" + (dir / "a.h5").string()}), 5, 80);
+  const ResumeChanges other = compare_resume_decks(deck({"--data.path=a.h5"}), deck({"--data.path=" + (dir / "b.h5").string()}), 5, 80);
+  std::filesystem::current_path(cwd);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(abs.changes.size(), 1u);
+  EXPECT_EQ(abs.changes[0].cls, ChangeClass::same_math);
+  EXPECT_NE(refusal(other), "");
 }
 
 TEST(ResumeCheck, OptimizerHyperparametersTakeEffectWithAWarning) {
