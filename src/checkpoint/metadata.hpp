@@ -34,6 +34,9 @@ struct RunState {
   std::vector<std::int32_t> vocab;    ///< tokenizer vocabulary (empty for kinds that store none)
   std::vector<std::uint8_t> tokenizer_model;  ///< serialized tokenizer model (bpe); empty for kinds that store none
   std::string lineage;                ///< "leg@first_step;..." that led here (train/metrics.hpp)
+  /// The token file's content hash (TokenFileInfo::content_hash) the run trained on; "" when
+  /// unknown (a token file or checkpoint of an older version). Attribute data_xxh64.
+  std::string data_hash;
   double val_loss = 0.0;              ///< the last validation loss of the run, at val_loss_step
   std::int64_t val_loss_step = -1;    ///< the step val_loss was measured after; -1: none yet
   // The numerics policy (train/numerics.hpp). Absent in files of older versions: zeros, empty.

@@ -3,7 +3,11 @@
 #include "core/tokenizer_kind.hpp"
 #include "io/hdf5.hpp"
 
+#include <cstdio>
 #include <filesystem>
+#include <memory>
+
+#include <xxhash.h>
 
 namespace trident {
 
@@ -23,6 +27,16 @@ void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>&
                 "creating /" + std::string(name) + " in " + path);
   h5::write_rows(d, H5T_NATIVE_INT32, 0, n, tokens.data(), "/" + std::string(name) + " to " + path);
 }
+/// XXH64 of the train tokens then the val tokens (int32, host order as written).
+std::string content_hash(const std::vector<std::int32_t>& train, const std::vector<std::int32_t>& val) {
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> h(XXH64_createState(), XXH64_freeState);
+  XXH64_reset(h.get(), 0);
+  XXH64_update(h.get(), train.data(), train.size() * sizeof(std::int32_t));
+  XXH64_update(h.get(), val.data(), val.size() * sizeof(std::int32_t));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64_digest(h.get())));
+  return hex;
+}
 }  // namespace
 
 void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
@@ -34,6 +48,7 @@ void write_token_file(const std::string& path, const TokenFileInfo& info, const 
   h5::write_attr(f, "tokenizer", info.tokenizer);
   h5::write_attr(f, "vocab_size", info.vocab_size);
   h5::write_attr(f, "source", info.source);
+  h5::write_attr(f, "content_xxh64", content_hash(train, val));
   const bool narrow = info.vocab_size <= 65536;
   write_tokens(f, "train", train, narrow, path);
   write_tokens(f, "val", val, narrow, path);
@@ -96,6 +111,7 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
     throw IoError("token file '" + path + "' has vocab_size " + std::to_string(info_.vocab_size) +
                   ", outside 1 .. 2^31 - 1");
   if (h5::has_attr(f, "source")) info_.source = h5::read_attr_string(f, "source");
+  if (h5::has_attr(f, "content_xxh64")) info_.content_hash = h5::read_attr_string(f, "content_xxh64");
   for (const char* split : {"train", "val"})
     if (!h5::exists(f, split)) throw IoError("token file '" + path + "' has no /" + std::string(split) + " dataset");
   impl_->train = h5::Dataset(H5Dopen2(f, "train", H5P_DEFAULT), "opening /train in " + path);

@@ -27,6 +27,11 @@ struct TokenFileInfo {
   std::vector<std::uint8_t> model;  ///< the serialized tokenizer model (bpe: a SentencePiece ModelProto); else empty
   std::string source;          ///< provenance: input file names
   std::int64_t n_train = 0, n_val = 0;
+  /// XXH64 (seed 0) of the train tokens then the val tokens as int32, 16 hex digits (attribute
+  /// content_xxh64, written by prep); "" in files written before it. Checkpoints record it, so a
+  /// resume notices another file's tokens under the same path. Ignored by write_token_file, which
+  /// computes it.
+  std::string content_hash;
 };
 
 /// Writes a token file (overwrites `path`). Local. Throws IoError on any failure, naming the path.

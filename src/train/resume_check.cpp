@@ -45,6 +45,20 @@ std::optional<ChangeClass> change_class(const std::string& name) {
   return std::nullopt;
 }
 
+void check_resume_data(const std::string& checkpoint_hash, const std::string& now_hash, const std::string& path,
+                       const TrainConfig& train, std::int64_t consumed) {
+  if (checkpoint_hash.empty() || now_hash.empty() || checkpoint_hash == now_hash) return;
+  const std::vector<std::string> allowed = allowed_changes(train);
+  const std::string what = "token file '" + path + "' holds other tokens than the file the checkpoint was trained on " +
+                           "(content hash " + now_hash + ", the checkpoint's " + checkpoint_hash +
+                           "): consumed_samples (" + std::to_string(consumed) + ") would index other data";
+  if (std::find(allowed.begin(), allowed.end(), "data.path") != allowed.end()) {
+    log::warn("%s; continuing as [train] allow_changed names data.path", what.c_str());
+    return;
+  }
+  throw ConfigError(what + ". Resume with the original token file, or allow it with --train.allow_changed=data.path");
+}
+
 ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, std::int64_t step,
                                    std::int64_t consumed) {
   const std::vector<std::string> allowed = allowed_changes(run.train);

@@ -69,4 +69,12 @@ struct ResumeChanges {
 ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, std::int64_t step,
                                    std::int64_t consumed);
 
+/// The data check of a resume: `checkpoint_hash` (the content hash of the token file the run
+/// trained on, RunState::data_hash) against `now_hash` (TokenFileInfo::content_hash of the file at
+/// `path` now). Equal, or either unknown (files of older versions): nothing. Different: the same
+/// path holds other tokens, so consumed_samples `consumed` would index other data; ConfigError
+/// naming the file, unless `train`'s allow_changed names data.path (then a warning). Local.
+void check_resume_data(const std::string& checkpoint_hash, const std::string& now_hash, const std::string& path,
+                       const TrainConfig& train, std::int64_t consumed);
+
 }  // namespace trident

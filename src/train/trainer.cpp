@@ -1,4 +1,5 @@
 #include "train/trainer.hpp"
+#include "train/resume_check.hpp"
 
 #include "core/error.hpp"
 #include "core/fault.hpp"
@@ -414,6 +415,7 @@ RunState Trainer<T>::run_state() const {
   r.vocab = data_.info().vocab;
   r.tokenizer_model = data_.info().model;
   r.lineage = lineage_;
+  r.data_hash = data_.info().content_hash;
   r.val_loss = val_loss_;
   r.val_loss_step = val_loss_step_;
   r.skipped_steps = nonfinite_.skipped_total();
@@ -449,6 +451,7 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
   step_ = r.step;
   consumed_samples_ = r.consumed_samples;
   lineage_ = r.lineage;
+  checkpoint_data_hash_ = r.data_hash;
   val_loss_ = r.val_loss;
   val_loss_step_ = r.val_loss_step;
   nonfinite_.restore(r.consecutive_skips, r.skipped_steps);
@@ -663,6 +666,10 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   if (!resume_from.empty()) {
     Timer t;
     trainer.load_checkpoint(resume_from);
+    // The same path may hold another file's tokens (same vocabulary, other text): identical on
+    // every rank (the same checkpoint, the same file), so the ConfigError is collective.
+    check_resume_data(trainer.checkpoint_data_hash(), data.info().content_hash, cfg.data.path, cfg.train,
+                      trainer.consumed_samples());
     log::info("resumed from %s at step %lld (%lld samples consumed; loaded in %.2f s)", resume_from.c_str(),
               static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()), t.seconds());
   }

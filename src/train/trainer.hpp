@@ -144,6 +144,9 @@ class Trainer {
   /// The step whose validation loss was last recorded (record_val_loss; restored from a
   /// checkpoint), -1 when none. Local.
   std::int64_t val_loss_step() const { return val_loss_step_; }
+  /// The content hash of the token file the loaded checkpoint was trained on (RunState::data_hash),
+  /// "" when none was loaded or it records none. Local.
+  const std::string& checkpoint_data_hash() const { return checkpoint_data_hash_; }
 
   /// Records that leg `id` (this invocation) trains from the current step on. Local.
   void begin_leg(const std::string& id) { lineage_ = extend_lineage(lineage_, id, step_); }
@@ -182,6 +185,7 @@ class Trainer {
   std::string lineage_;
   double val_loss_ = 0.0;
   std::int64_t val_loss_step_ = -1;
+  std::string checkpoint_data_hash_;
   std::vector<std::int64_t> loaded_samples_;
   NonfinitePolicy nonfinite_;
   SpikeDetector spikes_;

@@ -80,5 +80,21 @@ out="$(resume_from same 2>&1)"; rc=$?
 check "a resume with only run control changed runs (exit $rc)" test "$rc" -eq 0
 check "... and warns of nothing" test -z "$(grep -E "warning|refused" <<<"$out")"
 
+
+# The same path, other tokens: the text's lines reversed (the same characters, so the same char
+# vocabulary) prepped over the token file. The checkpoint records the file's content hash.
+cp "$WORK/tok.h5" "$WORK/tok_orig.h5"
+tac "$WORK/text.txt" > "$WORK/text_rev.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text_rev.txt" >/dev/null || echo "FAIL prep of the reversed text"
+check "the reversed text has the same char vocabulary (the case this check is for)" \
+  cmp -s <(h5dump -d /vocab "$WORK/tok.h5" 2>/dev/null | grep -v HDF5) <(h5dump -d /vocab "$WORK/tok_orig.h5" 2>/dev/null | grep -v HDF5)
+expect_exit 2 "token file '$WORK/tok.h5' holds other tokens than the file the checkpoint was trained on \(content hash [0-9a-f]{16}, the checkpoint's [0-9a-f]{16}\): consumed_samples \([0-9]+\) would index other data.*--train.allow_changed=data.path" -- \
+  resume_from other_tokens
+check "... and nothing was written" test ! -e "$WORK/r_other_tokens/checkpoints/step_00000004.h5"
+expect_exit 0 "holds other tokens .*continuing as \[train\] allow_changed names data.path" -- \
+  resume_from other_tokens_allowed --train.allow_changed=data.path
+cp "$WORK/tok_orig.h5" "$WORK/tok.h5"
+expect_exit 0 "resumed from" -- resume_from orig_tokens_again
+
 echo "$FAILED failed"
 exit "$FAILED"

@@ -240,7 +240,9 @@ TEST(Checkpoint, LiveViewWritesTheSnapshotsFile) {
       EXPECT_EQ(d.arrays.size(), diff_checkpoints(want, want, rt.world(), DiffOptions{}).arrays.size());
       const std::vector<std::string> bad = CheckpointReader(g, rt.world()).verify(rt.world());  // checksums
       EXPECT_TRUE(bad.empty()) << ov.back() << ": " << (bad.empty() ? "" : bad[0]);
-      if (rt.world().rank() == 0) EXPECT_EQ(fs::file_size(g), fs::file_size(want)) << ov.back();
+      if (rt.world().rank() == 0) {
+        EXPECT_EQ(fs::file_size(g), fs::file_size(want)) << ov.back();
+      }
     }
   }
 }
