@@ -13,7 +13,8 @@ status). Points are grouped into series by (study, mode, layout), drawn against 
     time; for weak scaling (fixed batch per dp rank) it is T(R0) / T(R) when R/R0 = dp/dp0;
   - MFU (model FLOPs utilisation, as trident reports it);
   - memory per rank (the sum of trident's mem_* ledger columns, solid; peak RSS, dashed);
-  - the share of the step spent in exposed (not overlapped) communication.
+  - the share of the step spent in exposed (not overlapped) communication, and in the pipeline
+    bubble (dashed; pp layouts).
 Writes DIR/scaling.png and DIR/scaling.md (DIR: the CSV's folder by default) and prints the
 markdown. Rows whose status is not "ok" are listed as failed points, not drawn. When the same
 point (study, mode, layout, ranks) appears more than once, the last row counts.
@@ -90,10 +91,11 @@ def markdown(series, failed, csv_path):
     for (study, mode, layout), rows in sorted(series.items()):
         out += [f"## {study}: {mode} scaling, layout {layout}", "", f"Efficiency baseline: {rows[0]['baseline']}.", "",
                 "| ranks | nodes | dp x tp x pp | ZeRO | global batch | ms/step | tokens/s | efficiency | MFU | "
-                "mem/rank MiB (RSS) | exposed comm |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
+                "mem/rank MiB (RSS) | exposed comm | bubble |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             share = number(r.get("exposed_comm_share"))
+            bubble = number(r.get("bubble_share"))
             mfu = number(r.get("mfu"))
             out.append(
                 f"| {r['ranks']} | {r.get('nodes', '')} | {r.get('dp', '')} x {r.get('tp', '')} x {r.get('pp', '')} | "
@@ -101,7 +103,8 @@ def markdown(series, failed, csv_path):
                 f"{fmt(number(r['tokens_per_s']), '.4g')} | {r['efficiency']:.2f} | "
                 f"{'' if mfu is None else format(100 * mfu, '.1f') + '%'} | "
                 f"{fmt(number(r.get('mem_ledger_mib')), '.1f')} ({fmt(number(r.get('rss_mib')), '.0f')}) | "
-                f"{'' if share is None else format(100 * share, '.0f') + '%'} |")
+                f"{'' if share is None else format(100 * share, '.0f') + '%'} | "
+                f"{'' if bubble is None else format(100 * bubble, '.0f') + '%'} |")
         out.append("")
     if failed:
         out += ["## Failed points", ""]
@@ -116,9 +119,9 @@ def plot(series, png):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 5, figsize=(22, 4.2))
+    fig, axes = plt.subplots(1, 5, figsize=(24, 4.4))
     panels = [("tokens/s", "tokens_per_s", 1.0), ("parallel efficiency", "efficiency", 1.0), ("MFU (%)", "mfu", 100.0),
-              ("memory per rank (MiB)", "mem_ledger_mib", 1.0), ("exposed communication (% of step)",
+              ("memory per rank (MiB)", "mem_ledger_mib", 1.0), ("exposed comm / bubble (dashed), % of step",
                                                                  "exposed_comm_share", 100.0)]
     for (study, mode, layout), rows in sorted(series.items()):
         label = f"{study} {mode} {layout}"
@@ -128,9 +131,14 @@ def plot(series, png):
             pts = [(a, b * scale) for a, b in zip(x, y) if b is not None]
             if pts:
                 line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
-                if key == "tokens_per_s":
-                    t0 = pts[0][1] / pts[0][0]
+                if key == "tokens_per_s":  # ideal: the baseline's tokens/s per rank, times ranks
+                    t0 = pts[0][1] / pts[0][0] / rows[0]["efficiency"]
                     ax.plot(x, [t0 * v for v in x], ":", color=line.get_color(), alpha=0.6)
+                if key == "exposed_comm_share":
+                    bub = [(a, 100.0 * number(r.get("bubble_share"))) for a, r in zip(x, rows)
+                           if number(r.get("bubble_share")) is not None]
+                    if any(b > 0 for _, b in bub):
+                        ax.plot([p[0] for p in bub], [p[1] for p in bub], "--", color=line.get_color(), alpha=0.6)
                 if key == "mem_ledger_mib":
                     rss = [(a, number(r.get("rss_mib"))) for a, r in zip(x, rows) if number(r.get("rss_mib"))]
                     if rss:

@@ -29,14 +29,14 @@ expect_exit 2 "--launcher 'ssh': give mpiexec or sbatch" -- "$driver" --config "
 expect_exit 2 "--ranks needs a value" -- "$driver" --config "$WORK/deck.ini" --ranks
 expect_exit 2 "no point to run" -- "$driver" --config "$WORK/deck.ini" --ranks 1 --layouts tp2 --out "$WORK/none"
 
-# ---- strong scaling: 1 and 2 ranks, layouts dp and tp2 ---------------------------------------
-expect_exit 0 "wrote .*scaling.png" -- "$driver" --config "$WORK/deck.ini" --ranks 1,2 --layouts dp,tp2 --steps 6 \
+# ---- strong scaling: 1 and 2 ranks, layouts dp, tp2 and pp2 ------------------------------------
+expect_exit 0 "wrote .*scaling.png" -- "$driver" --config "$WORK/deck.ini" --ranks 1,2 --layouts dp,tp2,pp2 --steps 6 \
   --out "$WORK/strong" --name tiny
 csv="$WORK/strong/results.csv"
 col() { head -n 1 "$csv" | tr ',' '\n' | grep -nx "$1" | cut -d: -f1; }
 field() { awk -F, -v l="$1" -v r="$2" -v c="$(col "$3")" '$3 == l && $4 == r {v = $c} END {print v}' "$csv"; }
-check "strong: 3 rows (the tp2 point at 1 rank is skipped), all ok" \
-  test "$(tail -n +2 "$csv" | wc -l)" = 3 -a "$(tail -n +2 "$csv" | grep -c ',ok,')" = 3
+check "strong: 4 rows (the tp2 and pp2 points at 1 rank are skipped), all ok" \
+  test "$(tail -n +2 "$csv" | wc -l)" = 4 -a "$(tail -n +2 "$csv" | grep -c ',ok,')" = 4
 check "strong: layouts as asked (dp 1x1x1, dp 2x1x1, tp2 1x2x1)" test \
   "$(field dp 1 dp)$(field dp 1 tp)$(field dp 2 dp)$(field dp 2 tp)$(field tp2 2 dp)$(field tp2 2 tp)" = "112112"
 check "strong: the same tokens per step everywhere (global batch 8 x block 16)" test \
@@ -55,6 +55,8 @@ for p in "dp 1" "dp 2" "tp2 2"; do
 done
 check "strong: one rank has no exposed communication" test "$(field dp 1 exposed_comm_ms)" = 0
 check "strong: tp2 exposes communication" awk -v s="$(field tp2 2 exposed_comm_share)" 'BEGIN { exit !(s > 0 && s < 1) }'
+check "strong: pp2 is 1 x 1 x 2 with a bubble, dp has none" test "$(field pp2 2 pp)" = 2 -a "$(field dp 2 bubble_share)" = 0 -a \
+  -n "$(awk -v s="$(field pp2 2 bubble_share)" 'BEGIN { if (s > 0 && s < 1) print "y" }')"
 eff="$(awk -v a="$(field dp 1 tokens_per_s)" -v b="$(field dp 2 tokens_per_s)" 'BEGIN { printf "%.2f", b / 2 / a }')"
 check "report: baseline efficiency 1.00" grep -Eq '^\| 1 \| 1 \| 1 x 1 x 1 \| 0 \| 8 \| .* \| 1\.00 \|' "$WORK/strong/scaling.md"
 check "report: 2 ranks dp efficiency = tokens/s per rank over the baseline's ($eff)" \
