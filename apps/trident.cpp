@@ -38,6 +38,11 @@ Exit status: 0 success (also an early stop on request), 1 runtime error, 2 bad d
 requeues; by hand, run the same command with --resume). A second Ctrl-C, 1 s or more after the
 first, aborts at once (one Ctrl-C can reach a rank twice: from the terminal and from mpiexec).
   TRIDENT_INTERRUPT_MERGE_MS=MS a SIGINT this soon after the first is the same one (default 1000)
+
+MPI collectives: blocking all-reduces and reduce-scatters go out in pieces (MPICH 4.0's large
+reductions run 15x slower past 16-32 MiB on shared memory; docs/scaling.md).
+  TRIDENT_MPI_REDUCE_CHUNK_MB=N MiB per reduction piece (default 16; 0: whole messages)
+  TRIDENT_MPI_CUDA_AWARE=1|0    MPI takes device buffers (1) or they are staged through host (0)
 )";
 
 // glibc runs an executable's constructors with (argc, argv, envp) after the shared libraries are

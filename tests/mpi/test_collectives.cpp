@@ -47,6 +47,33 @@ TEST(Collectives, ReduceScatterAndAllGather) {
   for (int i = 0; i < n; ++i) EXPECT_EQ(inplace[i], i * 10);
 }
 
+// Reductions larger than one piece (TRIDENT_MPI_REDUCE_CHUNK_MB; mpi_collectives_pieces runs this
+// with 1 MiB pieces at 3 ranks, so neither count divides into whole pieces): the same values as
+// the definition. Small integers, so every float sum is exact.
+TEST(Collectives, LargeReductionsMatchTheirDefinitionInPieces) {
+  Communicator& c = test::runtime().world();
+  const int n = c.size(), r = c.rank();
+  const std::size_t count = 600001;
+  std::vector<float> v(count), out(count);
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<float>((i % 1000) * (r + 1));
+  c.all_reduce(v.data(), out.data(), count, DataType::f32, ReduceOp::sum);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) wrong += out[i] != static_cast<float>((i % 1000) * n * (n + 1) / 2);
+  EXPECT_EQ(wrong, 0u);
+  c.all_reduce(v.data(), count, ReduceOp::max);  // in place
+  wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) wrong += v[i] != static_cast<float>((i % 1000) * n);
+  EXPECT_EQ(wrong, 0u);
+  const std::size_t k = 300007;
+  std::vector<float> in(k * static_cast<std::size_t>(n)), block(k);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 977 + static_cast<std::size_t>(r));
+  c.reduce_scatter(in.data(), block.data(), k, DataType::f32, ReduceOp::sum);
+  wrong = 0;
+  for (std::size_t j = 0; j < k; ++j)
+    wrong += block[j] != static_cast<float>(n * ((static_cast<std::size_t>(r) * k + j) % 977) + n * (n - 1) / 2);
+  EXPECT_EQ(wrong, 0u);
+}
+
 // IEEE half sums (reduce_dtype = fp16): exact where the sums are halves, inf where a sum passes
 // 65504 (what fp16 loss scaling reads as an overflow), and the same through reduce_scatter.
 TEST(Collectives, Fp16SumsAreHalvesAndOverflowToInf) {
