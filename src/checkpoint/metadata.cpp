@@ -18,13 +18,17 @@ namespace {
 // Attribute names. The file stores them as HDF5 root attributes (docs/checkpoint-format.md).
 // Required ones are reported by name when absent; optional ones (added in later versions of the
 // format) keep their defaults.
+// Aliases for the member pointers: nvcc's generated host code parenthesises a bare
+// `T C::*field` declaration, which g++ then warns about (-Wparentheses) in CUDA builds.
+using IntMember = std::int64_t CheckpointMeta::*;
+using DoubleMember = double CheckpointMeta::*;
 struct IntField {
   const char* name;
-  std::int64_t CheckpointMeta::*field;
+  IntMember field;
 };
 struct DoubleField {
   const char* name;
-  double CheckpointMeta::*field;
+  DoubleMember field;
 };
 
 constexpr IntField kInts[] = {
