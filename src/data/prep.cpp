@@ -433,7 +433,12 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     std::filesystem::create_directories(parent, ec);
     if (ec) throw IoError("cannot create directory '" + parent.string() + "' for --output: " + ec.message());
   }
-  write_token_file(opt.output, info, train, val);
+  {
+    Progress writing("prep: writing " + opt.output, static_cast<std::int64_t>(train.size() + val.size()),
+                     ProgressUnit::tokens);
+    write_token_file(opt.output, info, train, val, [&](std::int64_t done) { writing.update(done); });
+    writing.finish();
+  }
   r.tokenizer = info.tokenizer;
   r.vocab_size = info.vocab_size;
   r.n_train = static_cast<std::int64_t>(train.size());

@@ -3,6 +3,7 @@
 #include "core/tokenizer_kind.hpp"
 #include "io/hdf5.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -16,7 +17,7 @@ constexpr std::int64_t kTokenFormatVersion = 1;
 constexpr const char* kModelDataset = "tokenizer_model";
 
 void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>& tokens, bool narrow,
-                  const std::string& path) {
+                  const std::string& path, const std::function<void(std::int64_t)>& progress, std::int64_t before) {
   hsize_t n = tokens.size();
   h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
   h5::Plist dcpl(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
@@ -25,7 +26,12 @@ void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>&
   }
   h5::Dataset d(H5Dcreate2(file, name, narrow ? H5T_STD_U16LE : H5T_STD_I32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                 "creating /" + std::string(name) + " in " + path);
-  h5::write_rows(d, H5T_NATIVE_INT32, 0, n, tokens.data(), "/" + std::string(name) + " to " + path);
+  constexpr hsize_t kPiece = hsize_t(1) << 24;  // tokens per write: progress between pieces
+  for (hsize_t off = 0; off < n; off += kPiece) {
+    const hsize_t m = std::min(kPiece, n - off);
+    h5::write_rows(d, H5T_NATIVE_INT32, off, m, tokens.data() + off, "/" + std::string(name) + " to " + path);
+    if (progress) progress(before + static_cast<std::int64_t>(off + m));
+  }
 }
 /// XXH64 of the train tokens then the val tokens (int32, host order as written).
 std::string content_hash(const std::vector<std::int32_t>& train, const std::vector<std::int32_t>& val) {
@@ -40,7 +46,7 @@ std::string content_hash(const std::vector<std::int32_t>& train, const std::vect
 }  // namespace
 
 void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
-                      const std::vector<std::int32_t>& val) {
+                      const std::vector<std::int32_t>& val, const std::function<void(std::int64_t)>& progress) {
   h5::quiet_errors();
   h5::File f = h5::create_serial_file(path, "cannot create token file");
   h5::write_attr(f, "format", std::string("trident-tokens"));
@@ -50,8 +56,8 @@ void write_token_file(const std::string& path, const TokenFileInfo& info, const 
   h5::write_attr(f, "source", info.source);
   h5::write_attr(f, "content_xxh64", content_hash(train, val));
   const bool narrow = info.vocab_size <= 65536;
-  write_tokens(f, "train", train, narrow, path);
-  write_tokens(f, "val", val, narrow, path);
+  write_tokens(f, "train", train, narrow, path, progress, 0);
+  write_tokens(f, "val", val, narrow, path, progress, static_cast<std::int64_t>(train.size()));
   if (!info.vocab.empty()) {
     hsize_t n = info.vocab.size();
     h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,12 @@ struct TokenFileInfo {
   std::string content_hash;
 };
 
-/// Writes a token file (overwrites `path`). Local. Throws IoError on any failure, naming the path.
+/// Writes a token file (overwrites `path`). `progress`, when given, is called with the tokens
+/// written so far (of train.size() + val.size()) after each piece of at most 16M tokens. Local.
+/// Throws IoError on any failure, naming the path.
 void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
-                      const std::vector<std::int32_t>& val);
+                      const std::vector<std::int32_t>& val,
+                      const std::function<void(std::int64_t)>& progress = {});
 
 /// Read access to a token file. Local; open one per rank.
 class TokenFileReader {

@@ -26,6 +26,7 @@ TRIDENT_PROGRESS_INTERVAL=0 "$TRIDENT" prep --output "$WORK/big.h5" "$WORK/big.t
 check "prep exits 0" test $? -eq 0
 check "prep: reading lines, monotone to 100%" monotone_to_100 "prep: reading" "$WORK/prep.log"
 check "prep: tokenizing lines, monotone to 100%" monotone_to_100 "prep: tokenizing" "$WORK/prep.log"
+check "prep: writing lines, monotone to 100%" monotone_to_100 "prep: writing [^:]*big.h5" "$WORK/prep.log"
 check "a line has rate, elapsed and ETA" grep -qE '^prep: reading: +[0-9]+% [0-9.]+/[0-9.]+ MiB, [0-9.]+ [KMG]?i?B/s, elapsed [0-9.]+s, ETA ' "$WORK/prep.log"
 check "the final line has the total time" grep -qE '^prep: tokenizing: 100% .*, done in [0-9.]+s$' "$WORK/prep.log"
 check "no carriage returns in a batch log" bash -c "! grep -q \$'\\r' '$WORK/prep.log'"
