@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -404,9 +405,20 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     }
     reading.finish();
     if (text.empty()) throw ConfigError("the input text is empty");
+    // SentencePiece's trainer reports no progress: say what runs, and how long it took.
+    const bool learns = kind != TokenizerKind::character && kind != TokenizerKind::byte;
+    if (learns)
+      log::info("prep: training a %s tokenizer of %lld tokens on %.1f MiB of text with SentencePiece (no progress "
+                "from the library; minutes for hundreds of MiB)",
+                tokenizer_name.c_str(), static_cast<long long>(*opt.vocab_size),
+                static_cast<double>(text.size()) / (1024.0 * 1024.0));
+    const auto t_train = std::chrono::steady_clock::now();
     Tokenizer tok = kind == TokenizerKind::character ? Tokenizer::build_char(text)
                     : kind == TokenizerKind::byte    ? Tokenizer::byte_level()
                                                      : Tokenizer::train_bpe(text, *opt.vocab_size);
+    if (learns)
+      log::info("prep: tokenizer trained in %.1f s",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_train).count());
     Progress tokenizing("prep: tokenizing", static_cast<std::int64_t>(text.size()), ProgressUnit::bytes);
     train = tok.encode(text, [&](std::int64_t done) { tokenizing.update(done); });
     tokenizing.finish();
