@@ -26,8 +26,7 @@ AdamW<T>::AdamW(const ParamLayout& layout, const std::vector<Piece>& pieces, std
 }
 
 template <class T>
-void AdamW<T>::step(T* master, const T* grads, double lr, double grad_scale) {
-  ++step_count_;
+AdamWStep AdamW<T>::step_params(double lr, double grad_scale) const {
   AdamWStep s;
   s.lr = lr;
   s.beta1 = beta1_;
@@ -35,6 +34,13 @@ void AdamW<T>::step(T* master, const T* grads, double lr, double grad_scale) {
   s.eps = eps_;
   s.step = step_count_;
   s.grad_scale = grad_scale;
+  return s;
+}
+
+template <class T>
+void AdamW<T>::step(T* master, const T* grads, double lr, double grad_scale) {
+  ++step_count_;
+  AdamWStep s = step_params(lr, grad_scale);
   for (const Range& r : ranges_) {
     s.weight_decay = r.decay ? weight_decay_ : 0.0;
     adamw_update<T>(View1<T>(master + r.local_offset, static_cast<size_t>(r.count)),
@@ -46,13 +52,7 @@ void AdamW<T>::step(T* master, const T* grads, double lr, double grad_scale) {
 template <class T>
 void AdamW<T>::update(std::int64_t local_begin, std::int64_t local_end, std::int64_t base, T* master, const T* grads,
                       T* m, T* v, double lr, double grad_scale) const {
-  AdamWStep s;
-  s.lr = lr;
-  s.beta1 = beta1_;
-  s.beta2 = beta2_;
-  s.eps = eps_;
-  s.step = step_count_;
-  s.grad_scale = grad_scale;
+  AdamWStep s = step_params(lr, grad_scale);
   for (const Range& r : ranges_) {
     const std::int64_t a = std::max(r.local_offset, local_begin), b = std::min(r.local_offset + r.count, local_end);
     if (a >= b) continue;

@@ -19,6 +19,8 @@
 
 namespace trident {
 
+struct AdamWStep;  // kernels/adamw.hpp (kept out of this header: it includes Kokkos)
+
 /// `count` elements of the flat buffer from flat_offset, kept at local_offset of local arrays.
 struct Piece {
   std::int64_t flat_offset = 0;
@@ -58,6 +60,8 @@ class AdamW {
     std::int64_t local_offset, count;
     bool decay;
   };
+  /// The step's scalars (weight_decay is set per range). Local.
+  AdamWStep step_params(double lr, double grad_scale) const;
   std::vector<Range> ranges_;
   double beta1_, beta2_, eps_, weight_decay_;
   std::int64_t step_count_ = 0;
