@@ -4,6 +4,7 @@
 // (train/model_schema.hpp), prints from rank 0. Exit status:
 // 0 fine, 1 a problem found (or a runtime error), 2 usage.
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "parallel/agree.hpp"
@@ -47,23 +48,6 @@ Exit status: 0 fine, 1 a problem or difference found (or a runtime error), 2 bad
 )";
 
 /// Parses `args` with `desc` and one or more positional arguments named `positional`.
-/// Returns false when --help was asked for (after printing it on rank 0).
-bool parse(Runtime& rt, const std::vector<std::string>& args, po::options_description& desc,
-           const std::string& positional, int max_positional, po::variables_map& vm, const std::string& sub) {
-  po::positional_options_description pos;
-  pos.add(positional.c_str(), max_positional);
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw ConfigError(std::string(e.what()) + " (try `trident ckpt " + sub + " --help`)");
-  }
-  if (vm.count("help")) {
-    if (rt.world_rank() == 0) std::cout << desc << "\n";
-    return false;
-  }
-  return true;
-}
 
 void print0(Runtime& rt, const std::string& s) {
   if (rt.world_rank() != 0) return;
@@ -85,7 +69,7 @@ int ckpt_ls(Runtime& rt, const std::vector<std::string>& args) {
   desc.add_options()("help,h", "this text")("verify", "also recompute every shard dataset's checksum (reads all data)")(
       "path", po::value<std::vector<std::string>>(&paths), "run directory, checkpoint directory or checkpoint file");
   po::variables_map vm;
-  if (!parse(rt, args, desc, "path", -1, vm, "ls")) return 0;
+  if (!parse_options(rt, args, desc, "path", -1, vm, "ckpt ls")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt ls takes one PATH (try `trident ckpt ls --help`)");
   const CheckpointListing l = list_checkpoints(paths[0], rt.world(), vm.count("verify") > 0);
   print0(rt, format_listing(l));
@@ -109,7 +93,7 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
       "all", "print every value of TENSOR")("npy", po::value<std::string>(&npy), "write TENSOR to this .npy file")(
       "path", po::value<std::vector<std::string>>(&paths), "checkpoint, then optionally a tensor name");
   po::variables_map vm;
-  if (!parse(rt, args, desc, "path", -1, vm, "show")) return 0;
+  if (!parse_options(rt, args, desc, "path", -1, vm, "ckpt show")) return 0;
   if (paths.empty() || paths.size() > 2)
     throw ConfigError("ckpt show takes PATH and optionally one TENSOR (try `trident ckpt show --help`)");
   if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
@@ -141,7 +125,7 @@ int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
       "(its latest checkpoint). Prints each problem; exits 1 if there is any.\n\noptions");
   desc.add_options()("help,h", "this text")("file", po::value<std::vector<std::string>>(&paths), "checkpoint file");
   po::variables_map vm;
-  if (!parse(rt, args, desc, "file", -1, vm, "verify")) return 0;
+  if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt verify")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt verify takes one FILE (try `trident ckpt verify --help`)");
   const VerifyResult r = verify_checkpoint(paths[0], rt.world(), gpt_model_schema());
   std::string out;
@@ -172,7 +156,7 @@ int ckpt_diff(Runtime& rt, const std::vector<std::string>& args) {
       "all", "list every compared array, not only those that differ")(
       "files", po::value<std::vector<std::string>>(&paths), "the two checkpoints A and B");
   po::variables_map vm;
-  if (!parse(rt, args, desc, "files", -1, vm, "diff")) return 0;
+  if (!parse_options(rt, args, desc, "files", -1, vm, "ckpt diff")) return 0;
   if (paths.size() != 2) throw ConfigError("ckpt diff takes two checkpoints A B (try `trident ckpt diff --help`)");
   if (!(opt.tolerance >= 0)) throw ConfigError("--tolerance must be >= 0");
   if (kinds != "all") {
@@ -216,7 +200,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
       "float32 (bitwise the checkpoint's float32 values) or bfloat16 (rounded to nearest even)")(
       "file", po::value<std::vector<std::string>>(&paths), "checkpoint file");
   po::variables_map vm;
-  if (!parse(rt, args, desc, "file", -1, vm, "export")) return 0;
+  if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt export")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt export takes one FILE (try `trident ckpt export --help`)");
   if (format.empty()) throw ConfigError("no --format given; use --format safetensors");
   if (format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format safetensors");
@@ -258,7 +242,7 @@ int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
       "HSDP shard group size; 0: dp")("force", "replace an existing output file")(
       "file", po::value<std::vector<std::string>>(&paths), "checkpoint to read");
   po::variables_map vm;
-  if (!parse(rt, args, desc, "file", -1, vm, "reshard")) return 0;
+  if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt reshard")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt reshard takes one FILE (try `trident ckpt reshard --help`)");
   if (opt.output.empty()) throw ConfigError("no --output given (a file *.h5 or a checkpoint directory)");
   if (opt.dp < 0 || opt.tp < 0 || opt.pp < 0 || opt.shard_group_size < 0)

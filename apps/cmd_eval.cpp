@@ -1,5 +1,6 @@
 // apps/cmd_eval.cpp: `trident eval`.
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "train/eval_run.hpp"
@@ -34,16 +35,7 @@ int cmd_eval(Runtime& rt, const std::vector<std::string>& args) {
       "micro-batch", po::value<std::int64_t>(&opt.micro_batch)->default_value(8),
       "sequences per forward pass on one data-parallel rank (memory, not the result)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw ConfigError(std::string(e.what()) + " (try `trident eval --help`)");
-  }
-  if (vm.count("help")) {
-    if (rt.world_rank() == 0) std::cout << desc << "\n";
-    return 0;
-  }
+  if (!parse_options(rt, args, desc, "", 0, vm, "eval")) return 0;
   if (opt.checkpoint.empty()) throw ConfigError("no --checkpoint given (try `trident eval --help`)");
   const EvalRunResult r = evaluate_checkpoint(opt, rt.world());
   log::info("%s loss %.9g | perplexity %.4g | %lld tokens | step %lld of %s | data %s | %s | %.2f s", opt.split.c_str(),

@@ -1,5 +1,6 @@
 // apps/cmd_prep.cpp: `trident prep`.
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "data/prep.hpp"
@@ -44,19 +45,8 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
       "val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.1, "0.1"),
       "fraction of the tokens (at the end) kept for validation")(
       "input", po::value<std::vector<std::string>>(&opt.inputs), "text files or llm.c .bin shards, in order");
-  po::positional_options_description pos;
-  pos.add("input", -1);
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw ConfigError(std::string(e.what()) + " (try `trident prep --help`)");
-  }
-  if (vm.count("help")) {
-    if (rt.world_rank() == 0) std::cout << desc << "\n";
-    return 0;
-  }
+  if (!parse_options(rt, args, desc, "input", -1, vm, "prep")) return 0;
   if (vm.count("vocab-size")) opt.vocab_size = vm["vocab-size"].as<std::int64_t>();
   PrepResult r;
   run_agreed(rt.world(), "", [&] {

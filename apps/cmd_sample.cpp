@@ -1,5 +1,6 @@
 // apps/cmd_sample.cpp: `trident sample`.
 #include "apps/commands.hpp"
+#include "apps/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "data/tokenizer.hpp"
@@ -37,16 +38,7 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
       "top-k", po::value<int>(&opt.top_k)->default_value(200), "sample among the k most likely tokens; 0 = all")(
       "seed", po::value<std::int64_t>(&seed)->default_value(1337), "seed of the draws (same seed, same text)");
   po::variables_map vm;
-  try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw ConfigError(std::string(e.what()) + " (try `trident sample --help`)");
-  }
-  if (vm.count("help")) {
-    if (rt.world_rank() == 0) std::cout << desc << "\n";
-    return 0;
-  }
+  if (!parse_options(rt, args, desc, "", 0, vm, "sample")) return 0;
   if (checkpoint.empty()) throw ConfigError("no --checkpoint given (try `trident sample --help`)");
   if (opt.max_new_tokens < 0 || opt.top_k < 0 || !(opt.temperature >= 0) || !std::isfinite(opt.temperature) || seed < 0)
     throw ConfigError("--tokens, --top-k, --temperature and --seed must be finite and >= 0");
