@@ -66,8 +66,13 @@ ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, 
   r.step = step;
   const std::string next = "step " + std::to_string(step + 1);
   const double lr_before = schedule_of(checkpoint.train).at(step), lr_after = schedule_of(run.train).at(step);
-  const std::string lr_jump = "the LR of " + next + " goes from " + lr_text(lr_before) + " to " + lr_text(lr_after) +
-                              (lr_before > 0 ? log::format(" (%+.0f%%)", 100.0 * (lr_after / lr_before - 1.0)) : "");
+  // Equal at the next step (e.g. still in warmup): the schedules part later, which is the change.
+  const std::string lr_jump =
+      lr_before == lr_after
+          ? "the LR of " + next + " is " + lr_text(lr_before) +
+                " under both schedules, but the later steps' LRs differ (warmup, decay and its end follow the keys)"
+          : "the LR of " + next + " goes from " + lr_text(lr_before) + " to " + lr_text(lr_after) +
+                (lr_before > 0 ? log::format(" (%+.0f%%)", 100.0 * (lr_after / lr_before - 1.0)) : "");
   for (const DeckDifference& d : deck_differences(checkpoint, run)) {
     const std::string name = d.name();
     if (name == "train.allow_changed") continue;  // about this resume, not about the run

@@ -109,6 +109,14 @@ TEST(ResumeCheck, AScheduleChangeIsRefusedWithTheLrJumpUnlessAllowed) {
   EXPECT_EQ(refusal(ok), "");
   EXPECT_NE(ok.lines()[0].find("takes effect (allowed by [train] allow_changed)"), std::string::npos) << ok.lines()[0];
   EXPECT_NE(ok.lines()[0].find(jump), std::string::npos);
+
+  // In warmup the next LR is the same under both schedules: no "+0%" jump, the later steps differ.
+  const ResumeChanges warm = compare_resume_decks(before, after, 0, 0);
+  ASSERT_EQ(warm.changes.size(), 1u);
+  EXPECT_EQ(warm.changes[0].cls, ChangeClass::refused);
+  EXPECT_NE(warm.changes[0].effect.find("under both schedules, but the later steps' LRs differ"), std::string::npos)
+      << warm.changes[0].effect;
+  EXPECT_EQ(warm.changes[0].effect.find("+0%"), std::string::npos) << warm.changes[0].effect;
 }
 
 TEST(ResumeCheck, DataPathAndSeedAreRefusedTogetherAndNamed) {
