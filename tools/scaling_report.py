@@ -24,6 +24,7 @@ Exit status: 0 written, 1 unreadable CSV or no matplotlib, 2 bad usage or no usa
 """
 import argparse
 import csv
+import math
 import os
 import sys
 
@@ -31,11 +32,12 @@ REQUIRED = ["study", "mode", "layout", "ranks", "tokens_per_s", "status"]
 
 
 def number(text):
-    """The cell as a float, None when empty or not a number."""
+    """The cell as a finite float, None when empty, not a number, NaN or infinite."""
     try:
-        return float(text)
+        v = float(text)
     except (TypeError, ValueError):
         return None
+    return v if math.isfinite(v) else None
 
 
 def load(path):
@@ -48,11 +50,18 @@ def load(path):
         rows = list(reader)
     points, failed = {}, []
     for i, r in enumerate(rows, start=2):
+        if None in r or any(r.get(c) is None for c in REQUIRED):
+            raise ValueError(f"{path}, line {i}: not a row of {len(reader.fieldnames)} columns (a damaged line?)")
         ranks = number(r["ranks"])
-        if ranks is None or ranks < 1:
-            raise ValueError(f"{path}, line {i}: ranks '{r['ranks']}' is not a positive number")
+        if ranks is None or ranks < 1 or ranks != int(ranks):
+            raise ValueError(f"{path}, line {i}: ranks '{r['ranks']}' is not a positive whole number")
+        r["ranks"] = str(int(ranks))
         key = (r["study"], r["mode"], r["layout"], int(ranks))
-        if r["status"] != "ok" or number(r["tokens_per_s"]) is None:
+        tps = number(r["tokens_per_s"])
+        if r["status"] == "ok" and (tps is None or tps <= 0):
+            raise ValueError(f"{path}, line {i}: an ok point with tokens_per_s '{r['tokens_per_s']}' (not a positive "
+                             f"number): a damaged row")
+        if r["status"] != "ok":
             failed.append(r)
             points.pop(key, None)
         else:
@@ -138,11 +147,11 @@ def plot(series, png):
                     bub = [(a, 100.0 * number(r.get("bubble_share"))) for a, r in zip(x, rows)
                            if number(r.get("bubble_share")) is not None]
                     if any(b > 0 for _, b in bub):
-                        ax.plot([p[0] for p in bub], [p[1] for p in bub], "--", color=line.get_color(), alpha=0.6)
+                        ax.plot([p[0] for p in bub], [p[1] for p in bub], "x--", color=line.get_color(), alpha=0.6)
                 if key == "mem_ledger_mib":
                     rss = [(a, number(r.get("rss_mib"))) for a, r in zip(x, rows) if number(r.get("rss_mib"))]
                     if rss:
-                        ax.plot([p[0] for p in rss], [p[1] for p in rss], "--", color=line.get_color(), alpha=0.6)
+                        ax.plot([p[0] for p in rss], [p[1] for p in rss], "x--", color=line.get_color(), alpha=0.6)
     ticks = sorted({int(r["ranks"]) for rows in series.values() for r in rows})
     for ax, (title, key, _) in zip(axes, panels):
         ax.set_title(title)
@@ -173,6 +182,9 @@ def main():
     except OSError as e:
         print(f"scaling_report: cannot read {a.results}: {e.strerror}", file=sys.stderr)
         return 1
+    except UnicodeDecodeError:
+        print(f"scaling_report: {a.results} is not a text CSV (not UTF-8)", file=sys.stderr)
+        return 2
     except (ValueError, csv.Error) as e:
         print(f"scaling_report: {e}", file=sys.stderr)
         return 2
@@ -181,15 +193,22 @@ def main():
         return 2
     series = series_of(points)
     out = a.out or os.path.dirname(os.path.abspath(a.results))
-    os.makedirs(out, exist_ok=True)
     md = markdown(series, failed, a.results)
-    with open(os.path.join(out, "scaling.md"), "w") as f:
-        f.write(md + "\n")
+    try:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "scaling.md"), "w") as f:
+            f.write(md + "\n")
+    except OSError as e:
+        print(f"scaling_report: cannot write the report into '{out}': {e.strerror}", file=sys.stderr)
+        return 1
     print(md)
     try:
         plot(series, os.path.join(out, "scaling.png"))
     except ImportError:
         print("scaling_report: no matplotlib (Debian: python3-matplotlib); wrote only scaling.md", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"scaling_report: cannot write {os.path.join(out, 'scaling.png')}: {e.strerror}", file=sys.stderr)
         return 1
     print(f"wrote {os.path.join(out, 'scaling.png')} and {os.path.join(out, 'scaling.md')}")
     return 0

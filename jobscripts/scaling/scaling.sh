@@ -78,6 +78,7 @@ done
 case "$mode" in strong|weak) ;; *) die "--mode '$mode': give strong or weak" ;; esac
 case "$launcher" in mpiexec|sbatch) ;; *) die "--launcher '$launcher': give mpiexec or sbatch" ;; esac
 case "$steps" in ''|*[!0-9]*) die "--steps '$steps' is not a number" ;; esac
+[ "${#steps}" -le 9 ] || die "--steps $steps: give at most 999999999"
 [ "$steps" -ge 3 ] || die "--steps $steps: give at least 3 (the first 2 steps are not timed)"
 read -r -a ranks <<<"${ranks_list//,/ }"
 [ ${#ranks[@]} -gt 0 ] || die "--ranks is empty"
@@ -97,6 +98,8 @@ base="$(basename "$deck" .ini)"
 [ -n "$name" ] || name="$base-$mode"
 [ -n "$out" ] || out="runs/scaling/$name"
 mkdir -p "$out" || die "cannot create --out '$out'"
+[ -w "$out" ] && [ -x "$out" ] || die "--out '$out' is not a folder this user can write"
+[ ! -e "$out/results.csv" ] || [ -w "$out/results.csv" ] || die "--out '$out': its results.csv is not writable"
 out="$(cd "$out" && pwd)"
 results="$out/results.csv"
 deck_abs="$(cd "$(dirname "$deck")" && pwd)/$(basename "$deck")"
@@ -116,7 +119,13 @@ fi
 
 echo "study $name: $mode scaling of $deck over ranks ${ranks[*]}, layouts ${layout_list[*]}, $steps steps per point"
 echo "results: $results"
-jobs=() failed=0 points=0
+jobs=() job_logs=() failed=0 points=0
+# why_failed LOG RUN_DIR: the first error line of a failed point (trident's, or sbatch's).
+why_failed() {
+  local line
+  line="$(grep -h -m 1 -E "error|fatal|refused|cannot" "$2/train.log" "$1" 2>/dev/null | head -n 1)"
+  echo "${line:-no error line; see $1}"
+}
 for r in "${ranks[@]}"; do
   for l in "${layout_list[@]}"; do
     tp=1 pp=1
@@ -144,7 +153,7 @@ for r in "${ranks[@]}"; do
       echo "point $points: $r ranks, layout $l (dp $dp x tp $tp x pp $pp)"
       TRIDENT_BIN="$bin" SCALING_RANKS="$r" TRIDENT_LAUNCHER=mpiexec \
         bash "$here/point.sbatch" "$results" "$name" "$mode" "$l" "$deck_abs" "${args[@]}" > "$dir.log" 2>&1 ||
-        { failed=$((failed + 1)); echo "  failed: see $dir.log and $dir/train.log"; }
+        { failed=$((failed + 1)); echo "  failed: $(why_failed "$dir.log" "$dir")"; echo "  (logs: $dir.log, $dir/train.log)"; }
     else
       # shellcheck disable=SC2086
       sb=(sbatch --parsable -J "trident-scaling-$name" -n "$r" --output="$dir.log" $sbatch_args)
@@ -152,6 +161,7 @@ for r in "${ranks[@]}"; do
         TRIDENT_BIN="$bin" "${sb[@]}" --wait "$here/point.sbatch" "$results" "$name" "$mode" "$l" "$deck_abs" \
           "${args[@]}" > "$dir.jobid" 2>&1 &
         jobs+=($!)
+        job_logs+=("$dir")
         echo "point $points: $r ranks, layout $l (dp $dp x tp $tp x pp $pp): submitted"
       else
         id="$(TRIDENT_BIN="$bin" "${sb[@]}" "$here/point.sbatch" "$results" "$name" "$mode" "$l" "$deck_abs" "${args[@]}")" ||
@@ -161,13 +171,23 @@ for r in "${ranks[@]}"; do
     fi
   done
 done
-for j in "${jobs[@]}"; do wait "$j" || failed=$((failed + 1)); done
+for k in "${!jobs[@]}"; do
+  if ! wait "${jobs[$k]}"; then
+    failed=$((failed + 1))
+    d="${job_logs[$k]}"
+    echo "point $(basename "$d"): the job or its submission failed: $(why_failed "$d.jobid" "$d") (logs: $d.jobid, $d.log)"
+  fi
+done
 [ "$points" -gt 0 ] || die "no point to run: every rank count was skipped"
 report="$here/../../tools/scaling_report.py"  # the same in an install: share/trident/{jobscripts,tools}
 if [ "$launcher" = sbatch ] && [ "$wait" = 0 ]; then
   echo "submitted $points job(s); when they are done: /usr/bin/python3 $report $results"
   exit 0
 fi
+if ! grep -q ',ok,' "$results" 2>/dev/null; then
+  echo "scaling.sh: no point ran ($failed of $points failed; the reasons are above), so there is nothing to report" >&2
+  exit 1
+fi
 /usr/bin/python3 "$report" "$results" || { echo "scaling.sh: the report failed (see above)" >&2; exit 1; }
-[ "$failed" -eq 0 ] || { echo "scaling.sh: $failed of $points point(s) failed (their rows say why)" >&2; exit 1; }
+[ "$failed" -eq 0 ] || { echo "scaling.sh: $failed of $points point(s) failed (the reasons are above and in the report)" >&2; exit 1; }
 exit 0

@@ -53,6 +53,15 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
     throw ConfigError("--split '" + opt.split + "': give val or train");
   if (opt.tp < 1 || opt.pp < 1 || opt.micro_batch < 1)
     throw ConfigError("--tp, --pp and --micro-batch must be >= 1");
+  // In 64 bits: tp x pp of two ints can wrap an int (and a division by the wrapped 0 kill the job).
+  if (opt.tp > world.size() || opt.pp > world.size() ||
+      static_cast<std::int64_t>(opt.tp) * opt.pp > static_cast<std::int64_t>(world.size()))
+    throw ConfigError("--tp " + std::to_string(opt.tp) + " x --pp " + std::to_string(opt.pp) + " needs more than the " +
+                      std::to_string(world.size()) + " rank(s) of this job");
+  constexpr std::int64_t kMaxMicroBatch = std::int64_t{1} << 20;
+  if (opt.micro_batch > kMaxMicroBatch)
+    throw ConfigError("--micro-batch " + std::to_string(opt.micro_batch) + " is more than " +
+                      std::to_string(kMaxMicroBatch) + " sequences per forward pass");
   if (world.size() % (opt.tp * opt.pp) != 0)
     throw ConfigError("--tp " + std::to_string(opt.tp) + " x --pp " + std::to_string(opt.pp) + " does not divide the " +
                       std::to_string(world.size()) + " ranks");

@@ -149,8 +149,10 @@ void ResumeChanges::log() const {
   std::string same;
   for (const ResumeChange& c : changes)
     if (c.cls == ChangeClass::same_math)
-      same += (same.empty() ? "" : ", ") + ("[" + c.diff.section + "] " + c.diff.key + " " + c.diff.before + " -> " +
-                                           c.diff.after);
+      same += (same.empty() ? "" : ", ") +
+              ("[" + c.diff.section + "] " + c.diff.key + " " + c.diff.before + " -> " + c.diff.after +
+               // A resume goes on with the checkpoint's loss scale; the initial one only starts it.
+               (c.diff.name() == "train.loss_scale_init" ? " (used only if the checkpoint records no loss scale)" : ""));
   if (!same.empty())
     log::info("deck keys that differ from the checkpoint's without changing the training math: %s", same.c_str());
   for (const ResumeChange& c : changes)

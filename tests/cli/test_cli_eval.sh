@@ -52,8 +52,10 @@ expect_exit 2 "no --checkpoint given" -- ev 1
 expect_exit 0 "Prints the mean loss .nats per token. and perplexity" -- ev 1 --help
 expect_exit 1 "nope" -- ev 1 --checkpoint "$WORK/nope"
 expect_exit 2 "--split 'test': give val or train" -- ev 1 --checkpoint "$WORK/run" --split test
-expect_exit 2 "--tp 2 x --pp 2 does not divide the 2 ranks" -- ev 2 --checkpoint "$WORK/run" --tp 2 --pp 2
+expect_exit 2 "--tp 2 x --pp 1 does not divide the 3 ranks" -- ev 3 --checkpoint "$WORK/run" --tp 2
 expect_exit 2 "--micro-batch must be >= 1" -- ev 1 --checkpoint "$WORK/run" --micro-batch 0
+expect_exit 2 "--tp 65536 x --pp 65536 needs more than the 2 rank\(s\)" -- ev 2 --checkpoint "$WORK/run" --tp 65536 --pp 65536
+expect_exit 2 "--micro-batch 9223372036854775807 is more than" -- ev 1 --checkpoint "$WORK/run" --micro-batch 9223372036854775807
 expect_exit 2 "this layout cannot evaluate the checkpoint's model: .*n_head" -- ev 4 --checkpoint "$WORK/run" --tp 4
 expect_exit 1 "token file '$WORK/missing.h5'" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/missing.h5"
 "$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/text.txt" >/dev/null

@@ -28,6 +28,12 @@ expect_exit 2 "--steps 2: give at least 3" -- "$driver" --config "$WORK/deck.ini
 expect_exit 2 "--launcher 'ssh': give mpiexec or sbatch" -- "$driver" --config "$WORK/deck.ini" --launcher ssh
 expect_exit 2 "--ranks needs a value" -- "$driver" --config "$WORK/deck.ini" --ranks
 expect_exit 2 "no point to run" -- "$driver" --config "$WORK/deck.ini" --ranks 1 --layouts tp2 --out "$WORK/none"
+expect_exit 2 "--steps 99999999999999999999: give at most" -- "$driver" --config "$WORK/deck.ini" --steps 99999999999999999999
+touch "$WORK/afile"
+expect_exit 2 "cannot create --out" -- "$driver" --config "$WORK/deck.ini" --out "$WORK/afile"
+# A bad key for every run: the reason reaches the terminal, and nothing is reported.
+expect_exit 1 "failed: trident train: error: unknown key 'bogus_key'" -- "$driver" --config "$WORK/deck.ini" --ranks 1 --steps 3 \
+  --out "$WORK/badkey" -- --train.bogus_key=3
 
 # ---- strong scaling: 1 and 2 ranks, layouts dp, tp2 and pp2 ------------------------------------
 expect_exit 0 "wrote .*scaling.png" -- "$driver" --config "$WORK/deck.ini" --ranks 1,2 --layouts dp,tp2,pp2 --steps 6 \
@@ -81,7 +87,27 @@ check "failed point: the report lists it and names its log" \
   grep -q "^- .*dp, 2 ranks: failed (exit 2) (.*point-dp-2r/train.log" "$WORK/bad/scaling.md"
 check "failed point: its log says why" grep -q "global_batch_size" "$WORK/bad/point-dp-2r/train.log"
 
+# ---- a row that cannot be written is an error of the point, not "appended" ---------------------
+mkdir -p "$WORK/isdir/results.csv"  # a folder where the CSV should be: the append fails even for root
+expect_exit 1 "error: could not append this point's row" -- env SCALING_RANKS=1 TRIDENT_LAUNCHER=mpiexec \
+  bash "$repo/jobscripts/scaling/point.sbatch" "$WORK/isdir/results.csv" s strong dp "$WORK/deck.ini" \
+  --train.max_steps=3 --train.out_dir="$WORK/isdir/run"
+
+# ---- a study name and folder with a comma: quoted CSV cells ---------------------------------------
+expect_exit 0 "wrote .*scaling.png" -- "$driver" --config "$WORK/deck.ini" --ranks 1 --steps 3 --name "my,study" \
+  --out "$WORK/with,comma"
+check "a study name with a comma survives the CSV" grep -q '^## my,study: strong scaling' "$WORK/with,comma/scaling.md"
+
 # ---- the report's own input checks ---------------------------------------------------------------
+good="$WORK/strong/results.csv"
+awk -F, 'BEGIN{OFS=","} NR == 2 {$4 = "1.5"} {print}' "$good" > "$WORK/frac.csv"
+expect_exit 2 "line 2: ranks '1.5' is not a positive whole number" -- /usr/bin/python3 "$report" "$WORK/frac.csv"
+c="$(head -n 1 "$good" | tr ',' '\n' | grep -nx tokens_per_s | cut -d: -f1)"
+awk -F, -v c="$c" 'BEGIN{OFS=","} NR == 2 {$c = "0"} {print}' "$good" > "$WORK/zero.csv"
+expect_exit 2 "line 2: an ok point with tokens_per_s '0'" -- /usr/bin/python3 "$report" "$WORK/zero.csv"
+expect_exit 1 "cannot write the report into '$WORK/afile'" -- /usr/bin/python3 "$report" -o "$WORK/afile" "$good"
+printf '\xff\xfe\x00' > "$WORK/binary.csv"
+expect_exit 2 "is not a text CSV" -- /usr/bin/python3 "$report" "$WORK/binary.csv"
 expect_exit 1 "cannot read" -- /usr/bin/python3 "$report" "$WORK/missing.csv"
 printf 'step,loss\n1,2\n' > "$WORK/other.csv"
 expect_exit 2 "not a scaling results file \(no column study" -- /usr/bin/python3 "$report" "$WORK/other.csv"
