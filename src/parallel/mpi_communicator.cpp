@@ -348,7 +348,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
   const std::size_t bytes = recv_count * dtype_size(t);
   Staging st(staging_, send, bytes * static_cast<std::size_t>(size_), recv, bytes, t == DataType::bf16 || t == DataType::f16);
   const std::size_t es = dtype_size(t), chunk = reduce_chunk_elems(es);
-  if (recv_count * static_cast<std::size_t>(size_) <= chunk) {
+  if (size_ == 1 || recv_count * static_cast<std::size_t>(size_) <= chunk) {
     MPI_Reduce_scatter_block(st.in(), st.out(), as_int(recv_count, "reduce_scatter"), mpi_type(t), mpi_op(op, t), comm_);
   } else {
     // Pieces of `piece` elements of every rank's block, packed contiguously (one pass of copying,
@@ -437,6 +437,9 @@ Request MpiCommunicator::ireduce_scatter(const void* send, void* recv, std::size
   auto r = std::make_unique<MpiRequest>();
   const std::size_t bytes = recv_count * dtype_size(t);
   r->staging = Staging(staging_, send, bytes * static_cast<std::size_t>(size_), recv, bytes, t == DataType::bf16 || t == DataType::f16);
+  // Not in pieces, unlike the blocking form: a piece of every rank's block is not contiguous, MPICH
+  // 4.0 refuses MPI_SUM on a resized derived datatype that would select it in place (tried), and a
+  // packed copy would cost the whole input again while the reduction overlaps compute.
   MPI_Ireduce_scatter_block(r->staging.in(), r->staging.out(), as_int(recv_count, "ireduce_scatter"), mpi_type(t),
                             mpi_op(op, t), comm_, &r->req);
   record(CommOp::reduce_scatter, recv_count, t);
