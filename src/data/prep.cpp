@@ -13,8 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 #include <sstream>
 #include <string_view>
+
+#include <sys/stat.h>
 
 namespace trident {
 
@@ -253,13 +257,23 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   if (!(opt.val_fraction > 0.0 && opt.val_fraction < 1.0))
     throw ConfigError("--val-fraction must be in (0, 1)");
   std::error_code ec;
-  for (size_t i = 0; i < opt.inputs.size(); ++i) {
-    const std::string& p = opt.inputs[i];
+  // Each file once, by identity (device and inode: also through links and other names), in one
+  // pass: an llm.c dataset can have thousands of shards, too many to compare pairwise.
+  std::map<std::pair<dev_t, ino_t>, std::string> seen_files;
+  std::set<std::string> seen_names;  // inputs that do not exist (yet): reading them reports it
+  for (const std::string& p : opt.inputs) {
     if (std::filesystem::is_directory(p, ec)) throw ConfigError("input '" + p + "' is a directory");
-    for (size_t j = 0; j < i; ++j)
-      if (opt.inputs[j] == p || (std::filesystem::exists(p, ec) && std::filesystem::equivalent(opt.inputs[j], p, ec)))
-        throw ConfigError("input '" + p + "' is given twice (also as '" + opt.inputs[j] +
-                          "'): its tokens would be counted twice; give each file once");
+    struct stat st {};
+    std::string first;  // the earlier name of the same file, if any
+    if (::stat(p.c_str(), &st) == 0) {
+      const auto [it, fresh] = seen_files.try_emplace({st.st_dev, st.st_ino}, p);
+      if (!fresh) first = it->second;
+    } else if (!seen_names.insert(p).second) {
+      first = p;
+    }
+    if (!first.empty())
+      throw ConfigError("input '" + p + "' is given twice (also as '" + first +
+                        "'): its tokens would be counted twice; give each file once");
     if (std::filesystem::exists(opt.output, ec) && std::filesystem::equivalent(p, opt.output, ec))
       throw ConfigError("--output '" + opt.output + "' is also an input; write the token file elsewhere");
   }
