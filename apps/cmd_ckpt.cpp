@@ -127,7 +127,7 @@ int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt verify")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt verify takes one FILE (try `trident ckpt verify --help`)");
-  const VerifyResult r = verify_checkpoint(paths[0], rt.world(), gpt_model_schema());
+  const VerifyResult r = verify_checkpoint(paths[0], rt.world(), model_schema());
   std::string out;
   for (const auto& p : r.problems) out += "problem: " + p + "\n";
   out += r.problems.empty() ? "ok: " + r.file + " is intact\n"
@@ -205,7 +205,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   if (format.empty()) throw ConfigError("no --format given; use --format safetensors");
   if (format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format safetensors");
   if (opt.output_dir.empty()) throw ConfigError("no --output directory given");
-  const SafetensorsExportResult r = export_safetensors(paths[0], rt.world(), opt, gpt_model_schema());
+  const SafetensorsExportResult r = export_safetensors(paths[0], rt.world(), opt, model_schema());
   std::string out = log::format("exported %lld tensors (%.2f MiB of %s) of step %lld from %s:\n",
                                 static_cast<long long>(r.n_tensors), static_cast<double>(r.total_size) / (1024.0 * 1024.0),
                                 opt.dtype.c_str(), static_cast<long long>(r.step), r.checkpoint.c_str());
@@ -249,7 +249,7 @@ int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
     throw ConfigError("--dp, --tp, --pp and --shard-group-size must be >= 0 (0: default)");
   if (opt.zero_stage < -1 || opt.zero_stage > 3) throw ConfigError("--zero-stage must be 0, 1, 2 or 3");
   opt.force = vm.count("force") > 0;
-  const ReshardResult r = reshard_checkpoint(paths[0], opt, rt.world(), gpt_model_schema(), model_state_factory());
+  const ReshardResult r = reshard_checkpoint(paths[0], opt, rt.world(), model_schema(), model_state_factory());
   print0(rt, log::format("resharded step %lld from %s (%s) to %s (%s): %.2f MiB in %.2f s\n",
                          static_cast<long long>(r.step), r.input.c_str(), r.from_layout.c_str(), r.output.c_str(),
                          r.to_layout.c_str(), static_cast<double>(r.bytes) / (1024.0 * 1024.0), r.seconds));

@@ -74,7 +74,7 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   std::fprintf(stderr, "sampling from %s (step %lld, %s tokenizer, temperature %g, top-k %d, seed %llu)\n",
                cm.path.c_str(), static_cast<long long>(cm.step), cm.tokenizer.c_str(), opt.temperature, opt.top_k,
                static_cast<unsigned long long>(opt.seed));
-  const ParamLayout layout = ParamLayout::gpt(m);
+  const ParamLayout layout = ParamLayout::make(m);
   Gpt<float> gpt(m, layout, 1, m.block_size);
   FlatProvider<float> params(layout, cm.store->params().data(), cm.store->grads().data());
   // The prompt, then each token as it is drawn: long samples show progress.

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch reference for Trident's GPT: the numerical oracle of the whole model.
+"""PyTorch reference for Trident's models (GPT-2 and Llama families): the numerical oracle of the
+whole model.
 
 Run with Debian's torch (/usr/bin/python3; the python3 first on PATH has no torch):
 
@@ -8,8 +9,10 @@ Run with Debian's torch (/usr/bin/python3; the python3 first on PATH has no torc
 CKPT.h5 is a Trident checkpoint, DUMP.h5 what `trident_gpt_dump` wrote for it (tokens, targets, loss,
 logits, grad/<tensor>). This script reads the checkpoint through its documented file layout only
 (tools/trident_ckpt.py, h5py), never through Trident code, so a bug in Trident's checkpoint
-reader cannot hide a bug in its model. It rebuilds nanoGPT's GPT (model.py) in
-PyTorch, runs the dumped batch and compares loss, logits and every parameter gradient:
+reader cannot hide a bug in its model. It rebuilds nanoGPT's GPT (model.py) or, for
+model_arch = llama, a Llama decoder written from Hugging Face's modeling_llama.py (RMSNorm,
+rotate_half rotary embedding, repeat_kv grouped-query attention, SwiGLU) in PyTorch, runs the
+dumped batch and compares loss, logits and every parameter gradient:
 
     max |trident - torch| <= tol * max |torch|      per tensor, tol = 1e-5 for fp32
 
@@ -49,6 +52,14 @@ def load_checkpoint(path):
     hp = {k: int(a["model_" + k]) for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size", "bias")}
     hp["bias"] = bool(hp["bias"])
     hp["dropout"] = float(a["model_dropout"]) if "model_dropout" in a else 0.0
+    arch = a["model_arch"] if "model_arch" in a else "gpt2"
+    hp["arch"] = arch.decode() if isinstance(arch, bytes) else str(arch)
+    if hp["arch"] == "llama":
+        hp["n_kv_head"] = int(a["model_n_kv_head"])
+        hp["ffn_hidden"] = int(a["model_ffn_hidden"])
+        hp["tie"] = bool(int(a["model_tie_embeddings"]))
+        hp["norm_eps"] = float(a["model_norm_eps"])
+        hp["rope_theta"] = float(a["model_rope_theta"])
     check_deck(ck.config, hp, path)
     return hp, ck.tensors
 
@@ -156,6 +167,102 @@ class GPT(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------
+# A Llama decoder (Hugging Face transformers' models/llama/modeling_llama.py, eager attention)
+# --------------------------------------------------------------------------------------------
+
+class RMSNorm(nn.Module):
+    def __init__(self, ndim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(ndim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        C, NH, NKV = hp["n_embd"], hp["n_head"], hp["n_kv_head"]
+        self.NH, self.NKV, self.HS = NH, NKV, C // NH
+        self.q_proj = nn.Linear(C, NH * self.HS, bias=False)
+        self.k_proj = nn.Linear(C, NKV * self.HS, bias=False)
+        self.v_proj = nn.Linear(C, NKV * self.HS, bias=False)
+        self.o_proj = nn.Linear(NH * self.HS, C, bias=False)
+        self.theta = hp["rope_theta"]
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q = self.q_proj(x).view(B, T, self.NH, self.HS).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.NKV, self.HS).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.NKV, self.HS).transpose(1, 2)
+        # rotary embedding (HF's LlamaRotaryEmbedding with default rope_type, then apply_rotary_pos_emb)
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.HS, 2, dtype=torch.float64) / self.HS))
+        freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        # repeat_kv: each key/value head serves NH / NKV consecutive query heads
+        k = k.repeat_interleave(self.NH // self.NKV, dim=1)
+        v = v.repeat_interleave(self.NH // self.NKV, dim=1)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(self.HS)
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        att = F.softmax(att.masked_fill(~mask, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, self.NH * self.HS)
+        return self.o_proj(y)
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        C, Fh = hp["n_embd"], hp["ffn_hidden"]
+        self.gate_proj = nn.Linear(C, Fh, bias=False)
+        self.up_proj = nn.Linear(C, Fh, bias=False)
+        self.down_proj = nn.Linear(Fh, C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        self.input_layernorm = RMSNorm(hp["n_embd"], hp["norm_eps"])
+        self.self_attn = LlamaAttention(hp)
+        self.post_attention_layernorm = RMSNorm(hp["n_embd"], hp["norm_eps"])
+        self.mlp = LlamaMLP(hp)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, hp):
+        super().__init__()
+        C = hp["n_embd"]
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(hp["vocab_size"], C)
+        self.model.layers = nn.ModuleList([LlamaLayer(hp) for _ in range(hp["n_layer"])])
+        self.model.norm = RMSNorm(C, hp["norm_eps"])
+        self.lm_head = nn.Linear(C, hp["vocab_size"], bias=False)
+        if hp["tie"]:
+            self.lm_head.weight = self.model.embed_tokens.weight  # named once, as embed_tokens
+
+    def forward(self, idx):
+        x = self.model.embed_tokens(idx)
+        for layer in self.model.layers:
+            x = layer(x)
+        return self.lm_head(self.model.norm(x))
+
+
+# --------------------------------------------------------------------------------------------
 # Comparison
 # --------------------------------------------------------------------------------------------
 
@@ -211,7 +318,7 @@ def main(argv=None):
         return 2
 
     torch.manual_seed(0)  # the weights are all overwritten; this only makes construction repeatable
-    model = GPT(hp).to(dtype)
+    model = (LlamaForCausalLM(hp) if hp["arch"] == "llama" else GPT(hp)).to(dtype)
     params = dict(model.named_parameters())  # the tied lm_head.weight appears once, as wte
     failed = []
     missing = sorted(set(params) - set(weights))
@@ -261,7 +368,7 @@ def main(argv=None):
     shown = [r for r in rows if not args.quiet or r[5] != "ok"]
     widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(6)]
     print(f"torch reference ({'float64' if args.double else 'float32'}, torch {torch.__version__}): "
-          f"{hp['n_layer']} layers, {hp['n_head']} heads, C={hp['n_embd']}, V={hp['vocab_size']}, "
+          f"{hp['arch']}, {hp['n_layer']} layers, {hp['n_head']} heads, C={hp['n_embd']}, V={hp['vocab_size']}, "
           f"bias={hp['bias']}, batch B={B} T={T}; tol {tol:g} x max|torch| per tensor")
     for r in [header] + shown:
         print("  ".join(str(c).ljust(w) if i in (0, 1, 5) else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))))

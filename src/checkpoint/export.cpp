@@ -109,11 +109,11 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     for (const CkptTensor& spec : model) {
       ExportTensor t;
       t.name = spec.name;
-      t.hf_name = schema.hf_name(spec.name);
+      t.hf_name = schema.hf_name(meta.model, spec.name);
       t.row = rd.find_tensor(spec.name);
       if (t.row < 0 || rd.tensors()[t.row].shape != spec.shape)
         throw CheckpointError("tensor '" + spec.name + "' is missing or has the wrong shape (run `trident ckpt verify`)");
-      t.transposed = schema.hf_transposed(spec.name) && spec.shape.size() == 2;
+      t.transposed = schema.hf_transposed(meta.model, spec.name) && spec.shape.size() == 2;
       t.shape = t.transposed ? std::vector<std::int64_t>{spec.shape[1], spec.shape[0]} : spec.shape;
       t.numel = numel_of(spec.shape);
       t.bytes = t.numel * static_cast<std::int64_t>(es);

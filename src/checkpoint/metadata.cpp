@@ -115,6 +115,15 @@ void CheckpointMeta::write_to(CheckpointWrite& w) const {
   w.int_attrs["model_block_size"] = model.block_size;
   w.int_attrs["model_vocab_size"] = model.vocab_size;
   w.int_attrs["model_bias"] = model.bias ? 1 : 0;
+  // The family's own keys (absent from checkpoints before the llama family: read as gpt2).
+  w.string_attrs["model_arch"] = name_of(model.arch);
+  if (model.arch != ModelArch::gpt2) {
+    w.int_attrs["model_n_kv_head"] = model.kv_heads();
+    w.int_attrs["model_ffn_hidden"] = model.ffn_width();
+    w.int_attrs["model_tie_embeddings"] = model.tie_embeddings ? 1 : 0;
+    w.double_attrs["model_norm_eps"] = model.norm_eps;
+    w.double_attrs["model_rope_theta"] = model.rope_theta;
+  }
   for (const DoubleField& f : kDoubles) w.double_attrs[f.name] = this->*f.field;
   w.double_attrs["last_lr"] = run.last_lr;
   w.double_attrs["model_dropout"] = model.dropout;
@@ -208,6 +217,21 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
   m.model.vocab_size = static_cast<int>(v[4]);
   m.model.bias = v[5] != 0;
   get_double("model_dropout", m.model.dropout);
+  {
+    std::string arch = "gpt2";
+    get_string("model_arch", arch);
+    if (arch == "llama") m.model.arch = ModelArch::llama;
+    else if (arch != "gpt2") m.missing.push_back("model_arch (unknown family '" + arch + "')");
+    std::int64_t kv = 0, ffn = 0, tie = 1;
+    get_int("model_n_kv_head", kv);
+    get_int("model_ffn_hidden", ffn);
+    get_int("model_tie_embeddings", tie);
+    m.model.n_kv_head = static_cast<int>(kv);
+    m.model.ffn_hidden = static_cast<int>(ffn);
+    m.model.tie_embeddings = tie != 0;
+    get_double("model_norm_eps", m.model.norm_eps);
+    get_double("model_rope_theta", m.model.rope_theta);
+  }
   for (const DoubleField& f : kDoubles) get_double(f.name, m.*f.field);
   get_string("code_version", m.code_version);
   get_string("deck_name", m.deck_name);
@@ -311,6 +335,13 @@ std::vector<std::string> CheckpointMeta::deck_problems(const CheckpointReader& r
     compare("[model] n_embd", cfg.model.n_embd, "model_n_embd");
     compare("[model] block_size", cfg.model.block_size, "model_block_size");
     compare("[model] bias", cfg.model.bias ? 1 : 0, "model_bias");
+    if (rd.has_attr("model_arch") && rd.attr_string("model_arch") != name_of(cfg.model.arch))
+      p.push_back(std::string("/config says [model] arch = ") + name_of(cfg.model.arch) + " but attribute model_arch = " +
+                  rd.attr_string("model_arch"));
+    if (cfg.model.arch == ModelArch::llama) {
+      compare("[model] n_kv_head", cfg.model.kv_heads(), "model_n_kv_head");
+      compare("[model] ffn_hidden", cfg.model.ffn_width(), "model_ffn_hidden");
+    }
     if (cfg.model.vocab_size != 0) compare("[model] vocab_size", cfg.model.vocab_size, "model_vocab_size");
     if (cfg.parallel.dp != 0) compare("[parallel] dp", cfg.parallel.dp, "dp");
     compare("[parallel] tp", cfg.parallel.tp, "tp");

@@ -27,15 +27,14 @@ namespace trident {
 class ProcessGrid;
 
 struct ModelSchema {
-  std::string family;  ///< "gpt2"
   /// The global tensors (name, global shape, tp split dimension and groups) of the model that
-  /// fingerprint `m` (vocab_size resolved) describes, in parameter order. Local. Throws Error for
-  /// an impossible fingerprint.
+  /// fingerprint `m` (vocab_size resolved; its arch selects the family) describes, in parameter
+  /// order. Local. Throws Error for an impossible fingerprint.
   std::function<std::vector<CkptTensor>(const ModelConfig& m)> tensors;
-  /// Hugging Face name of tensor `name`. Local.
-  std::function<std::string(const std::string& name)> hf_name;
+  /// Hugging Face name of tensor `name` of model `m`. Local.
+  std::function<std::string(const ModelConfig& m, const std::string& name)> hf_name;
   /// True for 2-D weights Hugging Face stores transposed ((in, out) instead of (out, in)). Local.
-  std::function<bool(const std::string& name)> hf_transposed;
+  std::function<bool(const ModelConfig& m, const std::string& name)> hf_transposed;
   /// config.json of the exported model (`dtype` "float32" | "bfloat16", `checkpoint` the source
   /// file's name). Local.
   std::function<std::string(const CheckpointMeta& meta, const std::string& dtype, const std::string& checkpoint)>

@@ -46,6 +46,7 @@ const char* name_of(TimerMode v) {
 const char* name_of(OffloadKind v) {
   return v == OffloadKind::host ? "host" : v == OffloadKind::nvme ? "nvme" : "none";
 }
+const char* name_of(ModelArch v) { return v == ModelArch::llama ? "llama" : "gpt2"; }
 const char* name_of(CommBackend v) {
   switch (v) {
     case CommBackend::mpi: return "mpi";
@@ -116,6 +117,9 @@ class Schema {
  public:
   explicit Schema(Config& c) : desc_("deck keys") {
     ModelConfig& m = c.model;
+    add_choice("model", "arch", &m.arch, {ModelArch::gpt2, ModelArch::llama},
+               "model family: gpt2 (learned positions, LayerNorm, GELU, tied head) or llama (RMSNorm, rotary "
+               "positions, SwiGLU, grouped-query attention, no biases)");
     add("model", "n_layer", &m.n_layer, "number of transformer blocks");
     add("model", "n_head", &m.n_head, "attention heads per block (NH)");
     add("model", "n_embd", &m.n_embd, "embedding width C; divisible by n_head");
@@ -123,6 +127,14 @@ class Schema {
     add("model", "vocab_size", &m.vocab_size, "vocabulary size V; 0 = take it from the token file");
     add("model", "bias", &m.bias, "biases in Linear and LayerNorm layers");
     add("model", "dropout", &m.dropout, "dropout probability (embedding, attention, residual)");
+    add("model", "n_kv_head", &m.n_kv_head,
+        "llama: key/value heads (grouped-query attention), dividing n_head; 0 = n_head");
+    add("model", "ffn_hidden", &m.ffn_hidden, "llama: SwiGLU hidden width; 0 = 8 n_embd / 3 rounded up to ffn_multiple_of");
+    add("model", "ffn_multiple_of", &m.ffn_multiple_of, "llama: the rounding of ffn_hidden = 0");
+    add("model", "norm_eps", &m.norm_eps, "llama: RMSNorm epsilon");
+    add("model", "rope_theta", &m.rope_theta, "llama: rotary position embedding base");
+    add("model", "tie_embeddings", &m.tie_embeddings,
+        "llama: the LM head is the token embedding (true) or its own tensor lm_head (false); gpt2 always ties");
     add("parallel", "dp", &dp_text_, "data-parallel size, or auto (also 0) = ranks / (tp * pp)");
     add("parallel", "tp", &c.parallel.tp, "tensor-parallel size");
     add("parallel", "pp", &c.parallel.pp, "pipeline-parallel size");
@@ -765,6 +777,25 @@ void validate(Config& c, int world_size) {
   }
   require_config(m.dropout >= 0.0 && m.dropout < 1.0,
                  kv("model", "dropout", format_value(m.dropout)) + " must be in [0, 1)");
+  if (m.arch == ModelArch::gpt2) {
+    require_config(m.tie_embeddings, "[model] tie_embeddings = false: the gpt2 family always ties its LM head to "
+                                     "the token embedding (arch = llama can untie)");
+    require_config(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
+                   kv("model", "n_kv_head", format_value(m.n_kv_head)) +
+                       ": grouped-query attention is a llama-family option (arch = llama)");
+  } else {
+    require_config(!m.bias, "[model] bias = true: the llama family has no biases");
+    require_at_least(m.n_kv_head, 0, "model", "n_kv_head");
+    require_config(m.n_head % m.kv_heads() == 0, kv("model", "n_kv_head", format_value(m.n_kv_head)) +
+                                                     " does not divide [model] n_head = " + format_value(m.n_head));
+    require_config((m.n_embd / m.n_head) % 2 == 0, "[model] n_embd / n_head = " + format_value(m.n_embd / m.n_head) +
+                                                       " (the head size) must be even for rotary embeddings");
+    require_at_least(m.ffn_hidden, 0, "model", "ffn_hidden");
+    require_at_least(m.ffn_multiple_of, 1, "model", "ffn_multiple_of");
+    require_config(m.ffn_width() <= (1 << 20), "[model] ffn_hidden = " + format_value(m.ffn_width()) + " is larger than 1048576");
+    require_config(m.norm_eps > 0.0, kv("model", "norm_eps", format_value(m.norm_eps)) + " must be positive");
+    require_config(m.rope_theta > 1.0, kv("model", "rope_theta", format_value(m.rope_theta)) + " must be above 1");
+  }
 
   ParallelConfig& p = c.parallel;
   require_at_least(p.tp, 1, "parallel", "tp");
@@ -781,6 +812,16 @@ void validate(Config& c, int world_size) {
                      " does not match the number of ranks (" + std::to_string(world_size) + ")");
   require_config(m.n_head % p.tp == 0, kv("parallel", "tp", format_value(p.tp)) +
                                            " does not divide [model] n_head = " + format_value(m.n_head));
+  if (m.arch == ModelArch::llama) {
+    // Megatron-LM splits key/value heads over tp like query heads; a tp rank with no whole kv head
+    // would need replicated kv heads and their gradients summed over tp, which is not built.
+    require_config(m.kv_heads() % p.tp == 0, kv("parallel", "tp", format_value(p.tp)) +
+                                                 " does not divide [model] n_kv_head = " + format_value(m.kv_heads()) +
+                                                 ": each tp rank needs whole key/value heads (use tp <= n_kv_head)");
+    require_config(m.ffn_width() % p.tp == 0, kv("parallel", "tp", format_value(p.tp)) +
+                                                  " does not divide the SwiGLU width [model] ffn_hidden = " +
+                                                  format_value(m.ffn_width()));
+  }
   require_config(m.n_layer >= p.pp, kv("parallel", "pp", format_value(p.pp)) +
                                         " is larger than [model] n_layer = " + format_value(m.n_layer));
   require_config(p.zero_stage >= 0 && p.zero_stage <= 3,

@@ -53,6 +53,11 @@ enum class TimerMode { off, coarse, fine };
 /// CPU), or a per-rank scratch file on a local disk, streamed unit by unit (nvme; offload/).
 enum class OffloadKind { none, host, nvme };
 
+/// Model family (model/family.hpp registers each): GPT-2 (Radford et al. 2019: learned positions,
+/// LayerNorm, GELU MLP, tied head) or Llama-style (Touvron et al. 2023: RMSNorm, rotary positions,
+/// SwiGLU MLP, grouped-query attention, no biases).
+enum class ModelArch { gpt2, llama };
+
 /// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
 const char* name_of(PipelineScheduleKind v);
 const char* name_of(Precision v);
@@ -63,9 +68,12 @@ const char* name_of(CommBackend v);
 const char* name_of(NonfiniteAction v);
 const char* name_of(TimerMode v);
 const char* name_of(OffloadKind v);
+const char* name_of(ModelArch v);
 
-/// GPT-2 model shape (Radford et al. 2019; nanoGPT's GPTConfig).
+/// Model shape: GPT-2's (Radford et al. 2019; nanoGPT's GPTConfig) plus the Llama family's keys
+/// (HF transformers' LlamaConfig names in brackets).
 struct ModelConfig {
+  ModelArch arch = ModelArch::gpt2;
   int n_layer = 4;
   int n_head = 4;
   int n_embd = 128;
@@ -73,6 +81,23 @@ struct ModelConfig {
   int vocab_size = 0;    ///< 0: taken from the token file
   bool bias = false;     ///< biases in Linear and LayerNorm (nanoGPT default False)
   double dropout = 0.0;  ///< embedding, attention-probability and residual dropout
+  // Llama family (refused or ignored by gpt2, as validate() says):
+  int n_kv_head = 0;          ///< key/value heads [num_key_value_heads]; 0 = n_head (no grouping)
+  int ffn_hidden = 0;         ///< SwiGLU width F [intermediate_size]; 0 = Llama's rounding of 8C/3
+  int ffn_multiple_of = 256;  ///< the rounding of ffn_hidden = 0: F is a multiple of this
+  double norm_eps = 1e-5;     ///< RMSNorm epsilon [rms_norm_eps]
+  double rope_theta = 10000.0;  ///< rotary base [rope_theta]
+  bool tie_embeddings = true;   ///< LM head = token embedding [tie_word_embeddings]; gpt2 always ties
+
+  /// Key/value heads after the default (n_head when n_kv_head = 0).
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  /// SwiGLU width after the default: ffn_multiple_of * ceil((2 * 4C / 3) / ffn_multiple_of), as
+  /// Meta's llama/model.py FeedForward (ffn_dim_multiplier 1).
+  int ffn_width() const {
+    if (ffn_hidden > 0) return ffn_hidden;
+    const int h = 2 * (4 * n_embd) / 3, q = ffn_multiple_of > 0 ? ffn_multiple_of : 1;
+    return q * ((h + q - 1) / q);
+  }
 };
 
 /// Process-grid shape. dp = 0 means "auto": world_size / (tp * pp), as in Megatron-LM.

@@ -14,6 +14,7 @@ using Kokkos::erf;
 using Kokkos::exp;
 using Kokkos::fabs;
 using Kokkos::log;
+using Kokkos::sin;
 using Kokkos::sqrt;
 using Kokkos::tanh;
 #else
@@ -22,6 +23,7 @@ using Kokkos::Experimental::erf;
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::fabs;
 using Kokkos::Experimental::log;
+using Kokkos::Experimental::sin;
 using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
 #endif

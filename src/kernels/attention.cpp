@@ -9,13 +9,14 @@ namespace trident {
 
 namespace {
 
-/// (B*T, C) columns [col0, col0 + C) of a row-major matrix -> head-major (B, NH, T, HS).
+/// Columns [col0, col0 + (NH / group) * HS) of a row-major (B*T, ld) matrix -> head-major
+/// (B, NH, T, HS), head h copied from source head h / group (grouped-query attention repeats each
+/// key/value head for `group` query heads, as transformers' repeat_kv; group = 1: a plain copy).
 /// Work items are (row, head) pairs, each a contiguous copy of HS elements, as short rows
 /// (kernels/row_parallel.hpp): a team thread per pair, its vector lanes over the HS elements, so a
 /// GPU warp reads and writes consecutive addresses.
 template <class T>
-void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, int C, int NH) {
-  const int HS = C / NH;
+void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, int HS, int NH, int group = 1) {
   const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NH;
   Kokkos::parallel_for(
       "trident::attention_pack", short_row_policy(items), KOKKOS_LAMBDA(const TeamMember& team) {
@@ -24,26 +25,33 @@ void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, 
           const int h = static_cast<int>(i % NH);
           const std::int64_t b = row / seq_len, t = row % seq_len;
           T* d = dst.data() + ((b * NH + h) * seq_len + t) * HS;
-          const T* s = &src(row, col0 + h * HS);
+          const T* s = &src(row, col0 + (h / group) * HS);
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, HS), [&](const int k) { d[k] = s[k]; });
         });
       });
 }
 
-/// The inverse of pack_heads: head-major (B, NH, T, HS) -> columns [col0, col0 + C) of (B*T, ldc).
+/// The inverse of pack_heads: head-major (B, NH, T, HS) -> columns [col0, col0 + (NH / group) *
+/// HS) of (B*T, ld); with group > 1 each destination head is the sum of its `group` source heads,
+/// added in head order (the gradient of repeat_kv; deterministic).
 template <class T>
-void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len, int C, int NH) {
-  const int HS = C / NH;
-  const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NH;
+void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len, int HS, int NH, int group = 1) {
+  const int NKV = NH / group;
+  const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NKV;
   Kokkos::parallel_for(
       "trident::attention_unpack", short_row_policy(items), KOKKOS_LAMBDA(const TeamMember& team) {
         for_each_row(team, items, [&](const std::int64_t i) {
-          const std::int64_t row = i / NH;
-          const int h = static_cast<int>(i % NH);
+          const std::int64_t row = i / NKV;
+          const int j = static_cast<int>(i % NKV);
           const std::int64_t b = row / seq_len, t = row % seq_len;
-          T* d = &dst(row, col0 + h * HS);
-          const T* s = src.data() + ((b * NH + h) * seq_len + t) * HS;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, HS), [&](const int k) { d[k] = s[k]; });
+          T* d = &dst(row, col0 + j * HS);
+          const T* s0 = src.data() + ((b * NH + j * group) * seq_len + t) * HS;
+          const std::int64_t head_stride = static_cast<std::int64_t>(seq_len) * HS;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, HS), [&](const int k) {
+            T acc = s0[k];
+            for (int g = 1; g < group; ++g) acc += s0[g * head_stride + k];
+            d[k] = acc;
+          });
         });
       });
 }
@@ -62,13 +70,15 @@ View3<const T> cbatch(const View1<T>& v, long heads, std::int64_t rows, std::int
 
 template <class T>
 void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
-                       const AttentionDropout& drop, const AttentionScratch<T>& ws, GemmInputs inputs) {
+                       const AttentionDropout& drop, const AttentionScratch<T>& ws, GemmInputs inputs, int NKV) {
   const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
+  if (NKV <= 0) NKV = NH;
+  const int group = NH / NKV, Ckv = NKV * HS;
   const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
-  pack_heads<T>(ws.q, qkv, 0, B, Tn, C, NH);
-  pack_heads<T>(ws.k, qkv, C, B, Tn, C, NH);
-  pack_heads<T>(ws.v, qkv, 2 * C, B, Tn, C, NH);
+  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
+  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
+  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
   // S = scale Q K^T, all (sequence, head) pairs in one batched GEMM
   gemm_batched<T>('N', 'T', scale, cbatch(ws.q, heads, Tn, HS), cbatch(ws.k, heads, Tn, HS), T(0),
                   batch(att, heads, Tn, Tn), inputs);
@@ -115,22 +125,24 @@ void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, in
   // Y = P V
   gemm_batched<T>('N', 'N', T(1), cbatch(p, heads, Tn, Tn), cbatch(ws.v, heads, Tn, HS), T(0),
                   batch(ws.y, heads, Tn, HS), inputs);
-  unpack_heads<T>(out, ws.y, 0, B, Tn, C, NH);
+  unpack_heads<T>(out, ws.y, 0, B, Tn, HS, NH);
 }
 
 template <class T>
 void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
                         int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws,
-                        GemmInputs inputs) {
+                        GemmInputs inputs, int NKV) {
   const int C = static_cast<int>(dout.extent(1)), HS = C / NH, Tn = seq_len;
+  if (NKV <= 0) NKV = NH;
+  const int group = NH / NKV, Ckv = NKV * HS;
   const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
   const bool dropping = drop.key.active();
   const T dscale = static_cast<T>(drop.key.scale());
-  pack_heads<T>(ws.q, qkv, 0, B, Tn, C, NH);
-  pack_heads<T>(ws.k, qkv, C, B, Tn, C, NH);
-  pack_heads<T>(ws.v, qkv, 2 * C, B, Tn, C, NH);
-  pack_heads<T>(ws.y, dout, 0, B, Tn, C, NH);  // y holds dY
+  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
+  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
+  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
+  pack_heads<T>(ws.y, dout, 0, B, Tn, HS, NH);  // y holds dY
   View1<const T> p = att;
   if (dropping) {
     View1<T> pd = ws.pdrop;
@@ -179,16 +191,16 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
                   batch(ws.dq, heads, Tn, HS), inputs);
   gemm_batched<T>('T', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.q, heads, Tn, HS), T(0),
                   batch(ws.dk, heads, Tn, HS), inputs);
-  unpack_heads<T>(dqkv, ws.dq, 0, B, Tn, C, NH);
-  unpack_heads<T>(dqkv, ws.dk, C, B, Tn, C, NH);
-  unpack_heads<T>(dqkv, ws.dv, 2 * C, B, Tn, C, NH);
+  unpack_heads<T>(dqkv, ws.dq, 0, B, Tn, HS, NH);
+  unpack_heads<T>(dqkv, ws.dk, C, B, Tn, HS, NH, group);
+  unpack_heads<T>(dqkv, ws.dv, C + Ckv, B, Tn, HS, NH, group);
 }
 
 #define TRIDENT_INST(T)                                                                                       \
   template void attention_forward<T>(View2<T>, View1<T>, View2<const T>, int, int, int, const AttentionDropout&, \
-                                     const AttentionScratch<T>&, GemmInputs);                                 \
+                                     const AttentionScratch<T>&, GemmInputs, int);                                 \
   template void attention_backward<T>(View2<T>, View1<T>, View2<const T>, View2<const T>, View1<const T>, int, \
-                                      int, int, const AttentionDropout&, const AttentionScratch<T>&, GemmInputs);
+                                      int, int, const AttentionDropout&, const AttentionScratch<T>&, GemmInputs, int);
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
 #undef TRIDENT_INST
 

@@ -40,7 +40,7 @@ struct AttentionDropout {
 
 /// Work space of the GEMM attention, owned by the caller (kernels do not allocate). For B
 /// sequences of T tokens and C channels: q, k, v, y, dq, dk, dv hold B*T*C elements each (head-major
-/// (B, NH, T, HS) copies); pdrop holds B*NH*T*T (the dropped-out probabilities; may be empty when
+/// (B, NH, T, HS) copies; with grouped-query attention k and v are repeated to NH heads); pdrop holds B*NH*T*T (the dropped-out probabilities; may be empty when
 /// dropout is off).
 template <class T>
 struct AttentionScratch {
@@ -53,16 +53,20 @@ struct AttentionScratch {
 };
 
 /// `inputs`: how the GEMMs (two forward, four backward) round their inputs (kernels/gemm.hpp); softmax and dropout stay in T.
+/// `NKV`: key/value heads for grouped-query attention (Ainslie et al. 2023, "GQA", sec. 2.2):
+/// qkv is then (B*T, (NH + 2 NKV) HS) holding [q | k | v], and query head h attends with
+/// key/value head h / (NH / NKV); 0 = NH (multi-head attention, qkv (B*T, 3C)). NKV divides NH.
 template <class T>
 void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
                        const AttentionDropout& drop, const AttentionScratch<T>& ws,
-                       GemmInputs inputs = GemmInputs::native);
+                       GemmInputs inputs = GemmInputs::native, int NKV = 0);
 
-/// dqkv = gradient wrt qkv (overwritten). Uses att saved by forward and the same dropout.
+/// dqkv = gradient wrt qkv (overwritten; the layout of qkv, the k and v gradients summed over each
+/// group's query heads). Uses att saved by forward and the same dropout.
 template <class T>
 void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
                         int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws,
-                        GemmInputs inputs = GemmInputs::native);
+                        GemmInputs inputs = GemmInputs::native, int NKV = 0);
 
 /// Reference implementations (same contract, no scratch).
 template <class T>

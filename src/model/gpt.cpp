@@ -9,6 +9,7 @@
 #include "kernels/instantiate.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
+#include "kernels/rmsnorm.hpp"
 
 #include <algorithm>
 
@@ -23,14 +24,6 @@ std::vector<int> uniq(std::vector<int> v) {
 }
 bool contains(const std::vector<int>& v, int u) { return std::find(v.begin(), v.end(), u) != v.end(); }
 
-// Dropout sites: 8 per block (keyed by the global block index), the embedding's after the last block's.
-constexpr std::uint32_t kSiteAttn = 0, kSiteAttnResid = 1, kSiteMlpResid = 2;
-std::uint32_t site(int layer, std::uint32_t kind) { return static_cast<std::uint32_t>(layer) * 8u + kind; }
-
-const char* kBlockTensors[12] = {"ln_1.weight",      "ln_1.bias",      "attn.c_attn.weight", "attn.c_attn.bias",
-                                 "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",       "ln_2.bias",
-                                 "mlp.c_fc.weight",  "mlp.c_fc.bias",  "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-
 struct Dims {
   std::int64_t BT, C, Cl, att, Vp;
   int n_local;
@@ -41,23 +34,29 @@ Dims dims(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T)
   Dims d{};
   d.BT = static_cast<std::int64_t>(max_B) * max_T;
   d.C = m.n_embd;
-  d.Cl = m.n_embd / tp;
+  d.Cl = m.n_embd / tp;  // this rank's query heads * HS (n_embd = n_head * HS)
   d.att = static_cast<std::int64_t>(max_B) * (m.n_head / tp) * max_T * max_T;
   d.n_local = layout.part().n_layers;
   d.head = layout.part().last_stage();
-  const int w = layout.find("transformer.wte.weight");
+  // The vocabulary partition: rows of the LM head on the last stage, of the token embedding on the
+  // first (an untied head lives on the last stage only).
+  const ModelFamily& f = family_of(m.arch);
+  int w = layout.find(f.head_weight(m));
+  if (w < 0) w = layout.find(f.token_embedding);
   d.Vp = w >= 0 ? layout.tensors()[static_cast<size_t>(w)].shape[0] : 0;
   return d;
 }
 
 /// Sizes of every activation buffer of a Gpt, in allocation order (one place for the
-/// constructor and for memory planning).
+/// constructor and for memory planning): per stash the residual stream, each block's saved
+/// activations and the head's; the recompute set; the executor's scratch (dres, dln, attention),
+/// then the block's.
 std::vector<std::int64_t> activation_plan(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T,
                                           bool recompute, int stashes) {
   const Dims d = dims(m, layout, max_B, max_T);
   const std::int64_t BT = d.BT, C = d.C, Cl = d.Cl;
-  const std::vector<std::int64_t> layer = {BT * C,  BT,     BT,     BT * 3 * Cl,     d.att,          BT * Cl,
-                                           BT * C,  BT * C, BT,     BT,              BT * 4 * Cl,    BT * 4 * Cl};
+  const auto block = family_of(m.arch).make_block<float>(m, layout);
+  const std::vector<std::int64_t> layer = block->saved_sizes(BT, d.att);
   std::vector<std::int64_t> plan;
   for (int s = 0; s < stashes; ++s) {
     for (int l = 0; l <= d.n_local; ++l) plan.push_back(BT * C);  // residual stream
@@ -66,9 +65,11 @@ std::vector<std::int64_t> activation_plan(const ModelConfig& m, const ParamLayou
     if (d.head) plan.insert(plan.end(), {BT * C, BT, BT, BT * d.Vp, BT, BT, 2 * BT});  // lnf .. ce stats
   }
   if (recompute) plan.insert(plan.end(), layer.begin(), layer.end());
-  plan.insert(plan.end(), {BT * C, BT * C, BT * C, BT * Cl, BT * 3 * Cl, BT * 4 * Cl, d.att, BT * C,  // scratch
-                           BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl,             // attention q k v y dq dk dv
-                           m.dropout > 0.0 ? d.att : 0});                                             // attention pdrop
+  plan.insert(plan.end(), {BT * C, BT * C,                                          // dres, dln
+                           BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl,  // attention q k v y dq dk dv
+                           m.dropout > 0.0 ? d.att : 0});                           // attention pdrop
+  const std::vector<std::int64_t> scratch = block->scratch_sizes(BT, d.att);
+  plan.insert(plan.end(), scratch.begin(), scratch.end());
   return plan;
 }
 }  // namespace
@@ -78,23 +79,26 @@ GptSchedule GptSchedule::make(const ParamLayout& layout, const ModelConfig& m) {
   const ModelPart& part = layout.part();
   s.has_embed = part.first_stage();
   s.has_head = part.last_stage();
+  const ModelFamily& f = family_of(m.arch);
   auto unit = [&](const std::string& name) { return layout.unit_of(name); };
   if (s.has_embed) {
-    const auto e = uniq({unit("transformer.wte.weight"), unit("transformer.wpe.weight")});
+    std::vector<int> e = {unit(f.token_embedding)};
+    if (f.position_embedding != nullptr) e.push_back(unit(f.position_embedding));
+    e = uniq(e);
     s.fwd_params.push_back(e);
     s.bwd_params.push_back({});
     s.grads.push_back(e);
     s.layers.push_back(-1);
   }
   for (int l = part.first_layer; l < part.first_layer + part.n_layers; ++l) {
-    const int b = unit("transformer.h." + std::to_string(l) + ".ln_1.weight");
+    const int b = unit(f.block_tensor(l));
     s.fwd_params.push_back({b});
     s.bwd_params.push_back({b});
     s.grads.push_back({b});
     s.layers.push_back(l);
   }
   if (s.has_head) {
-    const auto h = uniq({unit("transformer.ln_f.weight"), unit("transformer.wte.weight")});
+    const auto h = uniq({unit(f.final_norm_weight), unit(f.head_weight(m))});
     s.fwd_params.push_back(h);
     s.bwd_params.push_back(h);
     s.grads.push_back(h);
@@ -129,7 +133,6 @@ GptSchedule GptSchedule::make(const ParamLayout& layout, const ModelConfig& m) {
   for (int mod = S - 1; mod >= 0; --mod)
     visit(s.bwd_params[static_cast<size_t>(mod)], mod > 0 ? s.bwd_params[static_cast<size_t>(mod - 1)] : std::vector<int>{},
           s.backward_order);
-  (void)m;
   return s;
 }
 
@@ -146,7 +149,9 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
             bool recompute, int stashes)
     : m_(m),
       layout_(layout),
+      family_(family_of(m.arch)),
       sched_(GptSchedule::make(layout, m)),
+      block_(family_of(m.arch).make_block<T>(m, layout)),
       tp_(tp_comm),
       tp_size_(layout.part().tp_size),
       tp_rank_(layout.part().tp_rank),
@@ -159,19 +164,19 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
   if (stashes < 1) throw Error("Gpt: at least one activation stash");
   const Dims d = dims(m, layout, max_B, max_T);
   C_ = static_cast<int>(d.C);
-  Cl_ = static_cast<int>(d.Cl);
-  NHl_ = m.n_head / tp_size_;
   n_local_ = d.n_local;
   Vp_ = static_cast<int>(d.Vp);
   vocab_start_ = tp_rank_ * Vp_;
   vocab_rows_ = std::max(0, std::min(m.vocab_size, vocab_start_ + Vp_) - vocab_start_);
 
   const auto sizes = activation_plan(m, layout, max_B, max_T, recompute, stashes);
+  const size_t n_saved = block_->saved_sizes(d.BT, d.att).size();
+  const size_t n_scratch = block_->scratch_sizes(d.BT, d.att).size();
   stash_.resize(static_cast<size_t>(stashes));
   std::vector<View1<T>*> views;
-  auto layer_views = [&views](LayerActs& l) {
-    views.insert(views.end(), {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.att, &l.atty, &l.res_mid, &l.ln2,
-                               &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fch_gelu});
+  auto layer_views = [&views, n_saved](std::vector<View1<T>>& l) {
+    l.resize(n_saved);
+    for (auto& v : l) views.push_back(&v);
   };
   for (Stash& s : stash_) {
     s.res.resize(static_cast<size_t>(n_local_ + 1));
@@ -183,8 +188,10 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
     if (d.head) views.insert(views.end(), {&s.lnf, &s.lnf_mean, &s.lnf_rstd, &s.logits, &s.losses, &s.row_max, &s.stats});
   }
   if (recompute) layer_views(shared_layer_);
-  views.insert(views.end(), {&proj_, &dres_, &dln_, &datty_, &dqkv_, &dfch_, &dpre_, &dproj_, &attn_ws_.q, &attn_ws_.k,
-                             &attn_ws_.v, &attn_ws_.y, &attn_ws_.dq, &attn_ws_.dk, &attn_ws_.dv, &attn_ws_.pdrop});
+  views.insert(views.end(), {&dres_, &dln_, &attn_ws_.q, &attn_ws_.k, &attn_ws_.v, &attn_ws_.y, &attn_ws_.dq,
+                             &attn_ws_.dk, &attn_ws_.dv, &attn_ws_.pdrop});
+  block_scratch_.resize(n_scratch);
+  for (auto& v : block_scratch_) views.push_back(&v);
   std::int64_t total = 0;
   for (auto e : sizes) total += e;
   acts_ = TrackedBuffer<T>("trident::Gpt::activations", total, MemCategory::activations);
@@ -193,51 +200,35 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
     *views[i] = acts_.slice(off, sizes[i]);
     off += sizes[i];
   }
-  t_wte_ = layout.find("transformer.wte.weight");
-  t_wpe_ = layout.find("transformer.wpe.weight");
-  t_lnf_w_ = layout.find("transformer.ln_f.weight");
-  t_lnf_b_ = layout.find("transformer.ln_f.bias");
-  for (int l = layout.part().first_layer; l < layout.part().first_layer + n_local_; ++l) {
-    std::array<int, 12> idx{};
-    for (int k = 0; k < 12; ++k) idx[k] = layout.find("transformer.h." + std::to_string(l) + "." + kBlockTensors[k]);
-    t_block_.push_back(idx);
-  }
+  t_wte_ = layout.find(family_.token_embedding);
+  t_wpe_ = family_.position_embedding != nullptr ? layout.find(family_.position_embedding) : -1;
+  t_lnf_w_ = layout.find(family_.final_norm_weight);
+  t_lnf_b_ = family_.final_norm_bias != nullptr ? layout.find(family_.final_norm_bias) : -1;
+  t_head_ = layout.find(family_.head_weight(m));
   held_.assign(layout.units().size(), nullptr);
 }
 
 template <class T>
-View1<T> Gpt<T>::vec(const T* unit_base, int tensor) const {
-  if (tensor < 0) return View1<T>();
-  const TensorSpec& t = layout_.tensors()[static_cast<size_t>(tensor)];
-  T* base = const_cast<T*>(unit_base) + (t.offset - layout_.units()[static_cast<size_t>(t.unit)].offset);
-  return View1<T>(base, static_cast<size_t>(t.numel));
-}
-
-template <class T>
-View2<T> Gpt<T>::mat2(const T* unit_base, int tensor) const {
-  const TensorSpec& t = layout_.tensors()[static_cast<size_t>(tensor)];
-  T* base = const_cast<T*>(unit_base) + (t.offset - layout_.units()[static_cast<size_t>(t.unit)].offset);
-  return as_matrix(base, t.shape[0], t.shape[1]);
-}
-
-template <class T>
-typename Gpt<T>::BlockW Gpt<T>::block_weights(const T* base, int l) const {
-  const auto& i = t_block_[static_cast<size_t>(l)];
-  return BlockW{vec(base, i[0]), vec(base, i[1]),  mat2(base, i[2]),  vec(base, i[3]),
-                mat2(base, i[4]), vec(base, i[5]), vec(base, i[6]),   vec(base, i[7]),
-                mat2(base, i[8]), vec(base, i[9]), mat2(base, i[10]), vec(base, i[11])};
-}
-
-template <class T>
 DropoutKey Gpt<T>::key(const Stash& s, std::uint32_t st) const {
-  DropoutKey k;
-  k.seed = s.ctx.seed;
-  k.site = st;
-  k.step = s.ctx.step;
-  k.p = (s.ctx.train && m_.dropout > 0.0) ? m_.dropout : 0.0;
-  // Element index of (b, t, c) is ((sample_offset + b) * T + t) * C + c: global, layout-free.
-  k.offset = s.ctx.sample_offset * static_cast<std::uint64_t>(s.seq) * static_cast<std::uint64_t>(m_.n_embd);
-  return k;
+  return env(s).key(st);
+}
+
+template <class T>
+BlockEnv<T> Gpt<T>::env(const Stash& s) const {
+  BlockEnv<T> e;
+  e.m = &m_;
+  e.tp = tp_;
+  e.tp_size = tp_size_;
+  e.tp_rank = tp_rank_;
+  e.gemm = gemm_;
+  e.B = s.B;
+  e.seq = s.seq;
+  e.ctx = s.ctx;
+  e.attn = attn_ws_;
+  e.scratch = &block_scratch_;
+  e.dres = dres_;
+  e.dln = dln_;
+  return e;
 }
 
 template <class T>
@@ -258,75 +249,6 @@ void Gpt<T>::drop(UnitProvider<T>& p, const std::vector<int>& keep) {
       p.release(static_cast<int>(u));
       held_[u] = nullptr;
     }
-}
-
-template <class T>
-void Gpt<T>::block_forward(Stash& s, int ll, const BlockW& bw) {
-  const int gl = layout_.part().first_layer + ll;  // global block index: dropout keys
-  const std::int64_t BT = static_cast<std::int64_t>(s.B) * s.seq, C = C_, Cl = Cl_;
-  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
-  auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
-  LayerActs& a = acts(s, ll);
-  AttentionDropout adrop;
-  adrop.sample_offset = s.ctx.sample_offset;
-  adrop.n_head_total = m_.n_head;
-  adrop.head_offset = tp_rank_ * NHl_;
-  adrop.key = key(s, site(gl, kSiteAttn));
-  // Attention: column-parallel QKV (this rank's heads), local attention, row-parallel projection
-  // whose partial sums are all-reduced over tp before the (replicated) bias.
-  layernorm_forward<T>(mat(a.ln1, C), a.ln1_mean, a.ln1_rstd, mat(s.res[ll], C), bw.ln1_w, bw.ln1_b);
-  linear_forward<T>(mat(a.qkv, 3 * Cl), mat(a.ln1, C), bw.attn_w, bw.attn_b, gemm_);
-  attention_forward<T>(mat(a.atty, Cl), a.att, mat(a.qkv, 3 * Cl), s.B, s.seq, NHl_, adrop, attn_ws_, gemm_);
-  linear_forward<T>(mat(proj_, C), mat(a.atty, Cl), bw.proj_w, View1<const T>(), gemm_);
-  tp_sum(sub(proj_, C));
-  add_bias<T>(mat(proj_, C), bw.proj_b);
-  dropout_apply<T>(sub(proj_, C), key(s, site(gl, kSiteAttnResid)));
-  residual_forward<T>(sub(a.res_mid, C), sub(s.res[ll], C), sub(proj_, C));
-  // MLP: column-parallel up-projection (4C / tp), GELU, row-parallel down-projection, all-reduce.
-  layernorm_forward<T>(mat(a.ln2, C), a.ln2_mean, a.ln2_rstd, mat(a.res_mid, C), bw.ln2_w, bw.ln2_b);
-  linear_forward<T>(mat(a.fch, 4 * Cl), mat(a.ln2, C), bw.fc_w, bw.fc_b, gemm_);
-  gelu_forward<T>(sub(a.fch_gelu, 4 * Cl), sub(a.fch, 4 * Cl));
-  linear_forward<T>(mat(proj_, C), mat(a.fch_gelu, 4 * Cl), bw.fcp_w, View1<const T>(), gemm_);
-  tp_sum(sub(proj_, C));
-  add_bias<T>(mat(proj_, C), bw.fcp_b);
-  dropout_apply<T>(sub(proj_, C), key(s, site(gl, kSiteMlpResid)));
-  residual_forward<T>(sub(s.res[ll + 1], C), sub(a.res_mid, C), sub(proj_, C));
-}
-
-template <class T>
-void Gpt<T>::block_backward(Stash& s, int ll, const BlockW& bw, const BlockW& bg) {
-  // On entry dres holds d x_{l+1}; on exit d x_l.
-  const int gl = layout_.part().first_layer + ll;
-  const std::int64_t BT = static_cast<std::int64_t>(s.B) * s.seq, C = C_, Cl = Cl_;
-  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
-  auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
-  LayerActs& a = acts(s, ll);
-  Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
-  dropout_apply<T>(sub(dproj_, C), key(s, site(gl, kSiteMlpResid)));
-  linear_backward<T>(mat(dfch_, 4 * Cl), bg.fcp_w, bg.fcp_b, mat(dproj_, C), mat(a.fch_gelu, 4 * Cl), bw.fcp_w,
-                     /*accumulate_dinp=*/false, gemm_);
-  gelu_backward<T>(sub(dfch_, 4 * Cl), sub(dfch_, 4 * Cl), sub(a.fch, 4 * Cl));
-  linear_backward<T>(mat(dln_, C), bg.fc_w, bg.fc_b, mat(dfch_, 4 * Cl), mat(a.ln2, C), bw.fc_w,
-                     /*accumulate_dinp=*/false, gemm_);
-  tp_sum(sub(dln_, C));  // column-parallel: the input gradient is a sum over tp partitions
-  layernorm_backward<T>(mat(dres_, C), bg.ln2_w, bg.ln2_b, mat(dln_, C), mat(a.res_mid, C), bw.ln2_w, a.ln2_mean,
-                        a.ln2_rstd);
-  Kokkos::deep_copy(sub(dproj_, C), sub(dres_, C));
-  dropout_apply<T>(sub(dproj_, C), key(s, site(gl, kSiteAttnResid)));
-  linear_backward<T>(mat(datty_, Cl), bg.proj_w, bg.proj_b, mat(dproj_, C), mat(a.atty, Cl), bw.proj_w,
-                     /*accumulate_dinp=*/false, gemm_);
-  AttentionDropout adrop;
-  adrop.sample_offset = s.ctx.sample_offset;
-  adrop.n_head_total = m_.n_head;
-  adrop.head_offset = tp_rank_ * NHl_;
-  adrop.key = key(s, site(gl, kSiteAttn));
-  attention_backward<T>(mat(dqkv_, 3 * Cl), dpre_, mat(datty_, Cl), mat(a.qkv, 3 * Cl), a.att, s.B, s.seq, NHl_, adrop,
-                        attn_ws_, gemm_);
-  linear_backward<T>(mat(dln_, C), bg.attn_w, bg.attn_b, mat(dqkv_, 3 * Cl), mat(a.ln1, C), bw.attn_w,
-                     /*accumulate_dinp=*/false, gemm_);
-  tp_sum(sub(dln_, C));
-  layernorm_backward<T>(mat(dres_, C), bg.ln1_w, bg.ln1_b, mat(dln_, C), mat(s.res[ll], C), bw.ln1_w, a.ln1_mean,
-                        a.ln1_rstd);
 }
 
 template <class T>
@@ -351,19 +273,24 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
     hold(p, fp[0]);
     const TensorSpec& wte = layout_.tensors()[static_cast<size_t>(t_wte_)];
     const T* Eb = held_[static_cast<size_t>(wte.unit)];
-    const T* Pb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wpe_)].unit)];
     // Vocab-parallel: each tp rank embeds its vocabulary rows (zero elsewhere) and tp rank 0 adds
     // the position embedding; the sum over tp is then exactly wte[token] + wpe[t] everywhere.
-    embedding_forward<T>(mat(s.res[0], C), tokens, mat2(Eb, t_wte_), vocab_start_, vocab_rows_,
-                         tp_rank_ == 0 ? View2<const T>(mat2(Pb, t_wpe_)) : View2<const T>(), B, seq_len);
+    View2<const T> pos;
+    if (t_wpe_ >= 0 && tp_rank_ == 0)
+      pos = unit_matrix(layout_, held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wpe_)].unit)], t_wpe_);
+    embedding_forward<T>(mat(s.res[0], C), tokens, unit_matrix(layout_, Eb, t_wte_), vocab_start_, vocab_rows_, pos, B,
+                         seq_len);
     tp_sum(sub(s.res[0], C));
-    dropout_apply<T>(sub(s.res[0], C), key(s, site(m_.n_layer, 0)));
+    dropout_apply<T>(sub(s.res[0], C), key(s, dropout_site(m_.n_layer, 0)));
     drop(p, mod + 1 < S ? fp[static_cast<size_t>(mod + 1)] : std::vector<int>{});
     ++mod;
   }
+  const BlockEnv<T> e = env(s);
   for (int ll = 0; ll < n_local_; ++ll, ++mod) {
     hold(p, fp[static_cast<size_t>(mod)]);
-    block_forward(s, ll, block_weights(held_[static_cast<size_t>(fp[static_cast<size_t>(mod)][0])], ll));
+    block_->forward(e, ll, held_[static_cast<size_t>(fp[static_cast<size_t>(mod)][0])], acts(s, ll),
+                    View1<const T>(s.res[static_cast<size_t>(ll)].data(), static_cast<size_t>(BT * C)),
+                    s.res[static_cast<size_t>(ll + 1)]);
     const bool keep_for_head = mod + 1 < S;
     drop(p, keep_for_head ? fp[static_cast<size_t>(mod + 1)] : std::vector<int>{});
     p.progress();
@@ -371,10 +298,14 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
   if (!sched_.has_head) return 0.0;
   hold(p, fp[static_cast<size_t>(mod)]);
   const T* Hb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit)];
-  const T* Eb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wte_)].unit)];
-  layernorm_forward<T>(mat(s.lnf, C), s.lnf_mean, s.lnf_rstd, mat(s.res[static_cast<size_t>(n_local_)], C),
-                       vec(Hb, t_lnf_w_), vec(Hb, t_lnf_b_));
-  linear_forward<T>(mat(s.logits, Vp_), mat(s.lnf, C), mat2(Eb, t_wte_), View1<const T>(), gemm_);
+  const T* Wb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_head_)].unit)];
+  if (family_.final_norm == NormKind::rmsnorm)
+    rmsnorm_forward<T>(mat(s.lnf, C), s.lnf_rstd, mat(s.res[static_cast<size_t>(n_local_)], C),
+                       unit_tensor(layout_, Hb, t_lnf_w_), m_.norm_eps);
+  else
+    layernorm_forward<T>(mat(s.lnf, C), s.lnf_mean, s.lnf_rstd, mat(s.res[static_cast<size_t>(n_local_)], C),
+                         unit_tensor(layout_, Hb, t_lnf_w_), unit_tensor(layout_, Hb, t_lnf_b_));
+  linear_forward<T>(mat(s.logits, Vp_), mat(s.lnf, C), unit_matrix(layout_, Wb, t_head_), View1<const T>(), gemm_);
   double loss = 0.0;
   if (targets.extent(0) > 0) {
     // Vocab-parallel cross entropy: global row max, then sums of exp and the target logit.
@@ -407,42 +338,50 @@ void Gpt<T>::backward(UnitProvider<T>& p, T dloss, int stash) {
   int mod = S - 1;
   if (sched_.has_head) {
     hold(p, bp[static_cast<size_t>(mod)]);
-    const int uE = layout_.tensors()[static_cast<size_t>(t_wte_)].unit, uH = layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit;
-    const T* Eb = held_[static_cast<size_t>(uE)];
+    const int uW = layout_.tensors()[static_cast<size_t>(t_head_)].unit, uH = layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit;
+    const T* Wb = held_[static_cast<size_t>(uW)];
     const T* Hb = held_[static_cast<size_t>(uH)];
-    T* gE = p.grads(uE);
+    T* gW = p.grads(uW);
     T* gH = p.grads(uH);
     View1<const T> rmax(s.row_max.data(), static_cast<size_t>(BT)), sumexp(s.stats.data(), static_cast<size_t>(BT));
     cross_entropy_backward_split<T>(mat(s.logits, Vp_), mat(s.logits, Vp_), rmax, sumexp, s.targets, vocab_start_,
                                     vocab_rows_, dloss);
-    linear_backward<T>(mat(dln_, C), mat2(gE, t_wte_), View1<T>(), mat(s.logits, Vp_), mat(s.lnf, C), mat2(Eb, t_wte_),
-                       /*accumulate_dinp=*/false, gemm_);
+    linear_backward<T>(mat(dln_, C), unit_matrix(layout_, gW, t_head_), View1<T>(), mat(s.logits, Vp_), mat(s.lnf, C),
+                       unit_matrix(layout_, Wb, t_head_), /*accumulate_dinp=*/false, gemm_);
     tp_sum(sub(dln_, C));
     fill<T>(sub(dres_, C), T(0));
-    layernorm_backward<T>(mat(dres_, C), vec(gH, t_lnf_w_), vec(gH, t_lnf_b_), mat(dln_, C),
-                          mat(s.res[static_cast<size_t>(n_local_)], C), vec(Hb, t_lnf_w_), s.lnf_mean, s.lnf_rstd);
+    if (family_.final_norm == NormKind::rmsnorm)
+      rmsnorm_backward<T>(mat(dres_, C), unit_tensor(layout_, gH, t_lnf_w_), mat(dln_, C),
+                          mat(s.res[static_cast<size_t>(n_local_)], C), unit_tensor(layout_, Hb, t_lnf_w_), s.lnf_rstd);
+    else
+      layernorm_backward<T>(mat(dres_, C), unit_tensor(layout_, gH, t_lnf_w_), unit_tensor(layout_, gH, t_lnf_b_),
+                            mat(dln_, C), mat(s.res[static_cast<size_t>(n_local_)], C), unit_tensor(layout_, Hb, t_lnf_w_),
+                            s.lnf_mean, s.lnf_rstd);
     done(mod);
     drop(p, mod > 0 ? bp[static_cast<size_t>(mod - 1)] : std::vector<int>{});
     --mod;
   }
+  const BlockEnv<T> e = env(s);
   for (int ll = n_local_ - 1; ll >= 0; --ll, --mod) {
     const auto& need = bp[static_cast<size_t>(mod)];
     hold(p, need);
-    const BlockW w = block_weights(held_[static_cast<size_t>(need[0])], ll);
-    if (recompute_) block_forward(s, ll, w);  // same kernels, same dropout keys: bitwise the saved values
-    block_backward(s, ll, w, block_weights(p.grads(need[0]), ll));
+    const T* w = held_[static_cast<size_t>(need[0])];
+    const View1<const T> x(s.res[static_cast<size_t>(ll)].data(), static_cast<size_t>(BT * C));
+    // Same kernels, same dropout keys: bitwise the saved values.
+    if (recompute_) block_->forward(e, ll, w, acts(s, ll), x, s.res[static_cast<size_t>(ll + 1)]);
+    block_->backward(e, ll, w, p.grads(need[0]), acts(s, ll), x);
     done(mod);
     drop(p, mod > 0 ? bp[static_cast<size_t>(mod - 1)] : std::vector<int>{});
     p.progress();
   }
   if (sched_.has_embed) {
-    dropout_apply<T>(sub(dres_, C), key(s, site(m_.n_layer, 0)));
+    dropout_apply<T>(sub(dres_, C), key(s, dropout_site(m_.n_layer, 0)));
     const TensorSpec& wte = layout_.tensors()[static_cast<size_t>(t_wte_)];
-    const TensorSpec& wpe = layout_.tensors()[static_cast<size_t>(t_wpe_)];
     T* gE = p.grads(wte.unit);
-    T* gP = p.grads(wpe.unit);
-    embedding_backward<T>(mat2(gE, t_wte_), mat2(gP, t_wpe_), mat(dres_, C), s.tokens, vocab_start_, vocab_rows_, s.B,
-                          s.seq);
+    View2<T> dpos;
+    if (t_wpe_ >= 0) dpos = unit_matrix(layout_, p.grads(layout_.tensors()[static_cast<size_t>(t_wpe_)].unit), t_wpe_);
+    embedding_backward<T>(unit_matrix(layout_, gE, t_wte_), dpos, mat(dres_, C), s.tokens, vocab_start_, vocab_rows_,
+                          s.B, s.seq);
     done(0);
   }
   drop(p, {});

@@ -1,5 +1,6 @@
-// model/gpt.hpp: the GPT-2 network (Radford et al. 2019; nanoGPT's model.py) with a hand-written
-// forward and backward over Kokkos kernels, executed one sharding unit at a time.
+// model/gpt.hpp: the transformer executor -- a decoder-only language model of any registered
+// family (model/family.hpp: GPT-2, Llama) with a hand-written forward and backward over Kokkos
+// kernels, executed one sharding unit at a time. (Gpt: generative pretrained transformer.)
 //
 // Layer: model. Data-parallel communication happens inside the UnitProvider (ZeRO/FSDP engine);
 // tensor-parallel communication (Megatron-LM, Shoeybi et al. 2019, sec. 3) happens here, over the
@@ -9,9 +10,10 @@
 // Pipeline parallelism: a Gpt holds one stage (embedding on the first, its blocks, ln_f and the
 // tied head on the last); the trainer moves stage inputs/outputs and their gradients between
 // stages, and keeps several micro-batches in flight in *stashes* of activations.
-// Structure: token + position embedding, dropout; n_layer pre-LayerNorm blocks
-//   x = x + dropout(c_proj(attention(c_attn(ln_1(x)))));  x = x + dropout(mlp.c_proj(gelu(mlp.c_fc(ln_2(x)))))
-// final LayerNorm; logits = ln_f(x) wte^T (LM head tied to the token embedding); cross entropy.
+// Structure: token embedding (+ a learned position embedding when the family has one), dropout;
+// n_layer blocks of the family (model/block.hpp: the seam; model/gpt2/, model/llama/); the final
+// norm (LayerNorm or RMSNorm); logits = norm(x) W^T with W the token embedding (tied) or the LM
+// head; cross entropy.
 //
 // Execution: the network is a sequence of *modules* (embedding, block 0 .. block L-1, head).
 // Before a module runs, the units holding its parameters are acquired from the provider; after
@@ -34,11 +36,14 @@
 #include "kernels/attention.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/gemm.hpp"
+#include "model/block.hpp"
+#include "model/family.hpp"
 #include "model/param_layout.hpp"
 #include "parallel/communicator.hpp"
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace trident {
@@ -79,14 +84,6 @@ class FlatProvider final : public UnitProvider<T> {
   const ParamLayout& layout_;
   const T* p_;
   T* g_;
-};
-
-/// Per-call randomness and mode of a forward pass.
-struct ForwardContext {
-  std::uint64_t seed = 0;           ///< run seed (dropout masks)
-  std::uint32_t step = 0;           ///< optimizer step (dropout masks change every step)
-  std::uint64_t sample_offset = 0;  ///< global index of the micro-batch's first sequence
-  bool train = false;               ///< dropout on (when model dropout > 0)
 };
 
 /// Which units each module of this stage needs. Modules: the embedding (first stage only), the
@@ -159,56 +156,41 @@ class Gpt {
                                           bool recompute, int stashes = 1);
 
  private:
-  struct LayerActs {  // one block's saved activations
-    View1<T> ln1, ln1_mean, ln1_rstd, qkv, att, atty, res_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
-  };
   struct Stash {  // one micro-batch in flight
-    std::vector<View1<T>> res;       // residual stream at the stage's block boundaries, each (B*T, C)
-    std::vector<LayerActs> layers;   // per block (empty with recompute)
+    std::vector<View1<T>> res;                  // residual stream at the stage's block boundaries, each (B*T, C)
+    std::vector<std::vector<View1<T>>> layers;  // per block: what Block::saved_sizes lists (empty with recompute)
     View1<T> lnf, lnf_mean, lnf_rstd, logits, losses, row_max, stats;  // head (last stage)
     int B = 0, seq = 0;  // micro-batch shape
     ForwardContext ctx;
     View1<const token_t> tokens, targets;
   };
-  struct BlockW {
-    View1<T> ln1_w, ln1_b;
-    View2<T> attn_w;
-    View1<T> attn_b;
-    View2<T> proj_w;
-    View1<T> proj_b;
-    View1<T> ln2_w, ln2_b;
-    View2<T> fc_w;
-    View1<T> fc_b;
-    View2<T> fcp_w;
-    View1<T> fcp_b;
-  };
-  View1<T> vec(const T* unit_base, int tensor) const;
-  View2<T> mat2(const T* unit_base, int tensor) const;
-  BlockW block_weights(const T* unit_base, int local_layer) const;
   DropoutKey key(const Stash& s, std::uint32_t site) const;
-  LayerActs& acts(Stash& s, int local_layer) { return recompute_ ? shared_layer_ : s.layers[static_cast<size_t>(local_layer)]; }
-  void block_forward(Stash& s, int local_layer, const BlockW& w);
-  void block_backward(Stash& s, int local_layer, const BlockW& w, const BlockW& g);
+  BlockEnv<T> env(const Stash& s) const;
+  const std::vector<View1<T>>& acts(const Stash& s, int local_layer) const {
+    return recompute_ ? shared_layer_ : s.layers[static_cast<size_t>(local_layer)];
+  }
   void tp_sum(View1<T> x);
   void hold(UnitProvider<T>& p, const std::vector<int>& need);
   void drop(UnitProvider<T>& p, const std::vector<int>& keep);
 
   ModelConfig m_;
   const ParamLayout& layout_;
+  const ModelFamily& family_;
   GptSchedule sched_;
+  std::unique_ptr<Block<T>> block_;
   Communicator* tp_;
   int tp_size_, tp_rank_;
-  int C_, Cl_, NHl_, Vp_, vocab_start_, vocab_rows_;  // full width, tp-local widths, vocab partition
+  int C_, Vp_, vocab_start_, vocab_rows_;  // full width, vocab partition
   int n_local_;
   int max_B_, max_T_;
   bool recompute_;
   TrackedBuffer<T> acts_;
   std::vector<Stash> stash_;
-  LayerActs shared_layer_;  // with recompute: the one set of block activations, reused
-  View1<T> proj_, dres_, dln_, datty_, dqkv_, dfch_, dpre_, dproj_;
+  std::vector<View1<T>> shared_layer_;  // with recompute: the one set of block activations, reused
+  std::vector<View1<T>> block_scratch_;
+  View1<T> dres_, dln_;
   AttentionScratch<T> attn_ws_;
-  int t_wte_, t_wpe_, t_lnf_w_, t_lnf_b_;
-  std::vector<std::array<int, 12>> t_block_;
+  int t_wte_, t_wpe_, t_lnf_w_, t_lnf_b_, t_head_;
   std::vector<const T*> held_;  // per unit: acquired parameter base, or nullptr
   GemmInputs gemm_ = GemmInputs::native;
 };

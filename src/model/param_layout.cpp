@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "kernels/elementwise.hpp"
+#include "model/family.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -55,61 +56,12 @@ void ParamLayout::add(const std::string& name, std::vector<std::int64_t> shape, 
   tensors_.push_back(std::move(t));
 }
 
-ParamLayout ParamLayout::gpt(const ModelConfig& m, int unit_blocks, const ModelPart& part_in) {
-  if (m.vocab_size <= 0) throw Error("ParamLayout::gpt: vocab_size is not resolved");
+ParamLayout ParamLayout::make(const ModelConfig& m, int unit_blocks, const ModelPart& part) {
+  if (m.vocab_size <= 0) throw Error("ParamLayout::make: vocab_size is not resolved");
   ParamLayout L;
-  L.part_ = part_in;
+  L.part_ = part;
   if (L.part_.n_layers < 0) L.part_.n_layers = m.n_layer - L.part_.first_layer;
-  const ModelPart& part = L.part_;
-  const std::int64_t C = m.n_embd, V = m.vocab_size;
-  const double s = 0.02, s_proj = 0.02 / std::sqrt(2.0 * m.n_layer);
-  const bool tied = part.pp_size > 1;
-  auto special = [&L] {
-    return L.units_.empty() || L.units_.back().name == "wte" || L.units_.back().name == "wpe";
-  };
-  if (part.first_stage()) {
-    if (tied) {
-      L.begin_unit("wte");
-      L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0);
-      L.begin_unit("wpe");
-      L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
-    } else {
-      L.begin_unit(unit_blocks == 0 ? "model" : "embed");
-      L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0);
-      L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
-    }
-  }
-  const int first = part.first_layer, end = part.first_layer + part.n_layers;
-  for (int i = first; i < end; ++i) {
-    if (unit_blocks > 0 && (i - first) % unit_blocks == 0) {
-      const int last = std::min(end, i + unit_blocks) - 1;
-      L.begin_unit("h." + std::to_string(i) + (last > i ? "-" + std::to_string(last) : ""));
-    } else if (unit_blocks == 0 && special()) {
-      L.begin_unit("model");
-    }
-    const std::string p = "transformer.h." + std::to_string(i) + ".";
-    L.add(p + "ln_1.weight", {C}, false, InitKind::ones, 0, -1);
-    if (m.bias) L.add(p + "ln_1.bias", {C}, false, InitKind::zeros, 0, -1);
-    L.add(p + "attn.c_attn.weight", {3 * C, C}, true, InitKind::normal, s, 0, 3);
-    if (m.bias) L.add(p + "attn.c_attn.bias", {3 * C}, false, InitKind::zeros, 0, 0, 3);
-    L.add(p + "attn.c_proj.weight", {C, C}, true, InitKind::normal, s_proj, 1);
-    if (m.bias) L.add(p + "attn.c_proj.bias", {C}, false, InitKind::zeros, 0, -1);
-    L.add(p + "ln_2.weight", {C}, false, InitKind::ones, 0, -1);
-    if (m.bias) L.add(p + "ln_2.bias", {C}, false, InitKind::zeros, 0, -1);
-    L.add(p + "mlp.c_fc.weight", {4 * C, C}, true, InitKind::normal, s, 0);
-    if (m.bias) L.add(p + "mlp.c_fc.bias", {4 * C}, false, InitKind::zeros, 0, 0);
-    L.add(p + "mlp.c_proj.weight", {C, 4 * C}, true, InitKind::normal, s_proj, 1);
-    if (m.bias) L.add(p + "mlp.c_proj.bias", {C}, false, InitKind::zeros, 0, -1);
-  }
-  if (part.last_stage()) {
-    if (unit_blocks > 0 || special()) L.begin_unit(unit_blocks > 0 ? "head" : "model");
-    L.add("transformer.ln_f.weight", {C}, false, InitKind::ones, 0, -1);
-    if (m.bias) L.add("transformer.ln_f.bias", {C}, false, InitKind::zeros, 0, -1);
-    if (tied) {
-      L.begin_unit("wte");
-      L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0, 1, /*tied_copy=*/true);
-    }
-  }
+  family_of(m.arch).build_layout(L, m, unit_blocks);
   return L;
 }
 
@@ -126,9 +78,9 @@ int ParamLayout::at(const std::string& name) const {
 }
 
 int ParamLayout::tied_unit() const {
-  if (part_.pp_size == 1) return -1;
+  if (part_.pp_size == 1 || tied_name_.empty()) return -1;
   for (const TensorSpec& t : tensors_)
-    if (t.name == "transformer.wte.weight") return t.unit;
+    if (t.name == tied_name_) return t.unit;
   return -1;
 }
 
@@ -160,11 +112,5 @@ template void init_tensor_range<float>(View1<float>, const TensorSpec&, std::int
 template void init_tensor_range<double>(View1<double>, const TensorSpec&, std::int64_t, int, int, std::uint64_t);
 template void init_tensor<float>(View1<float>, const TensorSpec&, int, int, std::uint64_t);
 template void init_tensor<double>(View1<double>, const TensorSpec&, int, int, std::uint64_t);
-
-double flops_per_token(const ModelConfig& m) {
-  ParamLayout L = ParamLayout::gpt(m);
-  const double n = static_cast<double>(L.numel() - L.tensors()[static_cast<size_t>(L.at("transformer.wpe.weight"))].numel);
-  return 6.0 * n + 12.0 * m.n_layer * m.n_embd * static_cast<double>(m.block_size);
-}
 
 }  // namespace trident

@@ -1,5 +1,6 @@
 // model/param_layout.hpp: which parameter tensors this rank holds, their shapes, and where each
-// lives in the rank's flat parameter buffer.
+// lives in the rank's flat parameter buffer. The tensors themselves are a model family's choice
+// (model/family.hpp: model/gpt2/, model/llama/); this is the bookkeeping they share.
 //
 // Layer: model. Local (pure bookkeeping, no allocation).
 // A rank holds the tensors of its pipeline stage (embedding on the first stage, its blocks, the
@@ -47,7 +48,7 @@ struct ModelPart {
 };
 
 struct TensorSpec {
-  std::string name;                       ///< nanoGPT name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::string name;                       ///< the family's name, e.g. "transformer.h.0.attn.c_attn.weight"
   std::vector<std::int64_t> global_shape; ///< shape of the whole tensor (PyTorch order, row-major)
   std::vector<std::int64_t> shape;        ///< shape of this rank's tp partition (vocab partitions padded)
   std::int64_t offset = 0;                ///< first element in the flat buffer
@@ -73,7 +74,12 @@ struct UnitSpec {
 
 class ParamLayout {
  public:
-  /// Layout of this rank's part of the GPT-2 model for `m` (vocab_size resolved, > 0). Tensor
+  /// Layout of this rank's part of the model `m` (vocab_size resolved, > 0) of any family
+  /// ([model] arch): the family's build_layout (model/family.hpp). Throws Error for an unresolved
+  /// vocabulary.
+  static ParamLayout make(const ModelConfig& m, int unit_blocks = 1, const ModelPart& part = ModelPart{});
+
+  /// The gpt2 family's layout (model/gpt2/gpt2.cpp builds it). Tensor
   /// order: wte, wpe (first stage); per block ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
   /// mlp.c_proj (biases only when m.bias); ln_f, and the tied wte copy (last stage, pp > 1).
   /// Units: "embed" (wte, wpe) -- or "wte" and "wpe" with pp > 1, so the tied copies have equal
@@ -81,7 +87,7 @@ class ParamLayout {
   /// and "wte" (the copy); unit_blocks = 0 puts everything but separate wte units in one unit.
   /// Init as GPT-2: N(0, 0.02), the residual projections c_proj N(0, 0.02 / sqrt(2 n_layer))
   /// (Radford et al. 2019, sec. 2.3).
-  static ParamLayout gpt(const ModelConfig& m, int unit_blocks = 1, const ModelPart& part = ModelPart{});
+
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   const std::vector<UnitSpec>& units() const { return units_; }
@@ -94,19 +100,59 @@ class ParamLayout {
   int at(const std::string& name) const;
   /// Unit holding tensor `name` (which must exist).
   int unit_of(const std::string& name) const { return tensors_[static_cast<size_t>(at(name))].unit; }
-  /// Unit holding the tied embedding copy, or -1.
+  /// Unit holding the tied token embedding on this stage (its first stage's original or its last
+  /// stage's copy) when the embedding is tied across pipeline stages (pp > 1), else -1.
   int tied_unit() const;
+  /// Index of the first tensor of local block `local_layer`.
+  int block_tensor(int local_layer) const { return block_first_.at(static_cast<size_t>(local_layer)); }
 
- private:
+  // ---- for the families' layout builders (model/family.hpp) ------------------------------------
+  /// Starts a sharding unit; the tensors added next belong to it.
   void begin_unit(const std::string& name);
+  /// Appends a tensor of global `shape` to the current unit, cut to this rank's tp partition.
   void add(const std::string& name, std::vector<std::int64_t> shape, bool decay, InitKind init, double std_,
            int split_dim, int split_groups = 1, bool tied_copy = false);
+  /// The next tensors are those of global block `layer` (call before its first add).
+  void begin_block(int layer) { block_first_.push_back(static_cast<int>(tensors_.size())); (void)layer; }
+  /// Names the token embedding tied across stages (its last-stage copy added with tied_copy).
+  void set_tied_embedding(const std::string& name) { tied_name_ = name; }
+  /// The name of the current (last) unit, or "" before the first.
+  std::string current_unit() const { return units_.empty() ? "" : units_.back().name; }
+
+ private:
 
   std::vector<TensorSpec> tensors_;
   std::vector<UnitSpec> units_;
   std::int64_t numel_ = 0;
   ModelPart part_;
+  std::vector<int> block_first_;
+  std::string tied_name_;
 };
+
+/// Tensor `tensor` as a flat view inside the buffer of its unit that starts at `unit_base`
+/// (an acquired unit or its gradient); empty for tensor < 0 (an absent bias). Local.
+template <class T>
+View1<T> unit_tensor(const ParamLayout& L, const T* unit_base, int tensor) {
+  if (tensor < 0) return View1<T>();
+  const TensorSpec& t = L.tensors()[static_cast<size_t>(tensor)];
+  T* base = const_cast<T*>(unit_base) + (t.offset - L.units()[static_cast<size_t>(t.unit)].offset);
+  return View1<T>(base, static_cast<size_t>(t.numel));
+}
+/// The same for a 2-D tensor, as its (rows, cols) local partition.
+template <class T>
+View2<T> unit_matrix(const ParamLayout& L, const T* unit_base, int tensor) {
+  const TensorSpec& t = L.tensors()[static_cast<size_t>(tensor)];
+  T* base = const_cast<T*>(unit_base) + (t.offset - L.units()[static_cast<size_t>(t.unit)].offset);
+  return as_matrix(base, t.shape[0], t.shape[1]);
+}
+/// `rows` x `cols` rows starting at tensor `tensor`: several row-split tensors that follow one
+/// another in a unit (llama's q/k/v or gate/up projections) read as one matrix. Local.
+template <class T>
+View2<T> unit_rows(const ParamLayout& L, const T* unit_base, int tensor, std::int64_t rows, std::int64_t cols) {
+  const TensorSpec& t = L.tensors()[static_cast<size_t>(tensor)];
+  T* base = const_cast<T*>(unit_base) + (t.offset - L.units()[static_cast<size_t>(t.unit)].offset);
+  return as_matrix(base, rows, cols);
+}
 
 /// Writes the initial value of tensor t's local tp partition into dst (t.numel elements): real
 /// elements from their global indices, padding zero. Local.
@@ -119,9 +165,5 @@ template <class T>
 void init_tensor_range(View1<T> dst, const TensorSpec& t, std::int64_t begin, int tp_size, int tp_rank,
                        std::uint64_t seed);
 
-/// Model FLOPs per token for one forward + backward, for MFU: 6 N + 12 L C T, where N counts
-/// every parameter except the position embedding (Chowdhery et al. 2022, "PaLM", appendix B;
-/// the estimate nanoGPT's estimate_mfu uses).
-double flops_per_token(const ModelConfig& m);
 
 }  // namespace trident

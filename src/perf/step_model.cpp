@@ -139,7 +139,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
   p.bubble_s = p.pipeline_s - M * t_stage[crit];
 
   // ---- dp: the ZeRO engine's collectives on the critical stage's units ----------------------
-  const ParamLayout layout = ParamLayout::gpt(m, par.unit_blocks, ModelPart::make(m, par, 0, static_cast<int>(crit)));
+  const ParamLayout layout = ParamLayout::make(m, par.unit_blocks, ModelPart::make(m, par, 0, static_cast<int>(crit)));
   const GptSchedule sched = GptSchedule::make(layout, m);
   const auto& units = layout.units();
   double local_owned = 0, n_total = 0;

@@ -14,7 +14,7 @@ CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& 
   std::string path;
   run_agreed(comm, "", [&] { path = resolve_checkpoint_path(path_in); });
   CheckpointReader rd(path, comm);
-  require_intact(rd, comm, "run `trident ckpt verify " + path + "`", gpt_model_schema());
+  require_intact(rd, comm, "run `trident ckpt verify " + path + "`", model_schema());
   CheckpointModel out;
   run_agreed(comm, "cannot load a model from '" + path + "'", [&] {
     const CheckpointMeta meta = CheckpointMeta::read(rd);
@@ -26,7 +26,7 @@ CheckpointModel load_checkpoint_model(const std::string& path_in, Communicator& 
     out.vocab = meta.run.vocab;
     if (!meta.model_error.empty()) throw CheckpointError(meta.model_error);
     out.tokenizer_model = meta.run.tokenizer_model;
-    const ParamLayout layout = ParamLayout::gpt(out.cfg.model);
+    const ParamLayout layout = ParamLayout::make(out.cfg.model);
     out.store = std::make_unique<ParamStore<float>>(layout);
     auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), out.store->params().view());  // zeros where no tensor reads
     // Whole tensors (tp = 1, one stage), reassembled from whatever layout wrote the file.

@@ -72,7 +72,7 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
   Config cfg;
   {
     CheckpointReader rd(path, world);
-    require_intact(rd, world, "run `trident ckpt verify " + path + "`", gpt_model_schema());
+    require_intact(rd, world, "run `trident ckpt verify " + path + "`", model_schema());
     run_agreed(world, "cannot evaluate '" + path + "'", [&] {
       meta = CheckpointMeta::read(rd);
       meta.require_complete(path);

@@ -1,6 +1,6 @@
 #include "train/model_schema.hpp"
 
-#include "model/hf_gpt2.hpp"
+#include "model/family.hpp"
 #include "train/model_state.hpp"
 
 #include <memory>
@@ -11,19 +11,19 @@ CkptTensor checkpoint_tensor(const TensorSpec& t) {
   return CkptTensor{t.name, t.global_shape, t.split_dim, t.split_groups};
 }
 
-ModelSchema gpt_model_schema() {
+ModelSchema model_schema() {
   ModelSchema s;
-  s.family = "gpt2";
   s.tensors = [](const ModelConfig& m) {
-    const ParamLayout layout = ParamLayout::gpt(m);
+    const ParamLayout layout = ParamLayout::make(m);
     std::vector<CkptTensor> out;
     for (const TensorSpec& t : layout.tensors()) out.push_back(checkpoint_tensor(t));
     return out;
   };
-  s.hf_name = hf_gpt2_name;
-  s.hf_transposed = hf_gpt2_transposed;
+  s.hf_name = [](const ModelConfig& m, const std::string& name) { return family_of(m.arch).hf_name(name); };
+  s.hf_transposed = [](const ModelConfig& m, const std::string& name) { return family_of(m.arch).hf_transposed(name); };
   s.hf_config_json = [](const CheckpointMeta& meta, const std::string& dtype, const std::string& checkpoint) {
-    return hf_gpt2_config_json(meta.model, meta.run.tokenizer, meta.run.vocab, dtype, meta.run.step, checkpoint);
+    return family_of(meta.model.arch)
+        .hf_config_json(meta.model, meta.run.tokenizer, meta.run.vocab, dtype, meta.run.step, checkpoint);
   };
   return s;
 }

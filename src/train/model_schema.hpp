@@ -1,9 +1,9 @@
-// train/model_schema.hpp: the model as the checkpoint layer sees it -- the GPT family's
-// ModelSchema (its tensors by fingerprint, its Hugging Face mapping) and the factory of
+// train/model_schema.hpp: the model as the checkpoint layer sees it -- the ModelSchema of every
+// registered family (model/family.hpp) (its tensors by fingerprint, its Hugging Face mapping) and the factory of
 // CheckpointStates that `trident ckpt reshard` uses.
 //
 // Layer: train: the one place that knows both the model (model/param_layout.hpp,
-// model/hf_gpt2.hpp, train/model_state.hpp) and the checkpoint layer's narrow interfaces
+// model/family.hpp, train/model_state.hpp) and the checkpoint layer's narrow interfaces
 // (checkpoint/model_schema.hpp), so neither of those has to know the other.
 #pragma once
 
@@ -15,9 +15,9 @@ namespace trident {
 /// The index entry of tensor `t`: its name, global shape and tp split. Local.
 CkptTensor checkpoint_tensor(const TensorSpec& t);
 
-/// GPT-2 (nanoGPT names): tensors from ParamLayout::gpt of the fingerprint (one stage, tp = 1),
-/// Hugging Face mapping from model/hf_gpt2.hpp. Local.
-ModelSchema gpt_model_schema();
+/// Any family, chosen by the fingerprint's arch: tensors from ParamLayout::make of the
+/// fingerprint (one stage, tp = 1), the Hugging Face mapping of the family's record. Local.
+ModelSchema model_schema();
 
 /// Builds a ModelState<float> or <double> (as cfg.train.dtype says) for cfg on the grid. The
 /// returned factory's calls are collective over the grid.

@@ -21,7 +21,7 @@ template <class T>
 ModelState<T>::ModelState(const Config& cfg, const ProcessGrid& grid)
     : cfg_(cfg),
       grid_(grid),
-      layout_(ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks,
+      layout_(ParamLayout::make(cfg.model, cfg.parallel.unit_blocks,
                                ModelPart::make(cfg.model, cfg.parallel, grid.tp_rank(), grid.pp_rank()))) {
   // HSDP: groups of S consecutive dp ranks share the pieces of a unit (shard_comm); the ranks at
   // the same position of every group hold the same pieces (replicate_comm).
@@ -202,7 +202,7 @@ CheckpointWrite ModelState<T>::describe(const RunState& run, std::vector<Piece>&
   const ZeroEngine<T>& zero = *engine_;
   CheckpointWrite w;
   // The index lists the whole model's tensors (global shapes), identically on every rank.
-  const ParamLayout full = ParamLayout::gpt(cfg_.model, cfg_.parallel.unit_blocks);
+  const ParamLayout full = ParamLayout::make(cfg_.model, cfg_.parallel.unit_blocks);
   for (const TensorSpec& t : full.tensors()) w.tensors.push_back(checkpoint_tensor(t));
   w.kinds = checkpoint_kinds();
   w.dtype = dtype_of<T>();
@@ -303,7 +303,15 @@ RunState ModelState<T>::load(const std::string& path) {
     const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> model_keys[] = {
         {"n_layer", {meta.model.n_layer, m.n_layer}},       {"n_head", {meta.model.n_head, m.n_head}},
         {"n_embd", {meta.model.n_embd, m.n_embd}},          {"block_size", {meta.model.block_size, m.block_size}},
-        {"vocab_size", {meta.model.vocab_size, m.vocab_size}}, {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}}};
+        {"vocab_size", {meta.model.vocab_size, m.vocab_size}}, {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}},
+        {"n_kv_head", {meta.model.kv_heads(), m.kv_heads()}},
+        {"ffn_hidden", {meta.model.arch == ModelArch::llama ? meta.model.ffn_width() : 0,
+                        m.arch == ModelArch::llama ? m.ffn_width() : 0}},
+        {"tie_embeddings", {meta.model.tie_embeddings ? 1 : 0, m.tie_embeddings ? 1 : 0}}};
+    if (meta.model.arch != m.arch)
+      throw ConfigError(std::string("it holds another model: [model] arch = ") + name_of(meta.model.arch) +
+                        " in the checkpoint, " + name_of(m.arch) + " in this run (resume with the deck the "
+                        "checkpoint was written with; its /config holds it)");
     // A checkpoint of another model is a usage error (exit 2: the deck does not match the file),
     // not a damaged file; an older checkpoint of the same run would not help either.
     for (const auto& [key, v] : model_keys) {

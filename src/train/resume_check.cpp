@@ -33,14 +33,15 @@ std::optional<ChangeClass> change_class(const std::string& name) {
                     "train.loss_scale_init", "train.loss_scale_growth_interval", "train.loss_scale_growth",
                     "train.loss_scale_backoff", "train.loss_scale_min", "train.timers"}))
     return ChangeClass::same_math;
-  if (is_any(name, {"model.dropout", "train.global_batch_size", "train.weight_decay", "train.beta1", "train.beta2",
+  if (is_any(name, {"model.dropout", "model.norm_eps", "model.rope_theta", "train.global_batch_size", "train.weight_decay", "train.beta1", "train.beta2",
                     "train.eps", "train.grad_clip", "train.dtype", "train.param_dtype", "train.reduce_dtype",
                     "train.compute_dtype"}))
     return ChangeClass::takes_effect;
   if (is_any(name, {"train.lr", "train.min_lr", "train.warmup_steps", "train.max_steps", "train.seed", "data.path"}))
     return ChangeClass::refused;
   if (is_any(name, {"model.n_layer", "model.n_head", "model.n_embd", "model.block_size", "model.vocab_size",
-                    "model.bias"}))
+                    "model.bias", "model.arch", "model.n_kv_head", "model.ffn_hidden", "model.ffn_multiple_of",
+                    "model.tie_embeddings"}))
     return ChangeClass::impossible;
   return std::nullopt;
 }

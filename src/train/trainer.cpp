@@ -495,7 +495,7 @@ MemoryBytes predict_memory(const Config& cfg) {
   std::int64_t best_total = -1;
   for (int pp_rank : {0, cfg.parallel.pp - 1}) {
     const ParamLayout layout =
-        ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks, ModelPart::make(cfg.model, cfg.parallel, 0, pp_rank));
+        ParamLayout::make(cfg.model, cfg.parallel.unit_blocks, ModelPart::make(cfg.model, cfg.parallel, 0, pp_rank));
     const GptSchedule sched = GptSchedule::make(layout, cfg.model);
     const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
     const bool dbl = cfg.train.dtype == Precision::f64;
@@ -524,7 +524,7 @@ MemoryBytes predict_memory(const Config& cfg) {
 
 void print_memory_prediction(const Config& cfg) {
   const MemoryBytes b = predict_memory(cfg);
-  const ParamLayout layout = ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks);
+  const ParamLayout layout = ParamLayout::make(cfg.model, cfg.parallel.unit_blocks);
   const double psi = static_cast<double>(layout.numel()), mib = 1024.0 * 1024.0;
   const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
   const int z = cfg.parallel.zero_stage;
@@ -571,7 +571,7 @@ OffloadPlan predict_offload(const Config& cfg) {
   OffloadPlan best;
   for (int pp_rank : {0, cfg.parallel.pp - 1}) {
     const ParamLayout layout =
-        ParamLayout::gpt(cfg.model, cfg.parallel.unit_blocks, ModelPart::make(cfg.model, cfg.parallel, 0, pp_rank));
+        ParamLayout::make(cfg.model, cfg.parallel.unit_blocks, ModelPart::make(cfg.model, cfg.parallel, 0, pp_rank));
     const GptSchedule sched = GptSchedule::make(layout, cfg.model);
     const int S = cfg.parallel.shard_group_size > 0 ? cfg.parallel.shard_group_size : cfg.parallel.dp;
     const ZeroOptions o = ZeroOptions::from(cfg);
@@ -662,7 +662,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   Trainer<T> trainer(cfg, grid, data);
 
   const std::string resume_from = choose_resume_checkpoint(world, ckdir, opt.resume, opt.resume_path,
-                                                           cfg.checkpoint.verify_on_resume, gpt_model_schema());
+                                                           cfg.checkpoint.verify_on_resume, model_schema());
   if (!resume_from.empty()) {
     Timer t;
     trainer.load_checkpoint(resume_from);
@@ -699,7 +699,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
             name_of(cfg.train.dtype));
   log::info("model: %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters",
             m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "on" : "off", m.dropout,
-            human(static_cast<double>(ParamLayout::gpt(m).numel())).c_str());
+            human(static_cast<double>(ParamLayout::make(m).numel())).c_str());
   log::info("data: %s (%s tokenizer, %lld train / %lld val tokens)", data.path().c_str(), data.info().tokenizer.c_str(),
             static_cast<long long>(data.size("train")), static_cast<long long>(data.size("val")));
   log::info("batch: %lld sequences x %d tokens = %s tokens/step; micro-batch %lld, %lld per rank per step",

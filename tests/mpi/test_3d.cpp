@@ -37,11 +37,24 @@ ModelConfig tp_model(int vocab) {
   return m;
 }
 
-void check_tensor_parallel_model(int vocab) {
+/// The Llama family at tp = P: grouped-query attention (2 query heads per key/value head up to
+/// tp = 4; one per head at tp = 8, which needs 8 key/value heads), SwiGLU width divisible by 8.
+ModelConfig tp_llama(int vocab, bool tied, int P) {
+  ModelConfig m = tp_model(vocab);
+  m.arch = ModelArch::llama;
+  m.bias = false;
+  m.n_kv_head = P > 4 ? 8 : 4;
+  m.ffn_hidden = 48;
+  m.rope_theta = 100.0;
+  m.tie_embeddings = tied;
+  return m;
+}
+
+void check_tensor_parallel_model(int vocab, ModelArch arch = ModelArch::gpt2, bool tied = true) {
   Runtime& rt = test::runtime();
   Communicator& tp = rt.world();
   const int P = tp.size(), r = tp.rank();
-  const ModelConfig m = tp_model(vocab);
+  const ModelConfig m = arch == ModelArch::llama ? tp_llama(vocab, tied, P) : tp_model(vocab);
   const int B = 2, T = 5;
   std::vector<token_t> tok_h(B * T), tgt_h(B * T);
   for (int i = 0; i < B * T; ++i) {
@@ -61,7 +74,7 @@ void check_tensor_parallel_model(int vocab) {
   const double dloss = 1.0 / (B * T);
 
   // Oracle: the whole model on this rank.
-  const ParamLayout full = ParamLayout::gpt(m);
+  const ParamLayout full = ParamLayout::make(m);
   ParamStore<double> fs(full);
   fs.initialize(3);
   scale<double>(fs.params().all(), 5.0);  // gradients well above rounding
@@ -78,7 +91,7 @@ void check_tensor_parallel_model(int vocab) {
   ModelPart part;
   part.tp_size = P;
   part.tp_rank = r;
-  const ParamLayout lay = ParamLayout::gpt(m, 1, part);
+  const ParamLayout lay = ParamLayout::make(m, 1, part);
   ParamStore<double> ps(lay);
   ps.initialize(3);
   scale<double>(ps.params().all(), 5.0);
@@ -115,6 +128,8 @@ void check_tensor_parallel_model(int vocab) {
 
 TEST(TensorParallel, ModelPiecesEqualTheWholeModel) { check_tensor_parallel_model(40); }
 TEST(TensorParallel, PaddedVocabularyEqualsTheWholeModel) { check_tensor_parallel_model(37); }
+TEST(TensorParallel, LlamaPiecesEqualTheWholeModel) { check_tensor_parallel_model(37, ModelArch::llama, false); }
+TEST(TensorParallel, LlamaTiedPiecesEqualTheWholeModel) { check_tensor_parallel_model(40, ModelArch::llama, true); }
 
 // ---- whole training runs ------------------------------------------------------------------------
 
@@ -185,6 +200,24 @@ TEST(ThreeD, EveryLayout) {
       const int mb = std::max(1, 8 / (dp * 2));
       expect_serial({"--parallel.tp=" + std::to_string(tp), "--parallel.pp=" + std::to_string(pp),
                      "--parallel.dp=" + std::to_string(dp), "--train.micro_batch_size=" + std::to_string(mb)},
+                    3);
+    }
+}
+
+TEST(ThreeD, LlamaEveryLayout) {
+  // Llama with an untied head (pp > 1 then has no tied copy) and a tied one (it has), grouped-query
+  // attention up to tp = 4.
+  const int n = test::runtime().world_size();
+  for (int tp = 1; tp <= n; tp *= 2)
+    for (int pp = 1; tp * pp <= n; pp *= 2) {
+      if (n % (tp * pp) != 0) continue;
+      const int dp = n / (tp * pp);
+      const int mb = std::max(1, 8 / (dp * 2));
+      const std::string tied = (tp + pp) % 2 == 0 ? "true" : "false";
+      expect_serial({"--model.arch=llama", "--model.bias=false", "--model.n_kv_head=" + std::to_string(tp > 4 ? 8 : 4),
+                     "--model.ffn_hidden=64", "--model.tie_embeddings=" + tied, "--parallel.tp=" + std::to_string(tp),
+                     "--parallel.pp=" + std::to_string(pp), "--parallel.dp=" + std::to_string(dp),
+                     "--train.micro_batch_size=" + std::to_string(mb)},
                     3);
     }
 }

@@ -44,7 +44,7 @@ double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b)
 void expect_same_state(const std::string& a, const std::string& b, const Config& cfg) {
   Communicator& self = test::runtime().self();
   CheckpointReader ra(a, self), rb(b, self);
-  const ParamLayout full = ParamLayout::gpt(cfg.model);
+  const ParamLayout full = ParamLayout::make(cfg.model);
   for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
     for (const TensorSpec& t : full.tensors()) {
       std::vector<float> x(static_cast<size_t>(t.numel)), y(static_cast<size_t>(t.numel));

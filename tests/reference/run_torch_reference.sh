@@ -5,9 +5,10 @@
 #
 # prep -> train a tiny model a few steps (so the checkpoint holds trained weights, not the
 # initialisation, whose symmetric LayerNorm gains and zero biases could hide a transposed or
-# mis-indexed gradient) -> trident_gpt_dump -> tools/torch_reference.py. Two decks: with biases,
+# mis-indexed gradient) -> trident_gpt_dump -> tools/torch_reference.py. GPT-2 decks: with biases,
 # trained on 2 ranks when MPIEXEC is given (a checkpoint of two dp shards exercises the
-# segment index), and without biases on 1 rank. Exit status 0 iff every stage of both passes.
+# segment index), and without biases on 1 rank; Llama decks, tied and untied. Exit status 0 iff
+# every stage of every deck passes.
 set -euo pipefail
 
 if [ $# -lt 4 ]; then
@@ -30,22 +31,24 @@ if [ ! -f "$TEXT" ]; then
 fi
 "$TRIDENT" prep --tokenizer char --output "$WORK/tokens.h5" "$TEXT"
 
-run_case() {  # name bias ranks
-  local name=$1 bias=$2 ranks=$3 dir="$WORK/$1"
+run_case() {  # name bias ranks [extra deck lines for [model]] [extra [parallel] lines]
+  local name=$1 bias=$2 ranks=$3 model_extra=${4:-} parallel_extra=${5:-} dir="$WORK/$1"
   mkdir -p "$dir"
   # lr is high and warmup short so three steps move every tensor well away from its init.
   cat > "$dir/tiny.ini" <<DECK
 [model]
 n_layer = 2
-n_head = 2
+n_head = ${N_HEAD:-2}
 n_embd = 32
 block_size = 16
 vocab_size = 0
 bias = $bias
 dropout = 0.0
+$model_extra
 
 [parallel]
 dp = auto
+$parallel_extra
 
 [train]
 global_batch_size = 4
@@ -82,4 +85,17 @@ DECK
 
 run_case bias true 2
 run_case nobias false 1
+# Llama: grouped-query attention (4 query heads on 2 key/value heads), rotary embeddings with a
+# small base (angles of order 1 within the 16 positions), SwiGLU, RMSNorm; untied head trained with
+# tp = 2 (the checkpoint then joins tp partitions of q/k/v and gate/up), tied head on 1 rank.
+N_HEAD=4 run_case llama_untied false 2 "arch = llama
+n_kv_head = 2
+ffn_hidden = 40
+rope_theta = 100
+norm_eps = 1e-6
+tie_embeddings = false" "tp = 2"
+N_HEAD=4 run_case llama_tied false 1 "arch = llama
+n_kv_head = 1
+ffn_hidden = 24
+tie_embeddings = true"
 echo "reference_torch: PASS"

@@ -1,5 +1,7 @@
-// The whole GPT's gradient against central finite differences in double on a tiny config with
-// biases and dropout on (the masks are counter-based, hence identical in every evaluation).
+// The whole model's gradient against central finite differences in double on tiny configs of
+// every family: GPT-2 with and without biases and dropout (the masks are counter-based, hence
+// identical in every evaluation); Llama with grouped-query attention (2 query heads per key/value
+// head), rotary embeddings, SwiGLU, RMSNorm, tied and untied heads.
 #include "fd.hpp"
 #include "kernels/elementwise.hpp"
 #include "model/gpt.hpp"
@@ -22,9 +24,25 @@ ModelConfig tiny(bool bias, double dropout) {
   return m;
 }
 
-void check_model_gradient(bool bias, double dropout) {
-  const ModelConfig m = tiny(bias, dropout);
-  const ParamLayout layout = ParamLayout::gpt(m);
+ModelConfig tiny_llama(bool tied, double dropout) {
+  ModelConfig m;
+  m.arch = ModelArch::llama;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.n_embd = 16;
+  m.ffn_hidden = 12;
+  m.block_size = 6;
+  m.vocab_size = 11;
+  m.rope_theta = 100.0;  // angles of order 1 over 5 positions, so the rotation matters
+  m.norm_eps = 1e-5;
+  m.tie_embeddings = tied;
+  m.dropout = dropout;
+  return m;
+}
+
+void check_model_gradient(const ModelConfig& m) {
+  const ParamLayout layout = ParamLayout::make(m);
   ParamStore<double> store(layout);
   store.initialize(3);
   // Larger weights than GPT-2's 0.02 so that every path carries gradient well above the FD noise.
@@ -57,8 +75,15 @@ void check_model_gradient(bool bias, double dropout) {
   }
 }
 
-TEST(GptGradient, MatchesFiniteDifferencesNoBiasNoDropout) { check_model_gradient(false, 0.0); }
-TEST(GptGradient, MatchesFiniteDifferencesWithBiasAndDropout) { check_model_gradient(true, 0.2); }
+TEST(GptGradient, MatchesFiniteDifferencesNoBiasNoDropout) { check_model_gradient(tiny(false, 0.0)); }
+TEST(GptGradient, MatchesFiniteDifferencesWithBiasAndDropout) { check_model_gradient(tiny(true, 0.2)); }
+TEST(LlamaGradient, MatchesFiniteDifferencesUntied) { check_model_gradient(tiny_llama(false, 0.0)); }
+TEST(LlamaGradient, MatchesFiniteDifferencesTiedWithDropout) { check_model_gradient(tiny_llama(true, 0.2)); }
+TEST(LlamaGradient, MatchesFiniteDifferencesMultiHead) {
+  ModelConfig m = tiny_llama(false, 0.0);
+  m.n_kv_head = 0;  // = n_head: no grouping
+  check_model_gradient(m);
+}
 
 }  // namespace
 }  // namespace trident

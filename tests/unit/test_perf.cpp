@@ -188,7 +188,7 @@ constexpr double kPsi = 12.0 * 2 * 64 * 64 + 2.0 * 2 * 64 + (128.0 + 32) * 64 + 
 TEST(StepModel, OneRankHandComputed) {
   const MachineSpec mach = parse_machine_text(kMachine, "test");
   const Config c = small_deck(1, 1, 1, 4, 4);
-  EXPECT_EQ(ParamLayout::gpt(c.model).numel(), static_cast<std::int64_t>(kPsi));
+  EXPECT_EQ(ParamLayout::make(c.model).numel(), static_cast<std::int64_t>(kPsi));
   const StepPrediction p = predict_step(c, mach);
   EXPECT_EQ(p.num_micro_batches, 1);
   EXPECT_NEAR(p.forward_s, 2 * kBlkF + kEmbed + kHeadF, 1e-12);
@@ -222,7 +222,7 @@ TEST(StepModel, DataParallelHandComputed) {
   // (n-1)/n = 1/2 of the padded units, twice; the optimizer works on half the (padded) parameters.
   Config c1 = small_deck(2, 1, 1, 8, 4);
   c1.parallel.zero_stage = 1;
-  const ParamLayout L = ParamLayout::gpt(c1.model, 1);
+  const ParamLayout L = ParamLayout::make(c1.model, 1);
   double padded = 0, owned = 0;
   for (const auto& u : L.units()) {
     padded += std::ceil(u.numel / 2.0) * 2;
@@ -247,7 +247,7 @@ TEST(StepModel, DataParallelHandComputed) {
   // 4 blocks of one unit each: 2 M (4 - 2) + 2 = 10 block gathers with M = 2.
   Config c4 = c3;
   c4.model.n_layer = 4;
-  const ParamLayout L4 = ParamLayout::gpt(c4.model, 1);
+  const ParamLayout L4 = ParamLayout::make(c4.model, 1);
   ASSERT_EQ(L4.units().size(), 6u);
   double special = 0, block = 0;
   for (size_t u = 0; u < L4.units().size(); ++u)

@@ -332,7 +332,7 @@ std::string run_with_two_checkpoints(const std::string& name, std::vector<float>
 }
 
 const ModelSchema& schema() {
-  static const ModelSchema s = gpt_model_schema();
+  static const ModelSchema s = model_schema();
   return s;
 }
 

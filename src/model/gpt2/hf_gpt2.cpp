@@ -1,4 +1,4 @@
-#include "model/hf_gpt2.hpp"
+#include "model/gpt2/hf_gpt2.hpp"
 
 #include "core/json.hpp"
 #include "core/tokenizer_kind.hpp"

@@ -1,0 +1,106 @@
+// model/block.hpp: the seam between the transformer executor (model/gpt.hpp) and a model family's
+// block -- what one transformer block computes, forward and backward, and which activations it
+// keeps. The executor owns everything else: the units and their acquisition (ZeRO), stashes,
+// pipeline stage boundaries, activation checkpointing, the embedding and the head.
+//
+// Layer: model. A family (model/family.hpp) implements Block<T> in its own folder
+// (model/gpt2/, model/llama/); the executor calls it through this interface only.
+// Invariants: forward and backward are functions of (parameters, input, env) only -- the executor
+// recomputes a block's forward during backward with activation checkpointing and relies on
+// bitwise the same saved values; dropout masks are keyed by global indices (env.key()).
+#pragma once
+
+#include "core/config.hpp"
+#include "core/types.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/dropout.hpp"
+#include "kernels/gemm.hpp"
+#include "model/param_layout.hpp"
+#include "parallel/communicator.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace trident {
+
+/// Per-call randomness and mode of a forward pass.
+struct ForwardContext {
+  std::uint64_t seed = 0;           ///< run seed (dropout masks)
+  std::uint32_t step = 0;           ///< optimizer step (dropout masks change every step)
+  std::uint64_t sample_offset = 0;  ///< global index of the micro-batch's first sequence
+  bool train = false;               ///< dropout on (when model dropout > 0)
+};
+
+/// Dropout sites: 8 per block (keyed by the global block index); the embedding's is site(n_layer, 0).
+constexpr std::uint32_t kSiteAttn = 0, kSiteAttnResid = 1, kSiteMlpResid = 2;
+inline std::uint32_t dropout_site(int layer, std::uint32_t kind) { return static_cast<std::uint32_t>(layer) * 8u + kind; }
+
+/// What a block may use from the executor for one micro-batch. dres and dln are (B*T, C) buffers
+/// of the executor: on entry to backward dres holds the gradient of the block's output, and the
+/// block must leave the gradient of its input there; dln is free scratch.
+template <class T>
+struct BlockEnv {
+  const ModelConfig* m = nullptr;
+  Communicator* tp = nullptr;  ///< tensor-parallel group (nullptr or size 1: none)
+  int tp_size = 1, tp_rank = 0;
+  GemmInputs gemm = GemmInputs::native;
+  int B = 0, seq = 0;          ///< micro-batch shape
+  ForwardContext ctx;
+  AttentionScratch<T> attn;
+  const std::vector<View1<T>>* scratch = nullptr;  ///< the block's scratch (Block::scratch_sizes order)
+  View1<T> dres, dln;
+
+  std::int64_t rows() const { return static_cast<std::int64_t>(B) * seq; }
+  /// Sum over the tp group in place (Megatron's g operator); no-op without tp. Collective over tp.
+  void tp_sum(View1<T> x) const {
+    if (tp_size > 1) tp->all_reduce(x.data(), x.extent(0));
+  }
+  /// The dropout key of a site, element index ((sample_offset + b) * T + t) * C + c: layout-free.
+  DropoutKey key(std::uint32_t site) const {
+    DropoutKey k;
+    k.seed = ctx.seed;
+    k.site = site;
+    k.step = ctx.step;
+    k.p = (ctx.train && m->dropout > 0.0) ? m->dropout : 0.0;
+    k.offset = ctx.sample_offset * static_cast<std::uint64_t>(seq) * static_cast<std::uint64_t>(m->n_embd);
+    return k;
+  }
+  /// The attention-dropout key of global block `layer` for this rank's NHl query heads.
+  AttentionDropout attention_dropout(int layer, int local_heads) const {
+    AttentionDropout a;
+    a.sample_offset = ctx.sample_offset;
+    a.n_head_total = m->n_head;
+    a.head_offset = tp_rank * local_heads;
+    a.key = key(dropout_site(layer, kSiteAttn));
+    return a;
+  }
+  /// (rows, cols) matrix over the first rows * cols elements of v.
+  View2<T> mat(const View1<T>& v, std::int64_t cols) const { return as_matrix(v.data(), rows(), cols); }
+  /// The first rows * width elements of v.
+  View1<T> sub(const View1<T>& v, std::int64_t width) const { return View1<T>(v.data(), static_cast<size_t>(rows() * width)); }
+};
+
+/// One family's transformer block on one rank (its tp partition): the kernels of forward and
+/// backward and the sizes of what they keep. One object serves every block of a stage.
+template <class T>
+class Block {
+ public:
+  virtual ~Block() = default;
+  /// Elements of each activation one block keeps for backward, for `BT` rows and `att` attention
+  /// probabilities (B * NHl * T * T). Local.
+  virtual std::vector<std::int64_t> saved_sizes(std::int64_t BT, std::int64_t att) const = 0;
+  /// Elements of each scratch buffer the blocks share (BlockEnv::scratch), same arguments. Local.
+  virtual std::vector<std::int64_t> scratch_sizes(std::int64_t BT, std::int64_t att) const = 0;
+  /// Forward of local block `local_layer`: y = block(x), both (B*T, C); keeps its activations in
+  /// `saved`. `params`: base of the block's unit (tensors at their layout offsets minus the unit's).
+  /// Collective over env.tp.
+  virtual void forward(const BlockEnv<T>& env, int local_layer, const T* params, const std::vector<View1<T>>& saved,
+                       View1<const T> x, View1<T> y) = 0;
+  /// Backward: env.dres holds dL/dy on entry and dL/dx on exit; adds parameter gradients to the
+  /// unit at `grads`. Reads `saved` as forward left it. Collective over env.tp.
+  virtual void backward(const BlockEnv<T>& env, int local_layer, const T* params, T* grads,
+                        const std::vector<View1<T>>& saved, View1<const T> x) = 0;
+};
+
+}  // namespace trident

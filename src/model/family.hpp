@@ -1,0 +1,70 @@
+// model/family.hpp: the registry of model families -- what differs between GPT-2 and a Llama-style
+// decoder, in one record per family, so that the executor (model/gpt.hpp), the parameter layout,
+// the ZeRO engine, the trainer, checkpoints and export see one interface.
+//
+// Layer: model. A family lives in its own folder (model/gpt2/, model/llama/) and is registered in
+// family.cpp; adding one is a folder plus one line there and a value of ModelArch
+// (core/config.hpp). What a family gives:
+//  - its parameter layout: the tensors of a stage's part (names, shapes, tp split, init, units);
+//  - its block (model/block.hpp), forward and backward;
+//  - the names of the tensors the executor itself reads (token and position embedding, final
+//    norm, LM head) and the final norm's kind;
+//  - the Hugging Face mapping (names, transpositions, config.json) for export.
+#pragma once
+
+#include "core/config.hpp"
+#include "model/block.hpp"
+#include "model/param_layout.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+enum class NormKind { layernorm, rmsnorm };
+
+struct ModelFamily {
+  ModelArch arch;
+  const char* name;  ///< the deck's [model] arch
+  /// Adds this rank's tensors and units of `m` to L (whose part is set), as ParamLayout::make documents.
+  void (*build_layout)(ParamLayout& L, const ModelConfig& m, int unit_blocks);
+  std::unique_ptr<Block<float>> (*block_f32)(const ModelConfig& m, const ParamLayout& layout);
+  std::unique_ptr<Block<double>> (*block_f64)(const ModelConfig& m, const ParamLayout& layout);
+  const char* token_embedding;   ///< (V, C), vocab-parallel
+  const char* position_embedding;  ///< (block_size, C) replicated, or nullptr (none)
+  const char* final_norm_weight;
+  const char* final_norm_bias;   ///< nullptr: none (a gpt2 model without biases has none either)
+  const char* untied_head;       ///< the LM head's own (V, C) tensor when tie_embeddings is false
+  NormKind final_norm;
+  /// Name of the first tensor of global block `layer` (its unit is the block's unit).
+  std::string (*block_tensor)(int layer);
+  /// Hugging Face export: name, whether HF stores the weight transposed, config.json.
+  std::string (*hf_name)(const std::string& name);
+  bool (*hf_transposed)(const std::string& name);
+  std::string (*hf_config_json)(const ModelConfig& m, const std::string& tokenizer,
+                                const std::vector<std::int32_t>& vocab, const std::string& dtype, std::int64_t step,
+                                const std::string& checkpoint);
+
+  /// The block of this family for scalar type T.
+  template <class T>
+  std::unique_ptr<Block<T>> make_block(const ModelConfig& m, const ParamLayout& layout) const {
+    if constexpr (std::is_same_v<T, double>) return block_f64(m, layout);
+    else return block_f32(m, layout);
+  }
+  /// Name of the LM head's weight for `m`: the token embedding when tied.
+  const char* head_weight(const ModelConfig& m) const {
+    return m.tie_embeddings || untied_head == nullptr ? token_embedding : untied_head;
+  }
+};
+
+/// The registered family of `arch`. Local. Throws Error for an unregistered value.
+const ModelFamily& family_of(ModelArch arch);
+
+/// Model FLOPs per token for one forward + backward, for MFU: 6 N + 12 L (NH HS) T, where N counts
+/// every parameter except a learned position embedding (Chowdhery et al. 2022, "PaLM", appendix B;
+/// the estimate nanoGPT's estimate_mfu uses).
+double flops_per_token(const ModelConfig& m);
+
+}  // namespace trident
