@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "parallel/agree.hpp"
 #include "checkpoint/export.hpp"
+#include "train/hf_import.hpp"
 #include "checkpoint/reshard.hpp"
 #include "checkpoint/tools.hpp"
 #include "checkpoint/verify.hpp"
@@ -40,8 +41,12 @@ subcommands:
   reshard --output OUT [--dp N] [--tp N] [--pp N] [--zero-stage S] FILE
                        rewrite a checkpoint for another dp x tp x pp layout / ZeRO stage
                        (run it on dp * tp * pp ranks)
-  export --format safetensors --output DIR FILE
-                       write the parameters as Hugging Face GPT-2 safetensors files
+  export --format hf --output DIR FILE
+                       write the parameters as a Hugging Face model (safetensors + config.json:
+                       GPT2LMHeadModel or LlamaForCausalLM, as the checkpoint's family)
+  import --format hf --output OUT DIR
+                       a Hugging Face GPT-2 or Llama model directory as a checkpoint at step 0
+                       (then `[train] init_from = OUT` fine-tunes it)
 
 `trident ckpt <subcommand> --help` documents its options.
 Exit status: 0 fine, 1 a problem or difference found (or a runtime error), 2 bad usage.
@@ -180,19 +185,25 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   std::string format;
   SafetensorsExportOptions opt;
   po::options_description desc(
-      "usage: trident ckpt export --format safetensors --output DIR [--shard-size-mb N]\n"
+      "usage: trident ckpt export --format hf --output DIR [--shard-size-mb N]\n"
       "                           [--dtype float32|bfloat16] FILE\n\n"
       "Writes the parameters of checkpoint FILE (or a run/checkpoint directory's latest) as a\n"
-      "Hugging Face GPT-2 model: DIR/model-0000k-of-0000n.safetensors, DIR/model.safetensors.index.json\n"
-      "and DIR/config.json (model_type gpt2). Names follow HF's GPT2Model without the\n"
-      "'transformer.' prefix (wte.weight, h.0.attn.c_attn.weight, ln_f.weight, ...); the weights\n"
-      "of attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj are written transposed to (in, out),\n"
-      "HF's Conv1D layout; a model without biases has none (config.json: \"bias\": false). The LM\n"
-      "head is tied to wte and not written. Any layout can be exported (tp partitions are joined).\n"
+      "Hugging Face model: DIR/model-0000k-of-0000n.safetensors, DIR/model.safetensors.index.json,\n"
+      "DIR/config.json and, for a SentencePiece tokenizer, DIR/tokenizer.model (Trident's char/byte\n"
+      "vocabularies go in config.json's trident_vocab). --format safetensors is the same.\n"
+      "gpt2 family (model_type gpt2): names follow HF's GPT2Model without the 'transformer.' prefix\n"
+      "(wte.weight, h.0.attn.c_attn.weight, ln_f.weight, ...); the weights of attn.c_attn,\n"
+      "attn.c_proj, mlp.c_fc and mlp.c_proj are written transposed to (in, out), HF's Conv1D\n"
+      "layout; a model without biases has none (config.json: \"bias\": false); the LM head is tied\n"
+      "to wte and not written.\n"
+      "llama family (model_type llama): LlamaForCausalLM's names (model.embed_tokens.weight,\n"
+      "model.layers.0.self_attn.q_proj.weight, ..., lm_head.weight when untied), nn.Linear's\n"
+      "(out, in) layout, q_proj/k_proj in HF's rotate_half order (no permutation).\n"
+      "Any layout can be exported (tp partitions are joined).\n"
       "FILE is verified first (every checksum); a damaged checkpoint is not exported.\n"
       "Rank 0 does all the work.\n\noptions");
   desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format),
-                                            "output format; only 'safetensors' for now (required)")(
+                                            "output format: hf (= safetensors) (required)")(
       "output,o", po::value<std::string>(&opt.output_dir), "output directory, created if missing (required)")(
       "shard-size-mb", po::value<double>(&opt.shard_size_mb)->default_value(5000.0),
       "most MiB of tensor data per safetensors file (a larger tensor gets a file of its own)")(
@@ -202,8 +213,9 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt export")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt export takes one FILE (try `trident ckpt export --help`)");
-  if (format.empty()) throw ConfigError("no --format given; use --format safetensors");
-  if (format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format safetensors");
+  if (format.empty()) throw ConfigError("no --format given; use --format hf");
+  if (format != "safetensors" && format != "hf")
+    throw ConfigError("--format '" + format + "' is not supported; use --format hf");
   if (opt.output_dir.empty()) throw ConfigError("no --output directory given");
   const SafetensorsExportResult r = export_safetensors(paths[0], rt.world(), opt, model_schema());
   std::string out = log::format("exported %lld tensors (%.2f MiB of %s) of step %lld from %s:\n",
@@ -211,6 +223,46 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
                                 opt.dtype.c_str(), static_cast<long long>(r.step), r.checkpoint.c_str());
   for (const auto& f : r.files) out += "  " + f + "\n";
   print0(rt, out);
+  return 0;
+}
+
+int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
+  std::vector<std::string> paths;
+  std::string format;
+  HfImportOptions opt;
+  po::options_description desc(
+      "usage: trident ckpt import --format hf --output OUT [--tokenizer KIND] [--block-size N] DIR\n\n"
+      "Reads the Hugging Face model directory DIR (config.json; model.safetensors, or sharded\n"
+      "model-*.safetensors with model.safetensors.index.json; F32, BF16, F16 or F64 values) and\n"
+      "writes it as a Trident checkpoint at step 0 with a fresh optimizer: model_type gpt2\n"
+      "(GPT2LMHeadModel: Conv1D weights transposed back; biases unless config.json says \"bias\":\n"
+      "false) or llama (LlamaForCausalLM: no rope scaling, silu, no biases). Names, layouts and\n"
+      "shapes are checked against config.json: a missing, extra or misshapen tensor is an error.\n"
+      "An export followed by an import gives bitwise the same weights. Start a fine-tuning run\n"
+      "from it with `[train] init_from = OUT` (its token file must use the same tokenizer);\n"
+      "`trident eval` and `trident sample` read it as it is. OUT ending in .h5 is a file;\n"
+      "anything else a checkpoint directory (step_00000000.h5 and `latest`).\n"
+      "Rank 0 does the work.\n\noptions");
+  desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format), "input format: hf (required)")(
+      "output,o", po::value<std::string>(&opt.output), "checkpoint file (.h5) or directory to write (required)")(
+      "tokenizer", po::value<std::string>(&opt.tokenizer),
+      "tokenizer kind of the model's token ids (default: config.json's trident_tokenizer, else gpt2 for a GPT-2 "
+      "with GPT-2's vocabulary)")(
+      "block-size", po::value<int>(&opt.block_size)->default_value(0),
+      "context length of the checkpoint's model (llama only; default config.json's max_position_embeddings)")(
+      "dir", po::value<std::vector<std::string>>(&paths), "Hugging Face model directory");
+  po::variables_map vm;
+  if (!parse_options(rt, args, desc, "dir", -1, vm, "ckpt import")) return 0;
+  if (paths.size() != 1) throw ConfigError("ckpt import takes one DIR (try `trident ckpt import --help`)");
+  if (format.empty()) throw ConfigError("no --format given; use --format hf");
+  if (format != "hf" && format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format hf");
+  if (opt.output.empty()) throw ConfigError("no --output given");
+  if (opt.block_size < 0) throw ConfigError("--block-size must be positive");
+  opt.dir = paths[0];
+  const HfImportResult r = import_hf(opt, rt.world());
+  print0(rt, log::format("imported %s model from %s (%lld tensors, %.2fM parameters, %s tokenizer) as %s in %.2f s\n",
+                         r.family.c_str(), opt.dir.c_str(), static_cast<long long>(r.n_tensors),
+                         static_cast<double>(r.n_parameters) / 1e6, r.tokenizer.c_str(), r.output.c_str(), r.seconds));
   return 0;
 }
 
@@ -274,6 +326,7 @@ int cmd_ckpt(Runtime& rt, const std::vector<std::string>& args) {
   if (sub == "verify") return ckpt_verify(rt, rest);
   if (sub == "diff") return ckpt_diff(rt, rest);
   if (sub == "export") return ckpt_export(rt, rest);
+  if (sub == "import") return ckpt_import(rt, rest);
   if (sub == "reshard") return ckpt_reshard(rt, rest);
   throw ConfigError("unknown ckpt subcommand '" + sub + "' (try `trident ckpt --help`)");
 }

@@ -190,6 +190,10 @@ class Schema {
     add("train", "seed", &t.seed, "seed of initialisation, data order and dropout (>= 0)");
     add("train", "log_interval", &t.log_interval, "print a log line every this many steps");
     add("train", "out_dir", &t.out_dir, "run directory; empty = runs/<deck name>");
+    add("train", "init_from", &t.init_from,
+        "checkpoint (file or run directory) whose weights start this run, with a fresh optimizer, step 0 and "
+        "the deck's schedule (fine-tuning; `trident ckpt import` makes one from a Hugging Face model); ignored "
+        "when the run resumes from its own checkpoint");
     add_choice("train", "dtype", &t.dtype, {Precision::f32, Precision::f64},
                "compute and master-weight type: float or double");
     add_choice("train", "param_dtype", &t.param_dtype, {Precision::f32, Precision::bf16, Precision::fp16},

@@ -148,6 +148,7 @@ struct TrainConfig {
   Precision compute_dtype = Precision::f32; ///< float | bf16: GEMM inputs (bf16: fp32 accumulation; CUDA builds only)
   Recompute activation_checkpointing = Recompute::none;  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
+  std::string init_from;        ///< a checkpoint whose weights start a new run (fresh optimizer and schedule)
   std::string allow_changed;    ///< deck keys a resume may change against the checkpoint's deck (allowed_changes())
   NonfiniteAction nonfinite = NonfiniteAction::stop;  ///< stop | skip: a step with a non-finite loss or gradient norm
   std::int64_t max_consecutive_skips = 5;  ///< nonfinite = skip: stop (exit 1) at this many skipped steps in a row

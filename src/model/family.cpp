@@ -14,6 +14,53 @@ const ModelFamily& family_of(ModelArch arch) {
   throw Error(std::string("no model family is registered for [model] arch = ") + name_of(arch));
 }
 
+const ModelFamily* family_of_hf(const std::string& model_type) {
+  for (ModelArch a : {ModelArch::gpt2, ModelArch::llama}) {
+    const ModelFamily& f = family_of(a);
+    if (model_type == f.hf_model_type) return &f;
+  }
+  return nullptr;
+}
+
+namespace {
+const std::string* hf_value(const std::map<std::string, std::string>& c, const std::string& key) {
+  const auto it = c.find(key);
+  return it == c.end() || it->second == "null" ? nullptr : &it->second;
+}
+}  // namespace
+
+int hf_int(const std::map<std::string, std::string>& c, const std::string& key, int fallback) {
+  const std::string* v = hf_value(c, key);
+  if (v == nullptr) return fallback;
+  try {
+    std::size_t used = 0;
+    const long long x = std::stoll(*v, &used);
+    if (used == v->size() && x >= 0 && x <= (1ll << 31) - 1) return static_cast<int>(x);
+  } catch (const std::exception&) {
+  }
+  throw ConfigError("config.json: \"" + key + "\" = " + *v + " is not a non-negative integer");
+}
+
+double hf_double(const std::map<std::string, std::string>& c, const std::string& key, double fallback) {
+  const std::string* v = hf_value(c, key);
+  if (v == nullptr) return fallback;
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(*v, &used);
+    if (used == v->size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError("config.json: \"" + key + "\" = " + *v + " is not a number");
+}
+
+bool hf_bool(const std::map<std::string, std::string>& c, const std::string& key, bool fallback) {
+  const std::string* v = hf_value(c, key);
+  if (v == nullptr) return fallback;
+  if (*v == "true") return true;
+  if (*v == "false") return false;
+  throw ConfigError("config.json: \"" + key + "\" = " + *v + " is not true or false");
+}
+
 double flops_per_token(const ModelConfig& m) {
   const ParamLayout L = ParamLayout::make(m);
   const ModelFamily& f = family_of(m.arch);

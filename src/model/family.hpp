@@ -17,6 +17,7 @@
 #include "model/param_layout.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,13 @@ struct ModelFamily {
                                 const std::vector<std::int32_t>& vocab, const std::string& dtype, std::int64_t step,
                                 const std::string& checkpoint);
 
+  /// Hugging Face import: the config.json model_type this family reads, and the model shape from
+  /// config.json's top-level keys (io/safetensors.hpp read_json_object_scalars). The reader sets
+  /// arch and every shape key of `m` but vocab_size's resolution; throws ConfigError naming the
+  /// key for what the family cannot represent (another activation, rope scaling, biases).
+  const char* hf_model_type;
+  void (*hf_read_config)(const std::map<std::string, std::string>& config, ModelConfig& m);
+
   /// The block of this family for scalar type T.
   template <class T>
   std::unique_ptr<Block<T>> make_block(const ModelConfig& m, const ParamLayout& layout) const {
@@ -61,6 +69,14 @@ struct ModelFamily {
 
 /// The registered family of `arch`. Local. Throws Error for an unregistered value.
 const ModelFamily& family_of(ModelArch arch);
+/// The family whose hf_model_type is `model_type`, or nullptr. Local.
+const ModelFamily* family_of_hf(const std::string& model_type);
+
+/// Helpers for the families' hf_read_config: the value of `key` as an int / double / bool, or
+/// `fallback` when the key is absent or null. Throw ConfigError naming config.json's key.
+int hf_int(const std::map<std::string, std::string>& c, const std::string& key, int fallback);
+double hf_double(const std::map<std::string, std::string>& c, const std::string& key, double fallback);
+bool hf_bool(const std::map<std::string, std::string>& c, const std::string& key, bool fallback);
 
 /// Model FLOPs per token for one forward + backward, for MFU: 6 N + 12 L (NH HS) T, where N counts
 /// every parameter except a learned position embedding (Chowdhery et al. 2022, "PaLM", appendix B;

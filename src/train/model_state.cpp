@@ -1,5 +1,7 @@
 #include "train/model_state.hpp"
 
+#include "kernels/elementwise.hpp"
+
 #include "checkpoint/metadata.hpp"
 #include "checkpoint/tensor_read.hpp"
 #include "core/error.hpp"
@@ -292,6 +294,100 @@ std::int64_t ModelState<T>::plan_save_bytes(const Config& cfg, const ParamLayout
 }
 
 template <class T>
+void ModelState<T>::require_same_model(const CheckpointReader& rd, const CheckpointMeta& meta,
+                                       const std::string& hint_text) const {
+  const ModelConfig& m = cfg_.model;
+  // A checkpoint of another model is a usage error (exit 2: the deck does not match the file),
+  // not a damaged file; an older checkpoint of the same run would not help either.
+  const std::string hint = " (" + hint_text + ")";
+  if (meta.model.arch != m.arch)
+    throw ConfigError(std::string("it holds another model: [model] arch = ") + name_of(meta.model.arch) +
+                      " in the checkpoint, " + name_of(m.arch) + " in this run" + hint);
+  const bool llama = m.arch == ModelArch::llama;
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> model_keys[] = {
+      {"n_layer", {meta.model.n_layer, m.n_layer}},
+      {"n_head", {meta.model.n_head, m.n_head}},
+      {"n_embd", {meta.model.n_embd, m.n_embd}},
+      {"block_size", {meta.model.block_size, m.block_size}},
+      {"vocab_size", {meta.model.vocab_size, m.vocab_size}},
+      {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}},
+      {"n_kv_head", {meta.model.kv_heads(), m.kv_heads()}},
+      {"ffn_hidden", {llama ? meta.model.ffn_width() : 0, llama ? m.ffn_width() : 0}},
+      {"tie_embeddings", {meta.model.tie_embeddings ? 1 : 0, m.tie_embeddings ? 1 : 0}}};
+  for (const auto& [key, v] : model_keys) {
+    const auto [have, want] = v;
+    if (have != want)
+      throw ConfigError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
+                        " in the checkpoint, " + std::to_string(want) + " in this run" + hint);
+  }
+  for (const TensorSpec& t : layout_.tensors()) {
+    const int k = rd.find_tensor(t.name);
+    if (k < 0) throw ConfigError("it has no tensor '" + t.name + "': it holds another model" + hint);
+    if (rd.tensors()[k].shape != t.global_shape)
+      throw ConfigError("tensor '" + t.name + "' has another shape: it holds another model" + hint);
+  }
+}
+
+template <class T>
+void ModelState<T>::set_weights(const WeightSource& src) {
+  ZeroEngine<T>& zero = *engine_;
+  const int P = grid_.tp_size(), r = grid_.tp_rank();
+  // The elements of tensor t in [a, b) of the flat buffer, into dst.
+  auto take = [&](const TensorSpec& t, std::int64_t a, std::int64_t b, T* dst) {
+    src(checkpoint_tensor(t), P, r, a - t.offset, b - a, dst);
+  };
+  if (zero.offloaded()) {
+    const bool master_resident = !zero.kind_offloaded(0);
+    Kokkos::View<T*, HostSpace> p_h;
+    if (master_resident)
+      p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
+    zero.write_units_host([&](int u, std::int64_t first, std::int64_t count, T* mu, T* m, T* v) {
+      const Piece& p = zero.owned()[static_cast<size_t>(u)];
+      const std::int64_t lo = p.flat_offset + first, hi = std::min(p.flat_offset + p.count, lo + count);
+      std::fill(m, m + count, T(0));
+      std::fill(v, v + count, T(0));
+      for (const TensorSpec& t : layout_.tensors()) {
+        const std::int64_t a = std::max(lo, t.offset), b = std::min(hi, t.offset + t.numel);
+        if (a < b) take(t, a, b, master_resident ? p_h.data() + p.local_offset + first + (a - lo) : mu + (a - lo));
+      }
+    });
+    if (master_resident) Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
+  } else {
+    auto p_h = Kokkos::create_mirror_view_and_copy(HostSpace(), View1<T>(zero.master(), static_cast<size_t>(zero.local_size())));
+    for (const Piece& p : zero.owned())
+      for (const TensorSpec& t : layout_.tensors()) {
+        const std::int64_t a = std::max(p.flat_offset, t.offset), b = std::min(p.flat_offset + p.count, t.offset + t.numel);
+        if (a < b) take(t, a, b, p_h.data() + p.local_offset + (a - p.flat_offset));
+      }
+    Kokkos::deep_copy(View1<T>(zero.master(), static_cast<size_t>(zero.local_size())), p_h);
+    fill<T>(zero.optimizer().exp_avg().view(), T(0));
+    fill<T>(zero.optimizer().exp_avg_sq().view(), T(0));
+  }
+  zero.optimizer().set_step_count(0);
+  zero.refresh_params();
+  if (zero.offloaded())
+    run_agreed(grid_.world_comm(), "optimizer-state offload failed", [&] { zero.check_offload(); });
+}
+
+template <class T>
+CheckpointMeta ModelState<T>::load_weights(const std::string& path) {
+  CheckpointReader rd(path, grid_.world_comm());
+  CheckpointMeta meta;
+  run_agreed(grid_.world_comm(), "cannot take the weights of '" + path + "'", [&] {
+    meta = CheckpointMeta::read(rd);
+    meta.require_complete(path);
+    require_same_model(rd, meta, "[train] init_from needs a checkpoint of this deck's [model]; `trident ckpt show` "
+                                 "lists the checkpoint's");
+  });
+  run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
+    set_weights([&](const CkptTensor& t, int P, int r, std::int64_t first, std::int64_t count, T* dst) {
+      read_tp_partition(rd, "param", t, P, r, first, count, dtype_of<T>(), dst);
+    });
+  });
+  return meta;
+}
+
+template <class T>
 RunState ModelState<T>::load(const std::string& path) {
   CheckpointReader rd(path, grid_.world_comm());
   const ModelConfig& m = cfg_.model;
@@ -300,33 +396,7 @@ RunState ModelState<T>::load(const std::string& path) {
   run_agreed(grid_.world_comm(), "cannot resume from '" + path + "'", [&] {
     meta = CheckpointMeta::read(rd);
     meta.require_complete(path);
-    const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> model_keys[] = {
-        {"n_layer", {meta.model.n_layer, m.n_layer}},       {"n_head", {meta.model.n_head, m.n_head}},
-        {"n_embd", {meta.model.n_embd, m.n_embd}},          {"block_size", {meta.model.block_size, m.block_size}},
-        {"vocab_size", {meta.model.vocab_size, m.vocab_size}}, {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}},
-        {"n_kv_head", {meta.model.kv_heads(), m.kv_heads()}},
-        {"ffn_hidden", {meta.model.arch == ModelArch::llama ? meta.model.ffn_width() : 0,
-                        m.arch == ModelArch::llama ? m.ffn_width() : 0}},
-        {"tie_embeddings", {meta.model.tie_embeddings ? 1 : 0, m.tie_embeddings ? 1 : 0}}};
-    if (meta.model.arch != m.arch)
-      throw ConfigError(std::string("it holds another model: [model] arch = ") + name_of(meta.model.arch) +
-                        " in the checkpoint, " + name_of(m.arch) + " in this run (resume with the deck the "
-                        "checkpoint was written with; its /config holds it)");
-    // A checkpoint of another model is a usage error (exit 2: the deck does not match the file),
-    // not a damaged file; an older checkpoint of the same run would not help either.
-    for (const auto& [key, v] : model_keys) {
-      const auto [have, want] = v;
-      if (have != want)
-        throw ConfigError("it holds another model: [model] " + std::string(key) + " = " + std::to_string(have) +
-                          " in the checkpoint, " + std::to_string(want) + " in this run (resume with the deck the "
-                          "checkpoint was written with; its /config holds it)");
-    }
-    for (const TensorSpec& t : layout_.tensors()) {
-      const int k = rd.find_tensor(t.name);
-      if (k < 0) throw ConfigError("it has no tensor '" + t.name + "': it holds another model");
-      if (rd.tensors()[k].shape != t.global_shape)
-        throw ConfigError("tensor '" + t.name + "' has another shape: it holds another model");
-    }
+    require_same_model(rd, meta, "resume with the deck the checkpoint was written with; its /config holds it");
     for (const std::string& kind : checkpoint_kinds())
       if (std::find(rd.kinds().begin(), rd.kinds().end(), kind) == rd.kinds().end())
         throw CheckpointError("it holds no '" + kind + "' arrays");

@@ -19,6 +19,7 @@
 #include "train/zero.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -77,6 +78,19 @@ class ModelState final : public CheckpointState {
   /// Collective over the grid. Throws CheckpointError (collective) for another model. World rank
   /// 0 shows the progress of reading its own pieces ("checkpoint load", core/progress.hpp).
   RunState load(const std::string& path) override;
+  /// Where set_weights() finds parameter values: elements [first, first + count) of this rank's
+  /// tp partition (tp_size, tp_rank) of tensor `t`, into dst (count values). May throw.
+  using WeightSource = std::function<void(const CkptTensor& t, int tp_size, int tp_rank, std::int64_t first,
+                                          std::int64_t count, T* dst)>;
+  /// Replaces the weights by `src`'s values, zeroes both AdamW moments and the optimizer step (a
+  /// fresh optimizer), and rebuilds the working parameters. Collective over the grid (the refresh).
+  void set_weights(const WeightSource& src);
+  /// The weights of checkpoint `path` (any layout, any ZeRO stage; its model must be this one:
+  /// family and every tensor's global shape) with a fresh optimizer: [train] init_from,
+  /// fine-tuning. Returns the checkpoint's metadata. Collective over the grid. Throws ConfigError
+  /// (collective) for another model, CheckpointError for an unreadable file.
+  CheckpointMeta load_weights(const std::string& path);
+
   /// Whether load() compares the checkpoint's deck with this run's (train/resume_check.hpp: lists,
   /// refuses). On by default; `trident eval` turns it off, as it reads a model, not a run to
   /// continue (the model's shape is checked either way). Local.
@@ -95,6 +109,9 @@ class ModelState final : public CheckpointState {
   // The header of this rank's part of a checkpoint (tensors, kinds, metadata, shard, segments)
   // and the runs of its shard: canonical elements, in shard order, local offsets.
   CheckpointWrite describe(const RunState& run, std::vector<Piece>& runs) const;
+  // Throws ConfigError unless `rd` holds this model (family, the fingerprint, every tensor's shape).
+  // `hint`: what to do about it, appended in brackets.
+  void require_same_model(const CheckpointReader& rd, const CheckpointMeta& meta, const std::string& hint) const;
   // load() with the optimizer state offloaded: the checkpoint's pieces written to the offload
   // file unit by unit. Local (inside load's agreement).
   void load_offloaded(CheckpointReader& rd, std::int64_t adam_step);

@@ -466,6 +466,24 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
 }
 
 template <class T>
+void Trainer<T>::init_weights_from(const std::string& path, const TokenFileInfo& data) {
+  const CheckpointMeta meta = state_.load_weights(path);
+  // Same vocabulary size is not the same vocabulary: ids must mean the same tokens. Identical on
+  // every rank (one file, one token file), so the ConfigError is collective.
+  const RunState& r = meta.run;
+  std::string why;
+  if (!r.tokenizer.empty() && r.tokenizer != data.tokenizer)
+    why = "its tokenizer is '" + r.tokenizer + "', the token file's '" + data.tokenizer + "'";
+  else if (!r.vocab.empty() && !data.vocab.empty() && r.vocab != data.vocab)
+    why = "its " + r.tokenizer + " vocabulary differs from the token file's";
+  else if (!r.tokenizer_model.empty() && !data.model.empty() && r.tokenizer_model != data.model)
+    why = "its tokenizer model differs from the token file's";
+  if (!why.empty())
+    throw ConfigError("[train] init_from = " + path + ": " + why +
+                      " (prepare the data with the checkpoint's tokenizer: `trident prep --tokenizer ...`)");
+}
+
+template <class T>
 void Trainer<T>::rollback(const std::string& path) {
   const std::int64_t consumed = consumed_samples_;
   load_checkpoint(path);
@@ -674,6 +692,24 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
               static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()), t.seconds());
   }
   const std::int64_t resumed_step = resume_from.empty() ? -1 : trainer.step();
+  if (!cfg.train.init_from.empty()) {
+    if (!resume_from.empty()) {
+      log::info("[train] init_from = %s is not used: the run resumes from its own checkpoint",
+                cfg.train.init_from.c_str());
+    } else {
+      Timer t;
+      std::string from = cfg.train.init_from;
+      if (std::filesystem::is_directory(from)) {  // a run directory or its checkpoints/ folder
+        const std::string sub = (std::filesystem::path(from) / "checkpoints").string();
+        const auto latest = CheckpointDir(std::filesystem::is_directory(sub) ? sub : from).latest();
+        if (!latest)
+          throw ConfigError("[train] init_from = " + cfg.train.init_from + ": the directory holds no checkpoint");
+        from = *latest;
+      }
+      trainer.init_weights_from(from, data.info());
+      log::info("initialised the weights from %s (fresh optimizer, step 0; %.2f s)", from.c_str(), t.seconds());
+    }
+  }
 
   // This invocation's leg id (rank 0's, the same on every rank): metrics rows and the
   // lineage of the checkpoints it writes name it (train/metrics.hpp).

@@ -155,6 +155,11 @@ class Trainer {
   /// Throws CheckpointError (collective) when the file belongs to another model or layout.
   void load_checkpoint(const std::string& path);
 
+  /// Takes the weights of checkpoint `path` (any layout; this model) with a fresh optimizer, at
+  /// step 0 ([train] init_from). Collective over the grid. Throws ConfigError (collective) for
+  /// another model or another tokenizer than the token file's.
+  void init_weights_from(const std::string& path, const TokenFileInfo& data);
+
   /// Loss-spike rollback: restores the state of checkpoint `path` (an earlier step of this run)
   /// but keeps the current data position, so the batches since that checkpoint are skipped.
   /// Collective over the grid.

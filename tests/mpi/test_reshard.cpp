@@ -27,8 +27,13 @@ struct Layout {
   int dp, tp, pp, zero;
 };
 
-Config config(const Layout& l) {
+/// The Llama family with grouped-query attention (tp up to 4) and an untied head.
+const std::vector<std::string> kLlama = {"--model.arch=llama", "--model.bias=false", "--model.n_kv_head=4",
+                                         "--model.ffn_hidden=64", "--model.tie_embeddings=false"};
+
+Config config(const Layout& l, const std::vector<std::string>& family = {}) {
   std::vector<std::string> ov = kModel;
+  ov.insert(ov.end(), family.begin(), family.end());
   ov.insert(ov.end(), {"--parallel.dp=" + std::to_string(l.dp), "--parallel.tp=" + std::to_string(l.tp),
                        "--parallel.pp=" + std::to_string(l.pp), "--parallel.zero_stage=" + std::to_string(l.zero)});
   return test::tiny_config(l.dp * l.tp * l.pp, ov);
@@ -54,14 +59,16 @@ void expect_same_state(const std::string& a, const std::string& b, const Config&
     }
 }
 
-void reshard_matrix(const Layout& save_at, const std::vector<Layout>& targets) {
+void reshard_matrix(const Layout& save_at, const std::vector<Layout>& targets,
+                    const std::vector<std::string>& family = {}) {
   Runtime& rt = test::runtime();
   const int n = rt.world_size();
-  const std::string dir = test::scratch_dir() + "/reshard_" + name(save_at).replace(5, 1, "_") + "_np" + std::to_string(n);
+  const std::string dir = test::scratch_dir() + "/reshard_" + name(save_at).replace(5, 1, "_") + "_np" +
+                          std::to_string(n) + (family.empty() ? "" : "_llama");
   std::string saved;
   std::vector<double> want;  // losses of steps 4 and 5, uninterrupted
   {
-    const Config cfg = config(save_at);
+    const Config cfg = config(save_at, family);
     ProcessGrid grid(rt.world(), {save_at.dp, save_at.tp, save_at.pp});
     TokenDataset data(cfg.data.path, 64.0);
     Trainer<float> t(cfg, grid, data);
@@ -74,7 +81,7 @@ void reshard_matrix(const Layout& save_at, const std::vector<Layout>& targets) {
     const int ranks = l.dp * l.tp * l.pp;
     Communicator& comm = ranks == 1 ? rt.self() : rt.world();
     if (ranks != 1 && ranks != n) continue;
-    const Config cfg = config(l);
+    const Config cfg = config(l, family);
     ProcessGrid grid(comm, {l.dp, l.tp, l.pp});
     TokenDataset data(cfg.data.path, 64.0);
     Trainer<float> t(cfg, grid, data);
@@ -82,10 +89,11 @@ void reshard_matrix(const Layout& save_at, const std::vector<Layout>& targets) {
     EXPECT_EQ(t.step(), 3) << name(l);
     // What this layout loaded, written out again: bitwise the saved state.
     const std::string again = test::scratch_dir() + "/again_" + std::to_string(rt.world_rank()) + "_" +
-                              std::to_string(l.dp) + std::to_string(l.tp) + std::to_string(l.pp) + ".h5";
+                              std::to_string(l.dp) + std::to_string(l.tp) + std::to_string(l.pp) +
+                              (family.empty() ? "" : "_llama") + ".h5";
     const std::string path = ranks == 1 ? again : test::scratch_dir() + "/again_np" + std::to_string(n) + "_" +
                                                       std::to_string(l.dp) + std::to_string(l.tp) + std::to_string(l.pp) + "_" +
-                                                      std::to_string(l.zero) + ".h5";
+                                                      std::to_string(l.zero) + (family.empty() ? "" : "_llama") + ".h5";
     t.write_checkpoint(path);
     comm.barrier();
     if (comm.rank() == 0) expect_same_state(saved, path, cfg);
@@ -105,6 +113,11 @@ TEST(Reshard, FromDp4Zero3) {
   if (n != 4 && n != 8) GTEST_SKIP() << "runs at 4 or 8 ranks";
   if (n == 4) reshard_matrix({4, 1, 1, 3}, {{1, 2, 2, 0}, {2, 1, 2, 3}, {1, 4, 1, 1}, {4, 1, 1, 3}, {1, 1, 1, 0}});
   else reshard_matrix({8, 1, 1, 3}, {{2, 2, 2, 1}, {1, 2, 4, 3}, {4, 1, 2, 0}, {1, 1, 1, 3}});
+}
+
+TEST(Reshard, LlamaFrom2x2x1Zero1) {
+  if (test::runtime().world_size() != 4) GTEST_SKIP() << "runs at 4 ranks";
+  reshard_matrix({2, 2, 1, 1}, {{1, 2, 2, 3}, {4, 1, 1, 2}, {1, 4, 1, 0}, {1, 1, 1, 0}}, kLlama);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include "model/gpt2/gpt2.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/gelu.hpp"
@@ -185,6 +186,31 @@ std::unique_ptr<Block<T>> make_block(const ModelConfig& m, const ParamLayout& la
 
 std::string block_tensor(int layer) { return "transformer.h." + std::to_string(layer) + ".ln_1.weight"; }
 
+// HF's GPT2Config (transformers/models/gpt2/configuration_gpt2.py): n_layer, n_head, n_embd,
+// n_positions; biases always (Trident's export writes "bias": false for a model without them).
+void hf_read_config(const std::map<std::string, std::string>& c, ModelConfig& m) {
+  m.arch = ModelArch::gpt2;
+  m.n_layer = hf_int(c, "n_layer", 12);
+  m.n_head = hf_int(c, "n_head", 12);
+  m.n_embd = hf_int(c, "n_embd", 768);
+  m.block_size = hf_int(c, "n_positions", 1024);
+  m.vocab_size = hf_int(c, "vocab_size", 50257);
+  m.bias = hf_bool(c, "bias", true);
+  m.dropout = 0.0;
+  const int inner = hf_int(c, "n_inner", 4 * m.n_embd);
+  if (inner != 4 * m.n_embd)
+    throw ConfigError("config.json: \"n_inner\" = " + std::to_string(inner) + ": Trident's GPT-2 MLP is 4 n_embd = " +
+                      std::to_string(4 * m.n_embd) + " wide");
+  const auto act = c.find("activation_function");
+  if (act != c.end() && act->second != "gelu" && act->second != "gelu_new")
+    throw ConfigError("config.json: \"activation_function\" = " + act->second + ": Trident's GPT-2 uses GELU");
+  if (act != c.end() && act->second == "gelu_new")
+    log::warn("config.json: activation_function = gelu_new (the tanh approximation of GELU); Trident computes the "
+              "exact GELU, so logits differ from Hugging Face's in about the third decimal");
+  if (!hf_bool(c, "tie_word_embeddings", true))
+    throw ConfigError("config.json: \"tie_word_embeddings\" = false: Trident's GPT-2 ties its LM head");
+}
+
 }  // namespace
 
 ModelFamily gpt2_family() {
@@ -204,6 +230,8 @@ ModelFamily gpt2_family() {
   f.hf_name = hf_gpt2_name;
   f.hf_transposed = hf_gpt2_transposed;
   f.hf_config_json = hf_gpt2_config_json;
+  f.hf_model_type = "gpt2";
+  f.hf_read_config = hf_read_config;
   return f;
 }
 

@@ -180,6 +180,37 @@ std::unique_ptr<Block<T>> make_block(const ModelConfig& m, const ParamLayout& la
 
 std::string block_tensor(int layer) { return "model.layers." + std::to_string(layer) + ".input_layernorm.weight"; }
 std::string hf_name(const std::string& name) { return name; }
+
+// HF's LlamaConfig (transformers/models/llama/configuration_llama.py) and its defaults.
+void hf_read_config(const std::map<std::string, std::string>& c, ModelConfig& m) {
+  m.arch = ModelArch::llama;
+  m.bias = false;
+  m.dropout = 0.0;
+  m.n_embd = hf_int(c, "hidden_size", 4096);
+  m.n_layer = hf_int(c, "num_hidden_layers", 32);
+  m.n_head = hf_int(c, "num_attention_heads", 32);
+  m.n_kv_head = hf_int(c, "num_key_value_heads", m.n_head);
+  m.ffn_hidden = hf_int(c, "intermediate_size", 11008);
+  m.block_size = hf_int(c, "max_position_embeddings", 2048);
+  m.vocab_size = hf_int(c, "vocab_size", 32000);
+  m.norm_eps = hf_double(c, "rms_norm_eps", 1e-6);
+  m.rope_theta = hf_double(c, "rope_theta", 10000.0);
+  m.tie_embeddings = hf_bool(c, "tie_word_embeddings", false);
+  if (m.n_head > 0 && hf_int(c, "head_dim", m.n_embd / m.n_head) * m.n_head != m.n_embd)
+    throw ConfigError("config.json: \"head_dim\" * num_attention_heads is not hidden_size: Trident's Llama has "
+                      "head_dim = hidden_size / num_attention_heads");
+  const auto act = c.find("hidden_act");
+  if (act != c.end() && act->second != "silu")
+    throw ConfigError("config.json: \"hidden_act\" = " + act->second + ": Trident's Llama MLP is SwiGLU (silu)");
+  const auto scaling = c.find("rope_scaling");
+  if (scaling != c.end() && scaling->second != "null")
+    throw ConfigError("config.json: \"rope_scaling\" is set: rotary scaling (Llama 3.1's, YaRN, linear) is not built; "
+                      "only plain rotary embeddings with rope_theta");
+  if (hf_bool(c, "attention_bias", false) || hf_bool(c, "mlp_bias", false))
+    throw ConfigError("config.json: attention_bias or mlp_bias is true: Trident's Llama has no biases");
+  if (hf_int(c, "pretraining_tp", 1) != 1)
+    throw ConfigError("config.json: \"pretraining_tp\" is not 1: that sliced-matmul emulation is not built");
+}
 bool hf_transposed(const std::string&) { return false; }
 
 }  // namespace
@@ -240,6 +271,8 @@ ModelFamily llama_family() {
   f.hf_name = hf_name;
   f.hf_transposed = hf_transposed;
   f.hf_config_json = hf_llama_config_json;
+  f.hf_model_type = "llama";
+  f.hf_read_config = hf_read_config;
   return f;
 }
 

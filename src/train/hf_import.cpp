@@ -1,0 +1,196 @@
+#include "train/hf_import.hpp"
+
+#include "checkpoint/commit.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/timer.hpp"
+#include "core/tokenizer_kind.hpp"
+#include "io/checkpoint_file.hpp"
+#include "io/safetensors.hpp"
+#include "model/family.hpp"
+#include "parallel/agree.hpp"
+#include "parallel/process_grid.hpp"
+#include "train/model_state.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Buffers a model's Hugging Face tensors one at a time, in Trident's orientation.
+class HfTensors {
+ public:
+  HfTensors(std::map<std::string, SafetensorsTensor> all, const ModelFamily& f) : all_(std::move(all)), family_(f) {}
+
+  /// Elements [first, first + count) of Trident tensor `t` (global, row-major). Throws ConfigError
+  /// when the model lacks it or has it in another shape.
+  void read(const CkptTensor& t, std::int64_t first, std::int64_t count, float* dst) {
+    if (t.name != cached_) load(t);
+    for (std::int64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(values_[static_cast<size_t>(first + i)]);
+  }
+  /// The HF names read so far.
+  const std::set<std::string>& used() const { return used_; }
+  const std::map<std::string, SafetensorsTensor>& all() const { return all_; }
+
+ private:
+  void load(const CkptTensor& t) {
+    // Trident's name through the family's mapping, else as it is (a GPT2LMHeadModel saved whole
+    // keeps nanoGPT's "transformer." prefix, which GPT2Model's own files drop).
+    const std::string hf = family_.hf_name(t.name);
+    auto it = all_.find(hf);
+    if (it == all_.end()) it = all_.find(t.name);
+    if (it == all_.end()) throw ConfigError("the model has no tensor '" + hf + "' (Trident's " + t.name + ")");
+    const SafetensorsTensor& s = it->second;
+    const bool transposed = family_.hf_transposed(t.name) && t.shape.size() == 2;
+    std::vector<std::int64_t> want = t.shape;
+    if (transposed) std::swap(want[0], want[1]);
+    if (s.shape != want) {
+      auto text = [](const std::vector<std::int64_t>& v) {
+        std::string r = "(";
+        for (size_t i = 0; i < v.size(); ++i) r += (i ? ", " : "") + std::to_string(v[i]);
+        return r + ")";
+      };
+      throw ConfigError("tensor '" + s.name + "' has shape " + text(s.shape) + ", config.json implies " + text(want));
+    }
+    values_ = read_safetensors_values(s);
+    if (transposed) {  // HF's Conv1D (in, out) -> nn.Linear's (out, in)
+      const std::int64_t rows = t.shape[0], cols = t.shape[1];
+      std::vector<double> tr(values_.size());
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < cols; ++c) tr[static_cast<size_t>(r * cols + c)] = values_[static_cast<size_t>(c * rows + r)];
+      values_.swap(tr);
+    }
+    for (double v : values_)
+      if (!std::isfinite(v)) throw ConfigError("tensor '" + s.name + "' holds a non-finite value");
+    cached_ = t.name;
+    used_.insert(s.name);
+  }
+
+  std::map<std::string, SafetensorsTensor> all_;
+  const ModelFamily& family_;
+  std::string cached_;
+  std::vector<double> values_;
+  std::set<std::string> used_;
+};
+
+/// Tensors a Hugging Face file may hold that are not parameters of the model (buffers of older
+/// transformers versions) or duplicate one (a tied head saved anyway).
+bool ignorable(const std::string& name, const ModelConfig& m) {
+  auto ends = [&](const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (ends(".attn.bias") || ends(".attn.masked_bias") || ends(".rotary_emb.inv_freq")) return true;
+  return name == "lm_head.weight" && m.tie_embeddings;
+}
+
+}  // namespace
+
+HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
+  Timer timer;
+  HfImportResult res;
+  Config cfg;
+  std::map<std::string, SafetensorsTensor> tensors;
+  std::vector<std::int32_t> vocab;
+  std::vector<std::uint8_t> tok_model;
+  run_agreed(comm, "ckpt import", [&] {
+    const fs::path dir(opt.dir);
+    if (!fs::is_directory(dir)) throw ConfigError("'" + opt.dir + "' is not a directory (a Hugging Face model directory)");
+    const std::string config_path = (dir / "config.json").string();
+    if (!fs::exists(config_path)) throw ConfigError("'" + opt.dir + "' has no config.json");
+    const std::map<std::string, std::string> c = read_json_object_scalars(config_path);
+    const auto type = c.find("model_type");
+    if (type == c.end()) throw ConfigError("'" + config_path + "' has no model_type");
+    const ModelFamily* f = family_of_hf(type->second);
+    if (f == nullptr)
+      throw ConfigError("'" + config_path + "': model_type '" + type->second +
+                        "' is no Trident family (gpt2 and llama are: [model] arch)");
+    res.family = f->name;
+    ModelConfig m;
+    f->hf_read_config(c, m);
+    if (opt.block_size > 0) {
+      if (m.arch == ModelArch::gpt2 && opt.block_size != m.block_size)
+        throw ConfigError("--block-size " + std::to_string(opt.block_size) + ": GPT-2's position embedding has " +
+                          std::to_string(m.block_size) + " rows (n_positions); only llama models change it");
+      m.block_size = opt.block_size;
+    }
+    // The tokenizer: given, else what a Trident export recorded, else GPT-2's for GPT-2's vocabulary.
+    std::string kind = opt.tokenizer;
+    if (kind.empty() && c.count("trident_tokenizer")) kind = c.at("trident_tokenizer");
+    if (kind.empty() && m.arch == ModelArch::gpt2 && m.vocab_size >= 50257) kind = "gpt2";
+    if (kind.empty())
+      throw ConfigError("the tokenizer of '" + opt.dir + "' is unknown: give --tokenizer KIND (" + tokenizer_kind_names() +
+                        ") for the token ids the model was trained on");
+    const auto k = parse_tokenizer_kind(kind);
+    if (!k) throw ConfigError("--tokenizer '" + kind + "' is not a tokenizer kind (" + tokenizer_kind_names() + ")");
+    res.tokenizer = kind;
+    if (tokenizer_info(*k).stores_vocab) {
+      for (std::int64_t v : read_json_int_array(config_path, "trident_vocab")) vocab.push_back(static_cast<std::int32_t>(v));
+      if (vocab.empty())
+        throw ConfigError("tokenizer '" + kind + "' needs the vocabulary, which config.json's trident_vocab holds in a "
+                          "Trident export; this directory has none");
+    }
+    if (tokenizer_info(*k).stores_model) {
+      const fs::path tm = dir / "tokenizer.model";
+      std::ifstream in(tm, std::ios::binary);
+      if (!in) throw ConfigError("tokenizer '" + kind + "' needs its model, tokenizer.model, which '" + opt.dir + "' lacks");
+      tok_model.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    cfg = parse_deck_text("", "hf_import", {});
+    cfg.model = m;
+    cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
+    cfg.parallel.zero_stage = 0;
+    cfg.train.dtype = Precision::f32;
+    cfg.data.path = "none (imported from " + opt.dir + ")";  // the deck needs one; init_from ignores it
+    cfg.train.out_dir = fs::path(opt.output).extension() == ".h5" ? fs::path(opt.output).parent_path().string() : opt.output;
+    validate(cfg, 1);
+    if (comm.rank() == 0) tensors = read_safetensors_dir(opt.dir);
+  });
+
+  std::unique_ptr<Communicator> self = comm.split(comm.rank(), 0, "import");
+  std::string output;
+  run_agreed(comm, "ckpt import", [&] {
+    if (comm.rank() != 0) return;
+    ProcessGrid grid(*self, GridShape{1, 1, 1});
+    ModelState<float> state(cfg, grid);
+    HfTensors hf(std::move(tensors), family_of(cfg.model.arch));
+    state.set_weights([&](const CkptTensor& t, int, int, std::int64_t first, std::int64_t count, float* dst) {
+      hf.read(t, first, count, dst);
+    });
+    for (const auto& [name, t] : hf.all())
+      if (!hf.used().count(name) && !ignorable(name, cfg.model))
+        throw ConfigError("tensor '" + name + "' of the model has no place in Trident's " + res.family +
+                          " model of this config.json (another architecture, or a config that does not match)");
+    res.n_tensors = static_cast<std::int64_t>(hf.used().size());
+    res.n_parameters = state.layout().numel();
+    RunState run;
+    run.tokenizer = res.tokenizer;
+    run.vocab = vocab;
+    run.tokenizer_model = tok_model;
+    CheckpointSnapshot snap = state.live_view(run);
+    snap.write.progress_label = "ckpt import: writing";
+    auto write = [&](const std::string& tmp) { write_checkpoint_file(tmp, *self, snap.write); };
+    if (fs::path(opt.output).extension() == ".h5") {
+      const fs::path parent = fs::absolute(fs::path(opt.output)).parent_path();
+      fs::create_directories(parent);
+      commit_file(opt.output, *self, write);
+      output = opt.output;
+    } else {
+      fs::create_directories(opt.output);
+      output = CheckpointDir(opt.output).commit(0, *self, write, std::numeric_limits<std::int64_t>::max());
+    }
+  });
+  res.output = output;
+  res.seconds = timer.seconds();
+  return res;
+}
+
+}  // namespace trident

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Hugging Face in and out, and fine-tuning: `trident ckpt export --format hf`, `trident ckpt
+# import --format hf` and `[train] init_from`, for both families (gpt2, and llama with grouped-query
+# attention and an untied head). Oracles: export -> import -> export gives the same tensor bytes
+# (bitwise; only the safetensors metadata's trident_step differs); the imported checkpoint's
+# whole-split val loss is the original's, bitwise; a bf16 export imports as the bf16-rounded
+# weights (the val loss within 1e-2 relative); an init_from run at a learning rate of 1e-12 keeps
+# every weight within 1e-9 of the source after its step (a fresh init would be 1e-2 away) and starts
+# its optimizer afresh (adam_step 1). Bad input: a message naming the problem, exit 2 or 1.
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+PY=/usr/bin/python3
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+
+loss_of() { sed -n 's/.*val loss \([0-9.e+-]*\) |.*/\1/p' <<<"$1" | head -n 1; }
+# same_tensors A B: the two safetensors files hold the same tensors, byte for byte.
+same_tensors() {
+  $PY - "$1" "$2" <<'PYEOF'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return h, b[8 + n:]
+ha, da = load(sys.argv[1]); hb, db = load(sys.argv[2])
+sys.exit(0 if ha == hb and da == db else 1)
+PYEOF
+}
+
+for family in gpt2 llama; do
+  deck="$WORK/$family.ini"
+  tiny_deck "$deck" "$WORK/$family" "$WORK/tok.h5"
+  sed -i 's/^eval_iters = 2/eval_iters = 0/; s/^dropout = 0.1/dropout = 0.0/' "$deck"
+  if [ "$family" = llama ]; then
+    sed -i 's/^\[model\]/[model]\narch = llama\nn_kv_head = 2\nffn_hidden = 48\ntie_embeddings = false/' "$deck"
+    sed -i 's/^n_head = 2/n_head = 4/' "$deck"
+  fi
+  timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$deck" --parallel.tp=2 > "$WORK/$family.out" 2>&1 ||
+    { echo "FAIL $family training"; tail -5 "$WORK/$family.out"; FAILED=$((FAILED + 1)); continue; }
+  src="$WORK/$family/checkpoints/step_00000006.h5"
+
+  expect_exit 0 "exported" -- "$TRIDENT" ckpt export --format hf --output "$WORK/$family.hf" "$src"
+  want=$([ $family = gpt2 ] && echo GPT2LMHeadModel || echo LlamaForCausalLM)
+  check "$family: config.json names $want" grep -q "\"$want\"" "$WORK/$family.hf/config.json"
+  expect_exit 0 "imported $family model .* as $WORK/$family.imp/step_00000000.h5" -- \
+    "$TRIDENT" ckpt import --format hf --output "$WORK/$family.imp" "$WORK/$family.hf"
+  expect_exit 0 "exported" -- "$TRIDENT" ckpt export --format hf --output "$WORK/$family.hf2" "$WORK/$family.imp"
+  check "$family: export -> import -> export is bitwise" \
+    same_tensors "$WORK/$family.hf/model-00001-of-00001.safetensors" "$WORK/$family.hf2/model-00001-of-00001.safetensors"
+  a="$(loss_of "$("$TRIDENT" eval --checkpoint "$src" 2>&1)")"
+  b="$(loss_of "$("$TRIDENT" eval --checkpoint "$WORK/$family.imp" --data "$WORK/tok.h5" 2>&1)")"
+  check "$family: the imported model's val loss $b = the original's $a (bitwise)" test -n "$a" -a "$a" = "$b"
+  check "$family: the imported checkpoint is intact and at step 0" \
+    bash -c "'$TRIDENT' ckpt verify '$WORK/$family.imp' && '$TRIDENT' ckpt ls '$WORK/$family.imp' | grep -q '^ *0 '"
+
+  # bfloat16 export: weights rounded to 8 bits of precision, the loss close to the original's.
+  "$TRIDENT" ckpt export --format hf --dtype bfloat16 --output "$WORK/$family.bf16" "$src" >/dev/null
+  expect_exit 0 "imported" -- "$TRIDENT" ckpt import --format hf --output "$WORK/$family.bf16.h5" "$WORK/$family.bf16"
+  c="$(loss_of "$("$TRIDENT" eval --checkpoint "$WORK/$family.bf16.h5" --data "$WORK/tok.h5" 2>&1)")"
+  check "$family: the bf16 model's val loss $c is within 1e-2 of $a, and not equal" \
+    awk -v a="$a" -v c="$c" 'BEGIN { exit !(c != a && (c - a) ^ 2 <= (1e-2 * a) ^ 2) }'
+
+  # Fine-tuning from the imported model at a negligible learning rate, on another layout.
+  ft="$WORK/$family.ft.ini"
+  cp "$deck" "$ft"
+  sed -i "s|^out_dir = .*|out_dir = $WORK/$family.ft|; s/^max_steps = 6/max_steps = 1/; s/^lr = 3e-3/lr = 1e-12\nmin_lr = 1e-12/" "$ft"
+  sed -i "s|^\[train\]|[train]\ninit_from = $WORK/$family.imp|" "$ft"
+  out="$(timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$ft" --parallel.pp=2 2>&1)"; rc=$?
+  check "$family: init_from run exits 0" test "$rc" -eq 0
+  check "$family: init_from run says where its weights come from" \
+    grep -q "initialised the weights from $WORK/$family.imp/step_00000000.h5 (fresh optimizer" <<<"$out"
+  diff_out="$("$TRIDENT" ckpt diff "$src" "$WORK/$family.ft/checkpoints/step_00000001.h5" 2>&1)"
+  worst="$(awk '$2 == "param" {print $4}' <<<"$diff_out" | sort -g | tail -n 1)"
+  check "$family: after one step at lr 1e-12 every weight is within 1e-9 of the source (worst ${worst:-0})" \
+    awk -v w="${worst:-0}" 'BEGIN { exit !(w <= 1e-9) }'
+  check "$family: a fresh optimizer (adam_step 6 -> 1)" grep -q "attribute adam_step: 6 | 1" <<<"$diff_out"
+  # A resumed fine-tuning run continues its own checkpoint and says init_from is not used.
+  sed -i 's/^max_steps = 1/max_steps = 2/' "$ft"
+  out="$(timeout -k 10 300 "$TRIDENT" train --config "$ft" --resume --train.allow_changed=train.max_steps 2>&1)"
+  check "$family: resuming ignores init_from" grep -q "init_from = .* is not used: the run resumes" <<<"$out"
+done
+
+# ---- bad input ---------------------------------------------------------------------------------
+expect_exit 2 "no --format given" -- "$TRIDENT" ckpt import --output "$WORK/x.h5" "$WORK/llama.hf"
+expect_exit 2 "'$WORK/nope' is not a directory" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/nope"
+mkdir -p "$WORK/empty"
+expect_exit 2 "has no config.json" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/empty"
+cp -r "$WORK/llama.hf" "$WORK/bert"; sed -i 's/"model_type": "llama"/"model_type": "bert"/' "$WORK/bert/config.json"
+expect_exit 2 "model_type 'bert' is no Trident family" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/bert"
+cp -r "$WORK/llama.hf" "$WORK/scaled"; sed -i 's/"rope_theta": 10000,/"rope_theta": 10000, "rope_scaling": {"rope_type": "llama3"},/' "$WORK/scaled/config.json"
+expect_exit 2 "rope_scaling.* is not built" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/scaled"
+cp -r "$WORK/llama.hf" "$WORK/shape"; sed -i 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$WORK/shape/config.json"
+expect_exit 2 "k_proj.weight' has shape \(16, 32\), config.json implies \(32, 32\)" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/shape"
+cp -r "$WORK/llama.hf" "$WORK/notok"; sed -i '/"trident_tokenizer"/d; /"trident_vocab"/d' "$WORK/notok/config.json"
+expect_exit 2 "tokenizer of .* is unknown: give --tokenizer KIND" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/notok"
+expect_exit 2 "tokenizer 'char' needs the vocabulary" -- \
+  "$TRIDENT" ckpt import --format hf --tokenizer char --output "$WORK/x.h5" "$WORK/notok"
+cp -r "$WORK/llama.hf" "$WORK/trunc"; f="$WORK/trunc/model-00001-of-00001.safetensors"; truncate -s $(( $(stat -c %s "$f") - 100 )) "$f"
+expect_exit 1 "truncated" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/trunc"
+cp -r "$WORK/llama.hf" "$WORK/extra"
+$PY - "$WORK/extra/model-00001-of-00001.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); data = b[8 + n:]
+h["model.layers.9.mlp.up_proj.weight"] = {"dtype": "F32", "shape": [1], "data_offsets": [len(data), len(data) + 4]}
+hb = json.dumps(h).encode(); hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + data + b"\0\0\0\0")
+PYEOF
+expect_exit 2 "model.layers.9.mlp.up_proj.weight' of the model has no place" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/extra"
+# init_from a checkpoint of the other family, or with another vocabulary.
+expect_exit 2 "cannot take the weights of .*holds another model: \[model\] arch = llama in the checkpoint, gpt2 in this run .\[train\] init_from needs" -- \
+  "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong" --train.init_from="$WORK/llama.imp"
+"$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/text.txt" >/dev/null
+expect_exit 2 "init_from = .*: its tokenizer is 'char', the token file's 'byte'|vocab_size" -- \
+  "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong2" --train.init_from="$WORK/gpt2.imp" \
+  --data.path="$WORK/bytes.h5"
+expect_exit 2 "init_from = $WORK/empty: the directory holds no checkpoint" -- \
+  "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong3" --train.init_from="$WORK/empty"
+exit "$FAILED"
