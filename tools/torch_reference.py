@@ -64,6 +64,50 @@ def load_checkpoint(path):
     return hp, ck.tensors
 
 
+def load_hf(path):
+    """Returns (hyperparameters, {reference name: float64 array}) from a Hugging Face model
+    directory, read by the safetensors format's documentation (8-byte header length, JSON header,
+    raw little-endian data) and transformers' config keys, never through Trident. GPT-2's
+    GPT2Model names gain nanoGPT's "transformer." prefix and its Conv1D weights (in, out) are
+    transposed to nn.Linear's (out, in); Llama's names are the reference's own."""
+    import json
+    import struct
+    with open(os.path.join(path, "config.json")) as f:
+        c = json.load(f)
+    files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    raw = {}
+    for name in files:
+        with open(os.path.join(path, name), "rb") as f:
+            b = f.read()
+        n = struct.unpack("<Q", b[:8])[0]
+        header = json.loads(b[8:8 + n])
+        header.pop("__metadata__", None)
+        for k, v in header.items():
+            lo, hi = v["data_offsets"]
+            data = b[8 + n + lo:8 + n + hi]
+            if v["dtype"] == "F32":
+                a = np.frombuffer(data, dtype="<f4")
+            elif v["dtype"] == "BF16":
+                a = (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+            else:
+                raise ValueError(f"{name}: dtype {v['dtype']} is not handled here")
+            raw[k] = a.astype(np.float64).reshape(v["shape"])
+    if c["model_type"] == "gpt2":
+        hp = {"arch": "gpt2", "n_layer": c["n_layer"], "n_head": c["n_head"], "n_embd": c["n_embd"],
+              "block_size": c["n_positions"], "vocab_size": c["vocab_size"], "bias": c.get("bias", True), "dropout": 0.0}
+        conv1d = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+        weights = {"transformer." + k: (v.T.copy() if k.endswith(conv1d) else v) for k, v in raw.items()}
+    elif c["model_type"] == "llama":
+        hp = {"arch": "llama", "n_layer": c["num_hidden_layers"], "n_head": c["num_attention_heads"],
+              "n_embd": c["hidden_size"], "block_size": c["max_position_embeddings"], "vocab_size": c["vocab_size"],
+              "bias": False, "dropout": 0.0, "n_kv_head": c["num_key_value_heads"], "ffn_hidden": c["intermediate_size"],
+              "tie": c["tie_word_embeddings"], "norm_eps": c["rms_norm_eps"], "rope_theta": c["rope_theta"]}
+        weights = raw
+    else:
+        raise ValueError(f"{path}: model_type {c['model_type']} is not handled here")
+    return hp, weights
+
+
 def check_deck(text, hp, path):
     """The /config deck and the root attributes must describe the same model."""
     cp = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
@@ -292,7 +336,9 @@ def main(argv=None):
                     "GPT built from the same checkpoint. Passes when, for every tensor, "
                     "max|trident - torch| <= tol * max|torch|.",
         epilog="Exit status: 0 all tensors pass, 1 a tensor differs or is missing, 2 unreadable input.")
-    p.add_argument("--checkpoint", required=True, help="Trident checkpoint file (.h5)")
+    p.add_argument("--checkpoint", help="Trident checkpoint file (.h5) holding the weights")
+    p.add_argument("--hf", help="instead of --checkpoint: a Hugging Face model directory (`trident ckpt export "
+                                "--format hf` of the dumped checkpoint), read by the format's documentation")
     p.add_argument("--dump", required=True, help="trident_gpt_dump output for that checkpoint (.h5)")
     p.add_argument("--tol", type=float, default=1e-5,
                    help="relative tolerance per tensor (default 1e-5, for Trident in fp32)")
@@ -306,7 +352,9 @@ def main(argv=None):
     dtype = torch.float64 if args.double else torch.float32
 
     try:
-        hp, weights = load_checkpoint(args.checkpoint)
+        if (args.checkpoint is None) == (args.hf is None):
+            raise ValueError("give exactly one of --checkpoint and --hf")
+        hp, weights = load_hf(args.hf) if args.hf else load_checkpoint(args.checkpoint)
         with h5py.File(args.dump, "r") as f:
             dump = {"tokens": f["tokens"][()], "targets": f["targets"][()], "loss": f["loss"][()],
                     "logits": f["logits"][()]}

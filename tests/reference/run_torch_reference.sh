@@ -81,14 +81,21 @@ DECK
   # Against a float64 reference the differences are Trident's own fp32 error, not the sum of two.
   echo "== $name: torch reference in float64"
   "$PYTHON" "$REFERENCE" --checkpoint "$ckpt" --dump "$dir/dump.h5" --double --quiet
+  if [ -n "${HF:-}" ]; then
+    # The Hugging Face export of the same checkpoint, read by the format's documentation: the same
+    # logits and gradients, so the export's names, transpositions and config.json are HF's.
+    echo "== $name: torch reference from the Hugging Face export"
+    "$TRIDENT" ckpt export --format hf --output "$dir/hf" "$ckpt" >/dev/null
+    "$PYTHON" "$REFERENCE" --hf "$dir/hf" --dump "$dir/dump.h5" --quiet
+  fi
 }
 
-run_case bias true 2
+HF=1 run_case bias true 2
 run_case nobias false 1
 # Llama: grouped-query attention (4 query heads on 2 key/value heads), rotary embeddings with a
 # small base (angles of order 1 within the 16 positions), SwiGLU, RMSNorm; untied head trained with
 # tp = 2 (the checkpoint then joins tp partitions of q/k/v and gate/up), tied head on 1 rank.
-N_HEAD=4 run_case llama_untied false 2 "arch = llama
+HF=1 N_HEAD=4 run_case llama_untied false 2 "arch = llama
 n_kv_head = 2
 ffn_hidden = 40
 rope_theta = 100
