@@ -12,6 +12,9 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/layernorm.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
 #include "kernels/linear.hpp"
 #include "parallel/runtime.hpp"
 
@@ -121,6 +124,57 @@ void BM_Gelu(benchmark::State& st) {
   st.counters["elements/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Gelu)->ArgName("n")->Arg(384 * 512)->Unit(benchmark::kMicrosecond);
+
+// The llama family's element-wise kernels, forward + backward, at the shapes of
+// tools/bench_families.sh (B*T = 1024 rows): RMSNorm over C, RoPE over (NH + NKV) heads of HS, SwiGLU
+// over F. Compare with BM_LayerNorm and BM_Gelu, GPT-2's counterparts.
+void BM_RmsNorm(benchmark::State& st) {
+  const int N = static_cast<int>(st.range(0)), C = static_cast<int>(st.range(1));
+  auto x = randn(static_cast<std::int64_t>(N) * C, 5), w = randn(C, 6), dy = randn(static_cast<std::int64_t>(N) * C, 7);
+  Buffer<float> y("y", static_cast<size_t>(N) * C), dx("dx", static_cast<size_t>(N) * C), r("r", N), dw("dw", C);
+  for (auto _ : st) {
+    rmsnorm_forward<float>(as_matrix(y.data(), N, C), View1<float>(r.data(), N), as_matrix<const float>(x.data(), N, C),
+                           View1<const float>(w.data(), C), 1e-5);
+    rmsnorm_backward<float>(as_matrix(dx.data(), N, C), View1<float>(dw.data(), C), as_matrix<const float>(dy.data(), N, C),
+                            as_matrix<const float>(x.data(), N, C), View1<const float>(w.data(), C),
+                            View1<const float>(r.data(), N));
+    Kokkos::fence();
+  }
+  st.counters["bytes/s"] =
+      benchmark::Counter(4.0 * 5 * N * C, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
+}
+BENCHMARK(BM_RmsNorm)->ArgNames({"N", "C"})->Args({1024, 256})->Args({8192, 768})->Unit(benchmark::kMicrosecond);
+
+void BM_Rope(benchmark::State& st) {
+  const int N = static_cast<int>(st.range(0)), heads = static_cast<int>(st.range(1)), HS = static_cast<int>(st.range(2));
+  const std::int64_t n = static_cast<std::int64_t>(N) * heads * HS;
+  auto x = randn(n, 8);
+  Buffer<float> table("table", static_cast<size_t>(128) * HS);
+  rope_table<float>(View1<float>(table.data(), table.extent(0)), 128, HS, 10000.0);
+  const View1<const float> tab(table.data(), table.extent(0));
+  for (auto _ : st) {
+    rope_forward<float>(as_matrix(x.data(), N, static_cast<std::int64_t>(heads) * HS), tab, 128, heads, HS);
+    rope_backward<float>(as_matrix(x.data(), N, static_cast<std::int64_t>(heads) * HS), tab, 128, heads, HS);
+    Kokkos::fence();
+  }
+  st.counters["elements/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Rope)->ArgNames({"N", "heads", "HS"})->Args({1024, 12, 32})->Unit(benchmark::kMicrosecond);
+
+void BM_SwiGlu(benchmark::State& st) {
+  const int N = static_cast<int>(st.range(0)), F = static_cast<int>(st.range(1));
+  auto gu = randn(static_cast<std::int64_t>(N) * 2 * F, 8), dh = randn(static_cast<std::int64_t>(N) * F, 9);
+  Buffer<float> h("h", static_cast<size_t>(N) * F), dgu("dgu", static_cast<size_t>(N) * 2 * F);
+  for (auto _ : st) {
+    swiglu_forward<float>(as_matrix(h.data(), N, F), as_matrix<const float>(gu.data(), N, 2 * F));
+    swiglu_backward<float>(as_matrix(dgu.data(), N, 2 * F), as_matrix<const float>(dh.data(), N, F),
+                           as_matrix<const float>(gu.data(), N, 2 * F));
+    Kokkos::fence();
+  }
+  st.counters["elements/s"] =
+      benchmark::Counter(static_cast<double>(N) * F, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SwiGlu)->ArgNames({"N", "F"})->Args({1024, 768})->Unit(benchmark::kMicrosecond);
 
 // AdamW update + gradient norm over n parameters (the optimizer's share of a step).
 void BM_AdamW(benchmark::State& st) {

@@ -7,23 +7,33 @@
 
 namespace trident {
 
-namespace {
-/// One work item per (row, head, pair): sign = +1 forward, -1 backward. The angle is computed in
-/// double (positions up to 2^20 times a frequency keep ~1e-10 absolute error), then rounded to T.
 template <class T>
-void rope_apply(View2<T> x, int seq_len, int n_heads, int HS, double theta, double sign) {
+void rope_table(View1<T> table, int seq_len, int HS, double theta) {
   const int half = HS / 2;
-  const std::int64_t n = static_cast<std::int64_t>(x.extent(0)) * n_heads * half;
+  const std::int64_t n = static_cast<std::int64_t>(seq_len) * half;
   const double log_theta = std::log(theta);
   Kokkos::parallel_for(
-      "trident::rope", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t i) {
-        const int k = static_cast<int>(i % half);
-        const std::int64_t rh = i / half;
-        const int h = static_cast<int>(rh % n_heads);
-        const std::int64_t row = rh / n_heads;
-        const double pos = static_cast<double>(row % seq_len);
-        const double angle = pos * kmath::exp(-log_theta * (2.0 * k) / HS);
-        const T c = static_cast<T>(kmath::cos(angle)), s = static_cast<T>(sign * kmath::sin(angle));
+      "trident::rope_table", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const std::int64_t j) {
+        const int k = static_cast<int>(j % half);
+        const double angle = static_cast<double>(j / half) * kmath::exp(-log_theta * (2.0 * k) / HS);
+        table(j) = static_cast<T>(kmath::cos(angle));
+        table(n + j) = static_cast<T>(kmath::sin(angle));
+      });
+}
+
+namespace {
+/// (row, head, pair) as a 3-D range (no integer division per element): sign +1 forward, -1 backward.
+template <class T>
+void rope_apply(View2<T> x, View1<const T> table, int seq_len, int n_heads, int HS, T sign) {
+  const int half = HS / 2;
+  const std::int64_t rows = static_cast<std::int64_t>(x.extent(0)), n = static_cast<std::int64_t>(seq_len) * half;
+  Kokkos::parallel_for(
+      "trident::rope",
+      Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>>({0, 0, 0}, {rows, static_cast<std::int64_t>(n_heads),
+                                                                    static_cast<std::int64_t>(half)}),
+      KOKKOS_LAMBDA(const std::int64_t row, const std::int64_t h, const std::int64_t k) {
+        const std::int64_t j = (row % seq_len) * half + k;
+        const T c = table(j), s = sign * table(n + j);
         T& a = x(row, h * HS + k);
         T& b = x(row, h * HS + k + half);
         const T x1 = a, x2 = b;
@@ -34,18 +44,19 @@ void rope_apply(View2<T> x, int seq_len, int n_heads, int HS, double theta, doub
 }  // namespace
 
 template <class T>
-void rope_forward(View2<T> x, int seq_len, int n_heads, int head_size, double theta) {
-  rope_apply<T>(x, seq_len, n_heads, head_size, theta, 1.0);
+void rope_forward(View2<T> x, View1<const T> table, int seq_len, int n_heads, int head_size) {
+  rope_apply<T>(x, table, seq_len, n_heads, head_size, T(1));
 }
 
 template <class T>
-void rope_backward(View2<T> dx, int seq_len, int n_heads, int head_size, double theta) {
-  rope_apply<T>(dx, seq_len, n_heads, head_size, theta, -1.0);
+void rope_backward(View2<T> dx, View1<const T> table, int seq_len, int n_heads, int head_size) {
+  rope_apply<T>(dx, table, seq_len, n_heads, head_size, T(-1));
 }
 
-#define TRIDENT_INST(T)                                                  \
-  template void rope_forward<T>(View2<T>, int, int, int, double);        \
-  template void rope_backward<T>(View2<T>, int, int, int, double);
+#define TRIDENT_INST(T)                                                               \
+  template void rope_table<T>(View1<T>, int, int, double);                            \
+  template void rope_forward<T>(View2<T>, View1<const T>, int, int, int);             \
+  template void rope_backward<T>(View2<T>, View1<const T>, int, int, int);
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
 #undef TRIDENT_INST
 

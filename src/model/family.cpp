@@ -72,4 +72,23 @@ double flops_per_token(const ModelConfig& m) {
   return 6.0 * n + 12.0 * m.n_layer * m.n_embd * static_cast<double>(m.block_size);
 }
 
+double block_matmul_params(const ModelConfig& m) {
+  ModelConfig one = m;
+  if (one.vocab_size <= 0) one.vocab_size = 1;
+  one.n_layer = 1;
+  const ParamLayout L = ParamLayout::make(one);
+  const ModelFamily& f = family_of(m.arch);
+  double n = 0;
+  for (const TensorSpec& t : L.tensors())
+    if (t.global_shape.size() == 2 && t.name != f.token_embedding &&
+        (f.position_embedding == nullptr || t.name != f.position_embedding) &&
+        (f.untied_head == nullptr || t.name != f.untied_head))
+      n += static_cast<double>(t.numel);
+  return n;
+}
+
+double mlp_hidden(const ModelConfig& m) {
+  return m.arch == ModelArch::llama ? static_cast<double>(m.ffn_width()) : 4.0 * m.n_embd;
+}
+
 }  // namespace trident

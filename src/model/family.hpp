@@ -83,4 +83,10 @@ bool hf_bool(const std::map<std::string, std::string>& c, const std::string& key
 /// the estimate nanoGPT's estimate_mfu uses).
 double flops_per_token(const ModelConfig& m);
 
+/// Parameters of the 2-D weights of one block (what its GEMMs multiply by, per token, twice in
+/// forward): 12 C^2 for GPT-2, (2 NH + 2 NKV) HS C + 3 C F for Llama. Local.
+double block_matmul_params(const ModelConfig& m);
+/// Width of the MLP's element-wise nonlinearity (GELU over 4C, SwiGLU over F). Local.
+double mlp_hidden(const ModelConfig& m);
+
 }  // namespace trident

@@ -7,6 +7,8 @@
 #include "perf/collective_model.hpp"
 #include "train/trainer.hpp"
 
+#include "model/family.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -14,9 +16,12 @@
 namespace trident {
 
 double narayanan_flops(const ModelConfig& m, double B, bool recompute) {
+  // Narayanan et al.'s 72 B s l h^2 (1 + s / 6h + V / 12 l h) is p passes (3, or 4 with recompute)
+  // of 2 FLOPs per block weight and token (12 h^2 for GPT-2), p * 4 B s^2 l h of attention scores,
+  // and 6 B s h V for the logits; written so, it holds for every family's block.
   const double s = m.block_size, l = m.n_layer, h = m.n_embd, V = m.vocab_size;
-  if (recompute) return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
-  return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+  const double p = recompute ? 4.0 : 3.0, P = block_matmul_params(m);
+  return p * 2.0 * B * s * l * P + p * 4.0 * B * s * s * l * h + 6.0 * B * s * h * V;
 }
 
 namespace {
@@ -48,17 +53,18 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Mod
   const double es = cfg.train.dtype == Precision::f64 ? 8.0 : 4.0;  // activation element bytes
   const double bw = mach.memory_bw;
   const double gelu_rate = mach.gelu_elements_per_s > 0 ? mach.gelu_elements_per_s : bw / (5.0 * es);
-  // One block, forward / backward (model/gpt.cpp, block_forward / block_backward):
-  //  GEMMs: qkv 6C^2, proj 2C^2, fc 8C^2, fcproj 8C^2 FLOPs per token, over tp; backward 2x.
-  const double gemm_f = 24.0 * N * C * C / tp / gemm;
+  // One block, forward / backward (the family's Block, model/block.hpp):
+  //  GEMMs: 2 FLOPs per block weight and token, over tp (GPT-2: qkv 6C^2, proj 2C^2, fc 8C^2,
+  //  fcproj 8C^2); backward 2x.
+  const double gemm_f = 2.0 * N * block_matmul_params(m) / tp / gemm;
   //  attention (bench_kernels' BM_Attention count, fwd + bwd = 6 b T^2 C, a third forward).
   const double attn_fb = 6.0 * b * T * T * C / tp / attn;
   //  memory-bound: two LayerNorms (6 passes of C floats fwd + bwd, as BM_LayerNorm counts), two
   //  residual adds forward (3 C each), two gradient copies backward (2 C each), so 10 C forward
   //  and 12 C backward elements per token.
   const double mem_f = 10.0 * N * C * es / bw, mem_b = 12.0 * N * C * es / bw;
-  //  GELU on 4C / tp per token (BM_Gelu's rate is forward + backward; a third forward).
-  const double gelu_fb = 4.0 * N * C / tp / gelu_rate;
+  //  GELU on 4C / tp per token (SwiGLU on F / tp) (BM_Gelu's rate is forward + backward; a third forward).
+  const double gelu_fb = mlp_hidden(m) * N / tp / gelu_rate;
   const double blk_f = gemm_f + attn_fb / 3.0 + mem_f + gelu_fb / 3.0;
   const double blk_b = 2.0 * gemm_f + 2.0 * attn_fb / 3.0 + mem_b + 2.0 * gelu_fb / 3.0;
   StageCompute s;

@@ -90,6 +90,7 @@ class LlamaBlock final : public Block<T> {
     Cq_ = NHl_ * HS_;
     W_ = (NHl_ + 2 * NKVl_) * HS_;
     Fl_ = m.ffn_width() / tp;
+    max_T_ = m.block_size;
     for (int l = layout.part().first_layer; l < layout.part().first_layer + layout.part().n_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       t_.push_back({layout.at(p + "input_layernorm.weight"), layout.at(p + "self_attn.q_proj.weight"),
@@ -102,10 +103,11 @@ class LlamaBlock final : public Block<T> {
     const std::int64_t C = C_;
     return {BT * C, BT, BT * W_, att, BT * Cq_, BT * C, BT * C, BT, BT * 2 * Fl_, BT * Fl_};
   }
-  // Scratch: proj, datty, dqkv, dgu, dh, dpre, dproj.
+  // Scratch: proj, datty, dqkv, dgu, dh, dpre, dproj, the rotary table (cos and sin of up to
+  // max_T positions, kernels/rope.hpp).
   std::vector<std::int64_t> scratch_sizes(std::int64_t BT, std::int64_t att) const override {
     const std::int64_t C = C_;
-    return {BT * C, BT * Cq_, BT * W_, BT * 2 * Fl_, BT * Fl_, att, BT * C};
+    return {BT * C, BT * Cq_, BT * W_, BT * 2 * Fl_, BT * Fl_, att, BT * C, static_cast<std::int64_t>(max_T_) * HS_};
   }
 
   void forward(const BlockEnv<T>& e, int ll, const T* p, const std::vector<View1<T>>& a, View1<const T> x_in,
@@ -116,7 +118,7 @@ class LlamaBlock final : public Block<T> {
     View1<T> x(const_cast<T*>(x_in.data()), x_in.extent(0)), proj = (*e.scratch)[0];
     rmsnorm_forward<T>(e.mat(a[0], C), a[1], e.mat(x, C), vec(p, t[0]), m_.norm_eps);
     linear_forward<T>(e.mat(a[2], W_), e.mat(a[0], C), rows(p, t[1], W_), View1<const T>(), e.gemm);
-    rope_forward<T>(e.mat(a[2], W_), e.seq, NHl_ + NKVl_, HS_, m_.rope_theta);
+    rope_forward<T>(e.mat(a[2], W_), table(e), e.seq, NHl_ + NKVl_, HS_);
     attention_forward<T>(e.mat(a[4], Cq_), a[3], e.mat(a[2], W_), e.B, e.seq, NHl_, e.attention_dropout(gl, NHl_),
                          e.attn, e.gemm, NKVl_);
     linear_forward<T>(e.mat(proj, C), e.mat(a[4], Cq_), mat(p, t[2]), View1<const T>(), e.gemm);
@@ -155,7 +157,7 @@ class LlamaBlock final : public Block<T> {
                        /*accumulate_dinp=*/false, e.gemm);
     attention_backward<T>(e.mat(dqkv, W_), dpre, e.mat(datty, Cq_), e.mat(a[2], W_), a[3], e.B, e.seq, NHl_,
                           e.attention_dropout(gl, NHl_), e.attn, e.gemm, NKVl_);
-    rope_backward<T>(e.mat(dqkv, W_), e.seq, NHl_ + NKVl_, HS_, m_.rope_theta);
+    rope_backward<T>(e.mat(dqkv, W_), table(e), e.seq, NHl_ + NKVl_, HS_);
     linear_backward<T>(e.mat(dln, C), rows(g, t[1], W_), View1<T>(), e.mat(dqkv, W_), e.mat(a[0], C),
                        rows(p, t[1], W_), /*accumulate_dinp=*/false, e.gemm);
     e.tp_sum(e.sub(dln, C));
@@ -163,13 +165,24 @@ class LlamaBlock final : public Block<T> {
   }
 
  private:
+  /// The rotary table for env's sequence length, filled when that length is new (every forward
+  /// and backward of a stash has the same one; recompute refills nothing).
+  View1<const T> table(const BlockEnv<T>& e) {
+    View1<T> tab = (*e.scratch)[7];
+    if (table_seq_ != e.seq) {
+      rope_table<T>(tab, e.seq, HS_, m_.rope_theta);
+      table_seq_ = e.seq;
+    }
+    return View1<const T>(tab.data(), static_cast<size_t>(e.seq) * HS_);
+  }
   View1<T> vec(const T* base, int tensor) const { return unit_tensor(layout_, base, tensor); }
   View2<T> mat(const T* base, int tensor) const { return unit_matrix(layout_, base, tensor); }
   /// `n` rows from tensor `tensor` on: q|k|v or gate|up, adjacent in the unit (see llama.hpp).
   View2<T> rows(const T* base, int tensor, std::int64_t n) const { return unit_rows(layout_, base, tensor, n, C_); }
   ModelConfig m_;
   const ParamLayout& layout_;
-  int C_, HS_, NHl_, NKVl_, Cq_, W_, Fl_;
+  int C_, HS_, NHl_, NKVl_, Cq_, W_, Fl_, max_T_;
+  int table_seq_ = -1;  // sequence length the rotary table holds
   std::vector<std::array<int, 6>> t_;  // input_layernorm, q_proj, o_proj, post_attention_layernorm, gate_proj, down_proj
 };
 
