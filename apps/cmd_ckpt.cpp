@@ -231,7 +231,7 @@ int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
   std::string format;
   HfImportOptions opt;
   po::options_description desc(
-      "usage: trident ckpt import --format hf --output OUT [--tokenizer KIND] [--block-size N] DIR\n\n"
+      "usage: trident ckpt import --format hf --output OUT [--tokenizer KIND] [--block-size N] [--force] DIR\n\n"
       "Reads the Hugging Face model directory DIR (config.json; model.safetensors, or sharded\n"
       "model-*.safetensors with model.safetensors.index.json; F32, BF16, F16 or F64 values) and\n"
       "writes it as a Trident checkpoint at step 0 with a fresh optimizer: model_type gpt2\n"
@@ -240,8 +240,9 @@ int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
       "shapes are checked against config.json: a missing, extra or misshapen tensor is an error.\n"
       "An export followed by an import gives bitwise the same weights. Start a fine-tuning run\n"
       "from it with `[train] init_from = OUT` (its token file must use the same tokenizer);\n"
-      "`trident eval` and `trident sample` read it as it is. OUT ending in .h5 is a file;\n"
-      "anything else a checkpoint directory (step_00000000.h5 and `latest`).\n"
+      "`trident eval --data FILE` and `trident sample` read it as it is. OUT ending in .h5 is a\n"
+      "new file (--force replaces one); anything else a new checkpoint directory (step_00000000.h5\n"
+      "and `latest`): a directory holding checkpoints or a run is refused.\n"
       "Rank 0 does the work.\n\noptions");
   desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format), "input format: hf (required)")(
       "output,o", po::value<std::string>(&opt.output), "checkpoint file (.h5) or directory to write (required)")(
@@ -250,6 +251,7 @@ int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
       "with GPT-2's vocabulary)")(
       "block-size", po::value<int>(&opt.block_size)->default_value(0),
       "context length of the checkpoint's model (llama only; default config.json's max_position_embeddings)")(
+      "force", "replace an existing output file")(
       "dir", po::value<std::vector<std::string>>(&paths), "Hugging Face model directory");
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "dir", -1, vm, "ckpt import")) return 0;
@@ -259,6 +261,7 @@ int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
   if (opt.output.empty()) throw ConfigError("no --output given");
   if (opt.block_size < 0) throw ConfigError("--block-size must be positive");
   opt.dir = paths[0];
+  opt.force = vm.count("force") > 0;
   const HfImportResult r = import_hf(opt, rt.world());
   print0(rt, log::format("imported %s model from %s (%lld tensors, %.2fM parameters, %s tokenizer) as %s in %.2f s\n",
                          r.family.c_str(), opt.dir.c_str(), static_cast<long long>(r.n_tensors),

@@ -10,6 +10,7 @@
 #include <boost/program_options.hpp>
 
 #include <charconv>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -69,19 +70,29 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
     }
   }
   if (ids.empty()) throw ConfigError("the prompt is empty");
+  for (std::int32_t id : ids)
+    if (id < 0 || id >= m.vocab_size)
+      throw ConfigError("--prompt encodes to token id " + std::to_string(id) + ", outside the model's vocabulary of " +
+                        std::to_string(m.vocab_size) + ": the checkpoint's " + cm.tokenizer +
+                        " tokenizer does not fit its model (see `trident ckpt import --tokenizer`)");
   if (rt.world_rank() != 0) return 0;  // generation is serial; other ranks only helped open the file
   // On stderr, so that stdout holds the sample alone.
   std::fprintf(stderr, "sampling from %s (step %lld, %s tokenizer, temperature %g, top-k %d, seed %llu)\n",
                cm.path.c_str(), static_cast<long long>(cm.step), cm.tokenizer.c_str(), opt.temperature, opt.top_k,
                static_cast<unsigned long long>(opt.seed));
   const ParamLayout layout = ParamLayout::make(m);
-  Gpt<float> gpt(m, layout, 1, m.block_size);
+  // Activations for the longest window this sample needs, not the model's whole context (an
+  // imported Llama may have 131072 positions).
+  ModelConfig mg = m;
+  mg.block_size = static_cast<int>(std::min<std::int64_t>(
+      m.block_size, static_cast<std::int64_t>(ids.size()) + std::max(opt.max_new_tokens, 1)));
+  Gpt<float> gpt(m, layout, 1, mg.block_size);
   FlatProvider<float> params(layout, cm.store->params().data(), cm.store->grads().data());
   // The prompt, then each token as it is drawn: long samples show progress.
   std::fputs(tok.decode(ids).c_str(), stdout);
   std::fflush(stdout);
   DecodeStream text(tok);
-  generate(gpt, params, m, ids, opt, [&text](std::int32_t id) {
+  generate(gpt, params, mg, ids, opt, [&text](std::int32_t id) {
     std::fputs(text.push(id).c_str(), stdout);
     std::fflush(stdout);
   });

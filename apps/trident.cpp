@@ -20,7 +20,7 @@ commands:
   train    train a model from an input deck; resume from a checkpoint
   sample   generate text from a checkpoint
   eval     loss and perplexity of a checkpoint on a whole split of a token file, on any layout
-  ckpt     inspect and convert checkpoints: ls, verify, diff, reshard, export (safetensors)
+  ckpt     inspect and convert checkpoints: ls, show, verify, diff, reshard, export and import (Hugging Face)
   plan     rank the layouts (dp, tp, pp, ZeRO, micro-batch, recompute) of a deck by predicted step time
 
 options:

@@ -787,6 +787,14 @@ void validate(Config& c, int world_size) {
     require_config(m.n_kv_head == 0 || m.n_kv_head == m.n_head,
                    kv("model", "n_kv_head", format_value(m.n_kv_head)) +
                        ": grouped-query attention is a llama-family option (arch = llama)");
+    const ModelConfig d;  // the llama keys' defaults: a gpt2 deck that sets one means another model
+    const auto llama_only = [](const char* key) {
+      return std::string("[model] ") + key + " is a llama-family key (arch = llama); the gpt2 family has no use for it";
+    };
+    require_config(m.ffn_hidden == 0 || m.ffn_hidden == 4 * m.n_embd, llama_only("ffn_hidden"));
+    require_config(m.ffn_multiple_of == d.ffn_multiple_of, llama_only("ffn_multiple_of"));
+    require_config(m.norm_eps == d.norm_eps, llama_only("norm_eps") + " (GPT-2's LayerNorm epsilon is 1e-5)");
+    require_config(m.rope_theta == d.rope_theta, llama_only("rope_theta"));
   } else {
     require_config(!m.bias, "[model] bias = true: the llama family has no biases");
     require_at_least(m.n_kv_head, 0, "model", "n_kv_head");
@@ -799,6 +807,9 @@ void validate(Config& c, int world_size) {
     require_config(m.ffn_width() <= (1 << 20), "[model] ffn_hidden = " + format_value(m.ffn_width()) + " is larger than 1048576");
     require_config(m.norm_eps > 0.0, kv("model", "norm_eps", format_value(m.norm_eps)) + " must be positive");
     require_config(m.rope_theta > 1.0, kv("model", "rope_theta", format_value(m.rope_theta)) + " must be above 1");
+    // Resolved, so the deck a run stores (and --print-config) names the model's real shape.
+    m.n_kv_head = m.kv_heads();
+    m.ffn_hidden = m.ffn_width();
   }
 
   ParallelConfig& p = c.parallel;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <limits>
 #include <filesystem>
 #include <fstream>
@@ -67,7 +68,10 @@ std::vector<SafetensorsTensor> read_header(const std::string& path) {
   const pt::ptree tree = parse_json(header, "the header of '" + path + "'");
   const std::uint64_t data_start = 8 + n;
   std::vector<SafetensorsTensor> out;
+  std::set<std::string> seen;
   for (const auto& [name, node] : tree) {
+    if (name.empty()) throw IoError("the header of '" + path + "' is not a JSON object");
+    if (!seen.insert(name).second) throw IoError("the header of '" + path + "' names tensor '" + name + "' twice");
     if (name == "__metadata__") continue;
     const std::string what = "'" + path + "', tensor '" + name + "'";
     SafetensorsTensor t;
@@ -79,7 +83,13 @@ std::vector<SafetensorsTensor> read_header(const std::string& path) {
     const auto shape = node.get_child_optional("shape");
     const auto offsets = node.get_child_optional("data_offsets");
     if (!shape || !offsets) throw IoError(what + " has no shape or data_offsets");
-    for (const auto& d : *shape) t.shape.push_back(to_int(d.second.data(), what + " shape"));
+    std::uint64_t numel = 1;
+    for (const auto& d : *shape) {
+      t.shape.push_back(to_int(d.second.data(), what + " shape"));
+      const auto dim = static_cast<std::uint64_t>(t.shape.back());
+      if (dim != 0 && numel > (std::uint64_t{1} << 50) / dim) throw IoError(what + ": its shape has more than 2^50 elements");
+      numel *= dim;
+    }
     std::vector<std::uint64_t> off;
     for (const auto& d : *offsets) off.push_back(static_cast<std::uint64_t>(to_int(d.second.data(), what + " data_offsets")));
     if (off.size() != 2 || off[1] < off[0]) throw IoError(what + ": data_offsets is not [begin, end]");
@@ -93,6 +103,14 @@ std::vector<SafetensorsTensor> read_header(const std::string& path) {
                     std::to_string(file_size) + ": truncated");
     out.push_back(std::move(t));
   }
+  // Tensors may not share bytes: sorted by offset, each ends before the next begins.
+  std::vector<const SafetensorsTensor*> by_offset;
+  for (const auto& t : out) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i)
+    if (by_offset[i - 1]->offset + by_offset[i - 1]->bytes > by_offset[i]->offset)
+      throw IoError("'" + path + "': the data of tensors '" + by_offset[i - 1]->name + "' and '" + by_offset[i]->name +
+                    "' overlap");
   return out;
 }
 
@@ -123,6 +141,10 @@ std::map<std::string, SafetensorsTensor> read_safetensors_dir(const std::string&
     const auto wm = tree.get_child_optional("weight_map");
     if (!wm) throw IoError("'" + index.string() + "' has no weight_map");
     for (const auto& [name, node] : *wm) {
+      if (node.data().empty() || node.data().find('/') != std::string::npos || node.data().find('\\') != std::string::npos ||
+          node.data() == "." || node.data() == "..")
+        throw IoError("'" + index.string() + "' maps '" + name + "' to '" + node.data() +
+                      "', which is not a file name inside the model directory");
       weight_map[name] = node.data();
       const std::string f = (fs::path(dir) / node.data()).string();
       if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
@@ -190,8 +212,15 @@ std::map<std::string, std::string> read_json_object_scalars(const std::string& p
   std::map<std::string, std::string> out;
   for (const auto& [key, node] : tree) {
     if (key.empty()) throw IoError("'" + path + "' is not a JSON object");
-    if (node.empty()) out[key] = node.data();
-    else out[key] = node.front().first.empty() ? "[...]" : "{...}";
+    if (node.empty()) {
+      out[key] = node.data();
+    } else if (node.front().first.empty()) {
+      out[key] = "[...]";
+    } else {
+      out[key] = "{...}";
+      for (const auto& [k2, n2] : node)  // one level of a nested object, as "key.k2"
+        if (n2.empty()) out[key + "." + k2] = n2.data();
+    }
   }
   return out;
 }

@@ -30,9 +30,10 @@ struct SafetensorsTensor {
 
 /// The tensors of a Hugging Face model directory: model.safetensors.index.json when present (every
 /// shard it names), else every *.safetensors file in `dir`. Throws IoError for a missing directory,
-/// no safetensors file, an unreadable or damaged file (header, offsets beyond the file size, a
-/// size that does not match dtype and shape, an unsupported dtype), a tensor in two files, or an
-/// index naming a file or tensor that is not there.
+/// no safetensors file, an unreadable or damaged file (header, offsets beyond the file size or
+/// overlapping, a size that does not match dtype and shape, an unsupported dtype, a name given
+/// twice), a tensor in two files, or an index naming a file outside `dir` or a file or tensor
+/// that is not there.
 std::map<std::string, SafetensorsTensor> read_safetensors_dir(const std::string& dir);
 
 /// The values of `t`, converted to double (F16, BF16, F32, F64). Throws IoError when the file
@@ -41,8 +42,8 @@ std::vector<double> read_safetensors_values(const SafetensorsTensor& t);
 
 /// The top-level keys of a JSON object file (config.json) whose values are scalars: strings
 /// unquoted, numbers and true/false/null as written; nested objects and arrays are given as "{...}"
-/// and "[...]" (so a caller can refuse what it does not support). Throws IoError when the file is
-/// missing or not a JSON object.
+/// and "[...]" (so a caller can refuse what it does not support), and the scalars of a nested
+/// object also as "key.inner". Throws IoError when the file is missing or not a JSON object.
 std::map<std::string, std::string> read_json_object_scalars(const std::string& path);
 
 /// The top-level array `key` of a JSON object file as integers; empty when absent. Throws IoError

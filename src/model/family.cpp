@@ -38,7 +38,7 @@ int hf_int(const std::map<std::string, std::string>& c, const std::string& key, 
     if (used == v->size() && x >= 0 && x <= (1ll << 31) - 1) return static_cast<int>(x);
   } catch (const std::exception&) {
   }
-  throw ConfigError("config.json: \"" + key + "\" = " + *v + " is not a non-negative integer");
+  throw ConfigError("config.json: \"" + key + "\" = " + *v + " is not an integer in [0, 2^31)");
 }
 
 double hf_double(const std::map<std::string, std::string>& c, const std::string& key, double fallback) {

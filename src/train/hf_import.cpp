@@ -109,6 +109,23 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     const std::map<std::string, std::string> c = read_json_object_scalars(config_path);
     const auto type = c.find("model_type");
     if (type == c.end()) throw ConfigError("'" + config_path + "' has no model_type");
+    // The output: a new file (or --force), or a directory holding no checkpoint and no run, so an
+    // import never moves a run's `latest` (a step-0 commit would supersede its checkpoints).
+    std::error_code ec;
+    if (fs::path(opt.output).extension() == ".h5") {
+      if (fs::exists(opt.output, ec) && !opt.force)
+        throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
+    } else if (fs::exists(opt.output, ec)) {
+      const fs::path out(opt.output);
+      if (fs::is_directory(out / "checkpoints", ec) || fs::exists(out / ".trident.lock", ec) ||
+          !CheckpointDir(opt.output).list().empty() || fs::exists(out / "latest", ec))
+        throw ConfigError("the output directory '" + opt.output +
+                          "' holds checkpoints or a run: import into a new directory or a *.h5 file");
+    }
+    bool any_safetensors = false;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      any_safetensors = any_safetensors || e.path().extension() == ".safetensors";
+    if (!any_safetensors) throw ConfigError("'" + opt.dir + "' holds no .safetensors file (a Hugging Face model directory)");
     const ModelFamily* f = family_of_hf(type->second);
     if (f == nullptr)
       throw ConfigError("'" + config_path + "': model_type '" + type->second +
@@ -120,10 +137,19 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
       if (m.arch == ModelArch::gpt2 && opt.block_size != m.block_size)
         throw ConfigError("--block-size " + std::to_string(opt.block_size) + ": GPT-2's position embedding has " +
                           std::to_string(m.block_size) + " rows (n_positions); only llama models change it");
+      if (opt.block_size > m.block_size)
+        log::warn("--block-size %d is longer than the model's max_position_embeddings = %d: rotary positions beyond "
+                  "what it was trained on usually degrade it", opt.block_size, m.block_size);
       m.block_size = opt.block_size;
+    } else if (m.block_size > 16384) {
+      log::warn("the model's context is %d tokens (max_position_embeddings); training or evaluating at that length "
+                "needs activations for it: --block-size N imports it with a shorter one", m.block_size);
     }
     // The tokenizer: given, else what a Trident export recorded, else GPT-2's for GPT-2's vocabulary.
     std::string kind = opt.tokenizer;
+    if (!kind.empty() && c.count("trident_tokenizer") && c.at("trident_tokenizer") != kind)
+      throw ConfigError("--tokenizer " + kind + ": config.json says the model was trained on " +
+                        c.at("trident_tokenizer") + " tokens (trident_tokenizer)");
     if (kind.empty() && c.count("trident_tokenizer")) kind = c.at("trident_tokenizer");
     if (kind.empty() && m.arch == ModelArch::gpt2 && m.vocab_size >= 50257) kind = "gpt2";
     if (kind.empty())
@@ -132,11 +158,19 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     const auto k = parse_tokenizer_kind(kind);
     if (!k) throw ConfigError("--tokenizer '" + kind + "' is not a tokenizer kind (" + tokenizer_kind_names() + ")");
     res.tokenizer = kind;
+    // Kinds with a fixed vocabulary need a model at least that large (ids beyond it never occur).
+    const std::int64_t fixed = kind == "byte" ? 256 : kind == "gpt2" ? 50257 : kind == "llama3" ? 128256 : 0;
+    if (fixed > 0 && m.vocab_size < fixed)
+      throw ConfigError("--tokenizer " + kind + " has " + std::to_string(fixed) + " token ids; the model has only " +
+                        std::to_string(m.vocab_size) + " (vocab_size): it was trained on other tokens");
     if (tokenizer_info(*k).stores_vocab) {
       for (std::int64_t v : read_json_int_array(config_path, "trident_vocab")) vocab.push_back(static_cast<std::int32_t>(v));
       if (vocab.empty())
         throw ConfigError("tokenizer '" + kind + "' needs the vocabulary, which config.json's trident_vocab holds in a "
                           "Trident export; this directory has none");
+      if (static_cast<std::int64_t>(vocab.size()) != m.vocab_size)
+        throw ConfigError("config.json's trident_vocab has " + std::to_string(vocab.size()) + " entries for a model of " +
+                          std::to_string(m.vocab_size) + " tokens (vocab_size)");
     }
     if (tokenizer_info(*k).stores_model) {
       const fs::path tm = dir / "tokenizer.model";
@@ -151,7 +185,11 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     cfg.train.dtype = Precision::f32;
     cfg.data.path = "none (imported from " + opt.dir + ")";  // the deck needs one; init_from ignores it
     cfg.train.out_dir = fs::path(opt.output).extension() == ".h5" ? fs::path(opt.output).parent_path().string() : opt.output;
-    validate(cfg, 1);
+    try {
+      validate(cfg, 1);
+    } catch (const ConfigError& e) {
+      throw ConfigError("'" + config_path + "' describes a model Trident cannot build: " + e.what());
+    }
     if (comm.rank() == 0) tensors = read_safetensors_dir(opt.dir);
   });
 

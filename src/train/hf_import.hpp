@@ -22,6 +22,7 @@ struct HfImportOptions {
   std::string tokenizer;  ///< tokenizer kind of the model's ids; empty: config.json's trident_tokenizer,
                           ///< else gpt2 for a GPT-2 with GPT-2's vocabulary
   int block_size = 0;     ///< context length of the checkpoint's model; 0: config.json's (llama only may differ)
+  bool force = false;     ///< replace an existing output file
 };
 
 struct HfImportResult {
@@ -32,6 +33,8 @@ struct HfImportResult {
 };
 
 /// Reads opt.dir and writes a float32 checkpoint of one rank's layout (dp = tp = pp = 1, ZeRO 0;
+/// into a new file, a file replaced with opt.force, or a directory that holds no checkpoint and no
+/// run -- never into a run's checkpoints;
 /// `ckpt reshard` or any resume changes it) at step 0 with zero AdamW moments. Collective over
 /// comm (world rank 0 reads and builds the state on its own; the others wait). Throws ConfigError
 /// (collective) for a model the families cannot represent, a tensor missing, extra or of another

@@ -1,5 +1,7 @@
 #include "train/model_state.hpp"
 
+#include "checkpoint/verify.hpp"
+
 #include "kernels/elementwise.hpp"
 
 #include "checkpoint/metadata.hpp"
@@ -295,7 +297,7 @@ std::int64_t ModelState<T>::plan_save_bytes(const Config& cfg, const ParamLayout
 
 template <class T>
 void ModelState<T>::require_same_model(const CheckpointReader& rd, const CheckpointMeta& meta,
-                                       const std::string& hint_text) const {
+                                       const std::string& hint_text, bool weights_only) const {
   const ModelConfig& m = cfg_.model;
   // A checkpoint of another model is a usage error (exit 2: the deck does not match the file),
   // not a damaged file; an older checkpoint of the same run would not help either.
@@ -308,7 +310,8 @@ void ModelState<T>::require_same_model(const CheckpointReader& rd, const Checkpo
       {"n_layer", {meta.model.n_layer, m.n_layer}},
       {"n_head", {meta.model.n_head, m.n_head}},
       {"n_embd", {meta.model.n_embd, m.n_embd}},
-      {"block_size", {meta.model.block_size, m.block_size}},
+      // Weights alone do not depend on a llama's context (no position embedding).
+      {"block_size", {weights_only && llama ? 0 : meta.model.block_size, weights_only && llama ? 0 : m.block_size}},
       {"vocab_size", {meta.model.vocab_size, m.vocab_size}},
       {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}},
       {"n_kv_head", {meta.model.kv_heads(), m.kv_heads()}},
@@ -370,14 +373,26 @@ void ModelState<T>::set_weights(const WeightSource& src) {
 }
 
 template <class T>
-CheckpointMeta ModelState<T>::load_weights(const std::string& path) {
+CheckpointMeta ModelState<T>::load_weights(const std::string& path,
+                                           const std::function<void(const CheckpointMeta&)>& check) {
   CheckpointReader rd(path, grid_.world_comm());
   CheckpointMeta meta;
   run_agreed(grid_.world_comm(), "cannot take the weights of '" + path + "'", [&] {
     meta = CheckpointMeta::read(rd);
     meta.require_complete(path);
-    require_same_model(rd, meta, "[train] init_from needs a checkpoint of this deck's [model]; `trident ckpt show` "
-                                 "lists the checkpoint's");
+    if (check) check(meta);
+  });
+  require_intact(rd, grid_.world_comm(), "run `trident ckpt verify " + path + "`", model_schema());
+  run_agreed(grid_.world_comm(), "cannot take the weights of '" + path + "'", [&] {
+    require_same_model(rd, meta,
+                       "[train] init_from needs a checkpoint of this deck's [model]; `trident ckpt show` lists the "
+                       "checkpoint's",
+                       /*weights_only=*/true);
+    const ModelConfig& m = cfg_.model;
+    if (m.arch == ModelArch::llama && (meta.model.rope_theta != m.rope_theta || meta.model.norm_eps != m.norm_eps))
+      log::warn("[train] init_from: the checkpoint's model has rope_theta %g and norm_eps %g, this deck %g and %g: "
+                "the weights are used with the deck's values",
+                meta.model.rope_theta, meta.model.norm_eps, m.rope_theta, m.norm_eps);
   });
   run_agreed(grid_.world_comm(), "cannot read '" + path + "'", [&] {
     set_weights([&](const CkptTensor& t, int P, int r, std::int64_t first, std::int64_t count, T* dst) {

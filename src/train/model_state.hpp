@@ -89,7 +89,9 @@ class ModelState final : public CheckpointState {
   /// family and every tensor's global shape) with a fresh optimizer: [train] init_from,
   /// fine-tuning. Returns the checkpoint's metadata. Collective over the grid. Throws ConfigError
   /// (collective) for another model, CheckpointError for an unreadable file.
-  CheckpointMeta load_weights(const std::string& path);
+  /// `check(meta)` runs first (on every rank: a tokenizer check), then the file is verified (every
+  /// checksum) and its model compared; a llama's block_size may differ (no tensor depends on it).
+  CheckpointMeta load_weights(const std::string& path, const std::function<void(const CheckpointMeta&)>& check = {});
 
   /// Whether load() compares the checkpoint's deck with this run's (train/resume_check.hpp: lists,
   /// refuses). On by default; `trident eval` turns it off, as it reads a model, not a run to
@@ -111,7 +113,8 @@ class ModelState final : public CheckpointState {
   CheckpointWrite describe(const RunState& run, std::vector<Piece>& runs) const;
   // Throws ConfigError unless `rd` holds this model (family, the fingerprint, every tensor's shape).
   // `hint`: what to do about it, appended in brackets.
-  void require_same_model(const CheckpointReader& rd, const CheckpointMeta& meta, const std::string& hint) const;
+  void require_same_model(const CheckpointReader& rd, const CheckpointMeta& meta, const std::string& hint,
+                          bool weights_only = false) const;
   // load() with the optimizer state offloaded: the checkpoint's pieces written to the offload
   // file unit by unit. Local (inside load's agreement).
   void load_offloaded(CheckpointReader& rd, std::int64_t adam_step);

@@ -25,6 +25,8 @@ std::optional<ChangeClass> change_class(const std::string& name) {
   if (is_any(name, {"train.micro_batch_size", "train.stop_at_step", "train.time_limit_min", "train.eval_interval",
                     "train.eval_iters", "train.log_interval", "train.out_dir", "train.activation_checkpointing",
                     "train.peak_tflops", "train.allow_changed", "data.cache_max_mb", "data.sample_log",
+                    // only starts a run: a resume continues its own checkpoint
+                    "train.init_from",
                     "train.nonfinite", "train.max_consecutive_skips", "train.spike_window", "train.spike_zscore",
                     "train.spike_rollback", "train.spike_max_rollbacks",
                     // fp16 loss scaling: the restored scale goes on (loss_scale_init only starts a
@@ -33,6 +35,9 @@ std::optional<ChangeClass> change_class(const std::string& name) {
                     "train.loss_scale_init", "train.loss_scale_growth_interval", "train.loss_scale_growth",
                     "train.loss_scale_backoff", "train.loss_scale_min", "train.timers"}))
     return ChangeClass::same_math;
+  // The model's shape is compared before this, resolved (ModelState: n_kv_head, the SwiGLU width):
+  // a key that spells the same shape differently changes nothing.
+  if (is_any(name, {"model.n_kv_head", "model.ffn_hidden", "model.ffn_multiple_of"})) return ChangeClass::same_math;
   if (is_any(name, {"model.dropout", "model.norm_eps", "model.rope_theta", "train.global_batch_size", "train.weight_decay", "train.beta1", "train.beta2",
                     "train.eps", "train.grad_clip", "train.dtype", "train.param_dtype", "train.reduce_dtype",
                     "train.compute_dtype"}))
@@ -40,8 +45,7 @@ std::optional<ChangeClass> change_class(const std::string& name) {
   if (is_any(name, {"train.lr", "train.min_lr", "train.warmup_steps", "train.max_steps", "train.seed", "data.path"}))
     return ChangeClass::refused;
   if (is_any(name, {"model.n_layer", "model.n_head", "model.n_embd", "model.block_size", "model.vocab_size",
-                    "model.bias", "model.arch", "model.n_kv_head", "model.ffn_hidden", "model.ffn_multiple_of",
-                    "model.tie_embeddings"}))
+                    "model.bias", "model.arch", "model.tie_embeddings"}))
     return ChangeClass::impossible;
   return std::nullopt;
 }

@@ -467,20 +467,22 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
 
 template <class T>
 void Trainer<T>::init_weights_from(const std::string& path, const TokenFileInfo& data) {
-  const CheckpointMeta meta = state_.load_weights(path);
-  // Same vocabulary size is not the same vocabulary: ids must mean the same tokens. Identical on
-  // every rank (one file, one token file), so the ConfigError is collective.
-  const RunState& r = meta.run;
-  std::string why;
-  if (!r.tokenizer.empty() && r.tokenizer != data.tokenizer)
-    why = "its tokenizer is '" + r.tokenizer + "', the token file's '" + data.tokenizer + "'";
-  else if (!r.vocab.empty() && !data.vocab.empty() && r.vocab != data.vocab)
-    why = "its " + r.tokenizer + " vocabulary differs from the token file's";
-  else if (!r.tokenizer_model.empty() && !data.model.empty() && r.tokenizer_model != data.model)
-    why = "its tokenizer model differs from the token file's";
-  if (!why.empty())
-    throw ConfigError("[train] init_from = " + path + ": " + why +
-                      " (prepare the data with the checkpoint's tokenizer: `trident prep --tokenizer ...`)");
+  // Same vocabulary size is not the same vocabulary: ids must mean the same tokens. Checked before
+  // the model's shape (the vocabulary size follows from the tokenizer). Identical on every rank
+  // (one file, one token file), so the ConfigError is collective.
+  state_.load_weights(path, [&](const CheckpointMeta& meta) {
+    const RunState& r = meta.run;
+    std::string why;
+    if (!r.tokenizer.empty() && r.tokenizer != data.tokenizer)
+      why = "its tokenizer is '" + r.tokenizer + "', the token file's '" + data.tokenizer + "'";
+    else if (!r.vocab.empty() && !data.vocab.empty() && r.vocab != data.vocab)
+      why = "its " + r.tokenizer + " vocabulary differs from the token file's";
+    else if (!r.tokenizer_model.empty() && !data.model.empty() && r.tokenizer_model != data.model)
+      why = "its tokenizer model differs from the token file's";
+    if (!why.empty())
+      throw ConfigError("[train] init_from = " + path + ": " + why +
+                        " (prepare the data with the checkpoint's tokenizer: `trident prep --tokenizer ...`)");
+  });
 }
 
 template <class T>
@@ -699,6 +701,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     } else {
       Timer t;
       std::string from = cfg.train.init_from;
+      if (!std::filesystem::exists(from))
+        throw ConfigError("[train] init_from = " + from + " does not exist (a checkpoint file, or a run or checkpoint "
+                          "directory)");
       if (std::filesystem::is_directory(from)) {  // a run directory or its checkpoints/ folder
         const std::string sub = (std::filesystem::path(from) / "checkpoints").string();
         const auto latest = CheckpointDir(std::filesystem::is_directory(sub) ? sub : from).latest();

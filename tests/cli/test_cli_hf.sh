@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Hugging Face in and out, and fine-tuning: `trident ckpt export --format hf`, `trident ckpt
 # import --format hf` and `[train] init_from`, for both families (gpt2, and llama with grouped-query
-# attention and an untied head). Oracles: export -> import -> export gives the same tensor bytes
+# attention and an untied head). Oracles: a resume from step 3 ends bitwise equal to the
+# uninterrupted run (ckpt diff); export -> import -> export gives the same tensor bytes
 # (bitwise; only the safetensors metadata's trident_step differs); the imported checkpoint's
 # whole-split val loss is the original's, bitwise; a bf16 export imports as the bf16-rounded
 # weights (the val loss within 1e-2 relative); an init_from run at a learning rate of 1e-12 keeps
@@ -39,6 +40,11 @@ for family in gpt2 llama; do
   timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$deck" --parallel.tp=2 > "$WORK/$family.out" 2>&1 ||
     { echo "FAIL $family training"; tail -5 "$WORK/$family.out"; FAILED=$((FAILED + 1)); continue; }
   src="$WORK/$family/checkpoints/step_00000006.h5"
+  # Resume equals an uninterrupted run: from step 3 (tp = 2, as written) to 6, bitwise.
+  timeout -k 10 300 "$MPIEXEC" -n 2 "$TRIDENT" train --config "$deck" --parallel.tp=2 --train.out_dir="$WORK/$family.re" \
+    --resume "$WORK/$family/checkpoints/step_00000003.h5" > "$WORK/$family.re.out" 2>&1
+  check "$family: resumed from step 3, step 6 equals the uninterrupted run's bitwise" \
+    "$TRIDENT" ckpt diff "$src" "$WORK/$family.re/checkpoints/step_00000006.h5"
 
   expect_exit 0 "exported" -- "$TRIDENT" ckpt export --format hf --output "$WORK/$family.hf" "$src"
   want=$([ $family = gpt2 ] && echo GPT2LMHeadModel || echo LlamaForCausalLM)
@@ -110,11 +116,50 @@ open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + data + b"\0\0\0\0")
 PYEOF
 expect_exit 2 "model.layers.9.mlp.up_proj.weight' of the model has no place" -- \
   "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/extra"
+# The output: never a run's checkpoints (a step-0 commit would move its `latest` back), never an
+# existing file without --force.
+expect_exit 2 "holds checkpoints or a run: import into a new directory" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/llama" "$WORK/llama.hf"
+expect_exit 2 "holds checkpoints or a run" -- "$TRIDENT" ckpt import --format hf --output "$WORK/llama/checkpoints" "$WORK/llama.hf"
+check "the run's latest is still step 6" grep -q "step_00000006.h5" "$WORK/llama/checkpoints/latest"
+expect_exit 2 "exists; remove it or pass --force" -- "$TRIDENT" ckpt import --format hf --output "$WORK/llama.bf16.h5" "$WORK/llama.bf16"
+expect_exit 0 "imported" -- "$TRIDENT" ckpt import --format hf --force --output "$WORK/llama.bf16.h5" "$WORK/llama.bf16"
+# The tokenizer must fit the model.
+expect_exit 2 "--tokenizer byte: config.json says the model was trained on char tokens" -- \
+  "$TRIDENT" ckpt import --format hf --tokenizer byte --output "$WORK/x.h5" "$WORK/llama.hf"
+expect_exit 2 "--tokenizer byte has 256 token ids; the model has only" -- \
+  "$TRIDENT" ckpt import --format hf --tokenizer byte --output "$WORK/x.h5" "$WORK/notok"
+cp -r "$WORK/llama.hf" "$WORK/shortvocab"; sed -i 's/"trident_vocab": \[\([0-9]*\),\([0-9]*\),/"trident_vocab": [\1,/' "$WORK/shortvocab/config.json"
+expect_exit 2 "trident_vocab has [0-9]+ entries for a model of" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/shortvocab"
+# rope_scaling of type "default" is plain rotary embedding: accepted.
+cp -r "$WORK/llama.hf" "$WORK/default_rope"; sed -i 's/"rope_theta": 10000,/"rope_theta": 10000, "rope_scaling": {"rope_type": "default"},/' "$WORK/default_rope/config.json"
+expect_exit 0 "imported llama model" -- "$TRIDENT" ckpt import --format hf --output "$WORK/default_rope.h5" "$WORK/default_rope"
+# Damaged safetensors: overlapping tensors, an index naming a file outside the directory.
+cp -r "$WORK/llama.hf" "$WORK/overlap"
+$PY - "$WORK/overlap/model-00001-of-00001.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); data = b[8 + n:]
+h["model.norm.weight"]["data_offsets"] = [0, h["model.norm.weight"]["data_offsets"][1] - h["model.norm.weight"]["data_offsets"][0]]
+hb = json.dumps(h).encode(); hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+PYEOF
+expect_exit 1 "overlap" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/overlap"
+cp -r "$WORK/llama.hf" "$WORK/escape"; sed -i 's|"model-00001-of-00001.safetensors"|"../llama.hf/model-00001-of-00001.safetensors"|' "$WORK/escape/model.safetensors.index.json"
+expect_exit 1 "not a file name inside the model directory" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/escape"
+expect_exit 2 "was imported .* records no token file: give --data FILE" -- "$TRIDENT" eval --checkpoint "$WORK/llama.imp"
+# init_from: a damaged checkpoint is refused (checksums), a missing one names the key.
+cp "$WORK/llama.imp/step_00000000.h5" "$WORK/damaged.h5"
+corrupt_dataset "$WORK/damaged.h5" shards/param/pp0_dp0_tp0
+expect_exit 1 "checksum|trident ckpt verify" -- \
+  "$TRIDENT" train --config "$WORK/llama.ini" --train.out_dir="$WORK/wrong4" --train.init_from="$WORK/damaged.h5"
+expect_exit 2 "init_from = $WORK/nope does not exist" -- \
+  "$TRIDENT" train --config "$WORK/llama.ini" --train.out_dir="$WORK/wrong5" --train.init_from="$WORK/nope"
 # init_from a checkpoint of the other family, or with another vocabulary.
 expect_exit 2 "cannot take the weights of .*holds another model: \[model\] arch = llama in the checkpoint, gpt2 in this run .\[train\] init_from needs" -- \
   "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong" --train.init_from="$WORK/llama.imp"
 "$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/text.txt" >/dev/null
-expect_exit 2 "init_from = .*: its tokenizer is 'char', the token file's 'byte'|vocab_size" -- \
+expect_exit 2 "init_from = .*: its tokenizer is 'char', the token file's 'byte'" -- \
   "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong2" --train.init_from="$WORK/gpt2.imp" \
   --data.path="$WORK/bytes.h5"
 expect_exit 2 "init_from = $WORK/empty: the directory holds no checkpoint" -- \

@@ -207,6 +207,10 @@ void hf_read_config(const std::map<std::string, std::string>& c, ModelConfig& m)
   if (act != c.end() && act->second == "gelu_new")
     log::warn("config.json: activation_function = gelu_new (the tanh approximation of GELU); Trident computes the "
               "exact GELU, so logits differ from Hugging Face's in about the third decimal");
+  const double eps = hf_double(c, "layer_norm_epsilon", 1e-5);
+  if (eps != 1e-5)
+    log::warn("config.json: layer_norm_epsilon = %g; Trident's GPT-2 LayerNorm uses 1e-5, so logits differ slightly",
+              eps);
   if (!hf_bool(c, "tie_word_embeddings", true))
     throw ConfigError("config.json: \"tie_word_embeddings\" = false: Trident's GPT-2 ties its LM head");
 }

@@ -216,7 +216,9 @@ void hf_read_config(const std::map<std::string, std::string>& c, ModelConfig& m)
   if (act != c.end() && act->second != "silu")
     throw ConfigError("config.json: \"hidden_act\" = " + act->second + ": Trident's Llama MLP is SwiGLU (silu)");
   const auto scaling = c.find("rope_scaling");
-  if (scaling != c.end() && scaling->second != "null")
+  const auto type = c.count("rope_scaling.rope_type") ? c.find("rope_scaling.rope_type") : c.find("rope_scaling.type");
+  const bool plain = type != c.end() && type->second == "default";  // "default": plain rotary, no scaling
+  if (scaling != c.end() && scaling->second != "null" && !plain)
     throw ConfigError("config.json: \"rope_scaling\" is set: rotary scaling (Llama 3.1's, YaRN, linear) is not built; "
                       "only plain rotary embeddings with rope_theta");
   if (hf_bool(c, "attention_bias", false) || hf_bool(c, "mlp_bias", false))
