@@ -220,8 +220,13 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
   {
     std::string arch = "gpt2";
     get_string("model_arch", arch);
-    if (arch == "llama") m.model.arch = ModelArch::llama;
-    else if (arch != "gpt2") m.missing.push_back("model_arch (unknown family '" + arch + "')");
+    bool known = false;
+    for (ModelArch a : all_model_archs())
+      if (arch == name_of(a)) {
+        m.model.arch = a;
+        known = true;
+      }
+    if (!known) m.missing.push_back("model_arch (unknown family '" + arch + "')");
     std::int64_t kv = 0, ffn = 0, tie = 1;
     get_int("model_n_kv_head", kv);
     get_int("model_ffn_hidden", ffn);

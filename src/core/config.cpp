@@ -47,6 +47,10 @@ const char* name_of(OffloadKind v) {
   return v == OffloadKind::host ? "host" : v == OffloadKind::nvme ? "nvme" : "none";
 }
 const char* name_of(ModelArch v) { return v == ModelArch::llama ? "llama" : "gpt2"; }
+const std::vector<ModelArch>& all_model_archs() {
+  static const std::vector<ModelArch> all = {ModelArch::gpt2, ModelArch::llama};
+  return all;
+}
 const char* name_of(CommBackend v) {
   switch (v) {
     case CommBackend::mpi: return "mpi";
@@ -117,7 +121,7 @@ class Schema {
  public:
   explicit Schema(Config& c) : desc_("deck keys") {
     ModelConfig& m = c.model;
-    add_choice("model", "arch", &m.arch, {ModelArch::gpt2, ModelArch::llama},
+    add_choice("model", "arch", &m.arch, all_model_archs(),
                "model family: gpt2 (learned positions, LayerNorm, GELU, tied head) or llama (RMSNorm, rotary "
                "positions, SwiGLU, grouped-query attention, no biases)");
     add("model", "n_layer", &m.n_layer, "number of transformer blocks");

@@ -69,6 +69,8 @@ const char* name_of(NonfiniteAction v);
 const char* name_of(TimerMode v);
 const char* name_of(OffloadKind v);
 const char* name_of(ModelArch v);
+/// Every ModelArch value, in declaration order (the deck's choices, the checkpoint attribute's).
+const std::vector<ModelArch>& all_model_archs();
 
 /// Model shape: GPT-2's (Radford et al. 2019; nanoGPT's GPTConfig) plus the Llama family's keys
 /// (HF transformers' LlamaConfig names in brackets).

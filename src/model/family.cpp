@@ -6,19 +6,21 @@
 
 namespace trident {
 
-const ModelFamily& family_of(ModelArch arch) {
+const std::vector<ModelFamily>& model_families() {
   // The registry: one line per family.
-  static const ModelFamily families[] = {gpt2_family(), llama_family()};
-  for (const ModelFamily& f : families)
+  static const std::vector<ModelFamily> families = {gpt2_family(), llama_family()};
+  return families;
+}
+
+const ModelFamily& family_of(ModelArch arch) {
+  for (const ModelFamily& f : model_families())
     if (f.arch == arch) return f;
   throw Error(std::string("no model family is registered for [model] arch = ") + name_of(arch));
 }
 
 const ModelFamily* family_of_hf(const std::string& model_type) {
-  for (ModelArch a : {ModelArch::gpt2, ModelArch::llama}) {
-    const ModelFamily& f = family_of(a);
+  for (const ModelFamily& f : model_families())
     if (model_type == f.hf_model_type) return &f;
-  }
   return nullptr;
 }
 
@@ -87,8 +89,6 @@ double block_matmul_params(const ModelConfig& m) {
   return n;
 }
 
-double mlp_hidden(const ModelConfig& m) {
-  return m.arch == ModelArch::llama ? static_cast<double>(m.ffn_width()) : 4.0 * m.n_embd;
-}
+double mlp_hidden(const ModelConfig& m) { return family_of(m.arch).mlp_width(m); }
 
 }  // namespace trident

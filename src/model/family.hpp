@@ -39,6 +39,9 @@ struct ModelFamily {
   const char* final_norm_bias;   ///< nullptr: none (a gpt2 model without biases has none either)
   const char* untied_head;       ///< the LM head's own (V, C) tensor when tie_embeddings is false
   NormKind final_norm;
+  /// Width of the MLP's element-wise nonlinearity per token (GELU over 4C, SwiGLU over F): the
+  /// step model's memory-bound term.
+  double (*mlp_width)(const ModelConfig& m);
   /// Name of the first tensor of global block `layer` (its unit is the block's unit).
   std::string (*block_tensor)(int layer);
   /// Hugging Face export: name, whether HF stores the weight transposed, config.json.
@@ -67,6 +70,8 @@ struct ModelFamily {
   }
 };
 
+/// Every registered family. Local.
+const std::vector<ModelFamily>& model_families();
 /// The registered family of `arch`. Local. Throws Error for an unregistered value.
 const ModelFamily& family_of(ModelArch arch);
 /// The family whose hf_model_type is `model_type`, or nullptr. Local.

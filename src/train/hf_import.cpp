@@ -134,9 +134,9 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     ModelConfig m;
     f->hf_read_config(c, m);
     if (opt.block_size > 0) {
-      if (m.arch == ModelArch::gpt2 && opt.block_size != m.block_size)
-        throw ConfigError("--block-size " + std::to_string(opt.block_size) + ": GPT-2's position embedding has " +
-                          std::to_string(m.block_size) + " rows (n_positions); only llama models change it");
+      if (f->position_embedding != nullptr && opt.block_size != m.block_size)
+        throw ConfigError("--block-size " + std::to_string(opt.block_size) + ": the model's position embedding has " +
+                          std::to_string(m.block_size) + " rows; only models without one (llama) change it");
       if (opt.block_size > m.block_size)
         log::warn("--block-size %d is longer than the model's max_position_embeddings = %d: rotary positions beyond "
                   "what it was trained on usually degrade it", opt.block_size, m.block_size);

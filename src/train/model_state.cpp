@@ -305,13 +305,14 @@ void ModelState<T>::require_same_model(const CheckpointReader& rd, const Checkpo
   if (meta.model.arch != m.arch)
     throw ConfigError(std::string("it holds another model: [model] arch = ") + name_of(meta.model.arch) +
                       " in the checkpoint, " + name_of(m.arch) + " in this run" + hint);
-  const bool llama = m.arch == ModelArch::llama;
+  const bool llama = m.arch == ModelArch::llama;  // ffn_hidden is a llama key
+  // Weights alone do not depend on block_size when no tensor does (no learned position embedding).
+  const bool any_context = weights_only && family_of(m.arch).position_embedding == nullptr;
   const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> model_keys[] = {
       {"n_layer", {meta.model.n_layer, m.n_layer}},
       {"n_head", {meta.model.n_head, m.n_head}},
       {"n_embd", {meta.model.n_embd, m.n_embd}},
-      // Weights alone do not depend on a llama's context (no position embedding).
-      {"block_size", {weights_only && llama ? 0 : meta.model.block_size, weights_only && llama ? 0 : m.block_size}},
+      {"block_size", {any_context ? 0 : meta.model.block_size, any_context ? 0 : m.block_size}},
       {"vocab_size", {meta.model.vocab_size, m.vocab_size}},
       {"bias", {meta.model.bias ? 1 : 0, m.bias ? 1 : 0}},
       {"n_kv_head", {meta.model.kv_heads(), m.kv_heads()}},
@@ -389,7 +390,7 @@ CheckpointMeta ModelState<T>::load_weights(const std::string& path,
                        "checkpoint's",
                        /*weights_only=*/true);
     const ModelConfig& m = cfg_.model;
-    if (m.arch == ModelArch::llama && (meta.model.rope_theta != m.rope_theta || meta.model.norm_eps != m.norm_eps))
+    if (meta.model.rope_theta != m.rope_theta || meta.model.norm_eps != m.norm_eps)
       log::warn("[train] init_from: the checkpoint's model has rope_theta %g and norm_eps %g, this deck %g and %g: "
                 "the weights are used with the deck's values",
                 meta.model.rope_theta, meta.model.norm_eps, m.rope_theta, m.norm_eps);

@@ -231,6 +231,7 @@ ModelFamily gpt2_family() {
   f.untied_head = nullptr;
   f.final_norm = NormKind::layernorm;
   f.block_tensor = block_tensor;
+  f.mlp_width = [](const ModelConfig& m) { return 4.0 * m.n_embd; };
   f.hf_name = hf_gpt2_name;
   f.hf_transposed = hf_gpt2_transposed;
   f.hf_config_json = hf_gpt2_config_json;

@@ -283,6 +283,7 @@ ModelFamily llama_family() {
   f.untied_head = kHead;
   f.final_norm = NormKind::rmsnorm;
   f.block_tensor = block_tensor;
+  f.mlp_width = [](const ModelConfig& m) { return static_cast<double>(m.ffn_width()); };
   f.hf_name = hf_name;
   f.hf_transposed = hf_transposed;
   f.hf_config_json = hf_llama_config_json;
