@@ -1,6 +1,8 @@
 #include "model/family.hpp"
 
 #include "core/error.hpp"
+#include "core/json.hpp"
+#include "core/tokenizer_kind.hpp"
 #include "model/gpt2/gpt2.hpp"
 #include "model/llama/llama.hpp"
 
@@ -61,6 +63,23 @@ bool hf_bool(const std::map<std::string, std::string>& c, const std::string& key
   if (*v == "true") return true;
   if (*v == "false") return false;
   throw ConfigError("config.json: \"" + key + "\" = " + *v + " is not true or false");
+}
+
+std::string hf_config_trident_keys(std::string s, const std::string& tokenizer, const std::vector<std::int32_t>& vocab,
+                                   std::int64_t step, const std::string& checkpoint) {
+  auto kv = [&](const std::string& k, const std::string& v) { s += "  " + json_str(k) + ": " + v + ",\n"; };
+  if (parse_tokenizer_kind(tokenizer) == TokenizerKind::gpt2) {  // GPT-2 BPE ids: its end-of-text token
+    kv("bos_token_id", "50256");
+    kv("eos_token_id", "50256");
+  }
+  kv("trident_tokenizer", json_str(tokenizer));
+  if (!vocab.empty()) {
+    std::string v = "[";
+    for (size_t i = 0; i < vocab.size(); ++i) v += (i ? "," : "") + std::to_string(vocab[i]);
+    kv("trident_vocab", v + "]");
+  }
+  kv("trident_step", std::to_string(step));
+  return s + "  \"trident_checkpoint\": " + json_str(checkpoint) + "\n}\n";
 }
 
 double flops_per_token(const ModelConfig& m) {

@@ -70,6 +70,13 @@ struct ModelFamily {
   }
 };
 
+/// The keys every exported config.json ends with, after `s` (which holds "{\n" and the family's
+/// keys, each line ending in ",\n"): GPT-2's bos/eos ids for gpt2 tokens, trident_tokenizer,
+/// trident_vocab (when `vocab` is not empty), trident_step, trident_checkpoint; closes the object.
+/// Local.
+std::string hf_config_trident_keys(std::string s, const std::string& tokenizer, const std::vector<std::int32_t>& vocab,
+                                   std::int64_t step, const std::string& checkpoint);
+
 /// Every registered family. Local.
 const std::vector<ModelFamily>& model_families();
 /// The registered family of `arch`. Local. Throws Error for an unregistered value.

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace trident {
 namespace {
@@ -198,7 +199,9 @@ void expect_serial(const std::vector<std::string>& variant, int steps) {
   for (int s = 0; s < steps; ++s) EXPECT_LE(rel(par.loss[s], ref.loss[s]), 1e-5) << name << "step " << s + 1;
 }
 
-TEST(ThreeD, EveryLayout) {
+/// Every dp x tp x pp factorisation of the job's ranks (powers of two), each against one rank.
+/// `family(tp, pp)`: the model keys of that layout's run (and of its serial oracle).
+void every_layout(const std::function<std::vector<std::string>(int tp, int pp)>& family) {
   const int n = test::runtime().world_size();
   for (int tp = 1; tp <= n; tp *= 2)
     for (int pp = 1; tp * pp <= n; pp *= 2) {
@@ -206,28 +209,25 @@ TEST(ThreeD, EveryLayout) {
       const int dp = n / (tp * pp);
       // Two micro-batches per dp rank when the batch allows, so pipelines really pipeline.
       const int mb = std::max(1, 8 / (dp * 2));
-      expect_serial({"--parallel.tp=" + std::to_string(tp), "--parallel.pp=" + std::to_string(pp),
-                     "--parallel.dp=" + std::to_string(dp), "--train.micro_batch_size=" + std::to_string(mb)},
-                    3);
+      std::vector<std::string> v = family(tp, pp);
+      v.insert(v.end(), {"--parallel.tp=" + std::to_string(tp), "--parallel.pp=" + std::to_string(pp),
+                         "--parallel.dp=" + std::to_string(dp), "--train.micro_batch_size=" + std::to_string(mb)});
+      expect_serial(v, 3);
     }
+}
+
+TEST(ThreeD, EveryLayout) {
+  every_layout([](int, int) { return std::vector<std::string>{}; });
 }
 
 TEST(ThreeD, LlamaEveryLayout) {
   // Llama with an untied head (pp > 1 then has no tied copy) and a tied one (it has), grouped-query
   // attention up to tp = 4.
-  const int n = test::runtime().world_size();
-  for (int tp = 1; tp <= n; tp *= 2)
-    for (int pp = 1; tp * pp <= n; pp *= 2) {
-      if (n % (tp * pp) != 0) continue;
-      const int dp = n / (tp * pp);
-      const int mb = std::max(1, 8 / (dp * 2));
-      const std::string tied = (tp + pp) % 2 == 0 ? "true" : "false";
-      expect_serial({"--model.arch=llama", "--model.bias=false", "--model.n_kv_head=" + std::to_string(tp > 4 ? 8 : 4),
-                     "--model.ffn_hidden=64", "--model.tie_embeddings=" + tied, "--parallel.tp=" + std::to_string(tp),
-                     "--parallel.pp=" + std::to_string(pp), "--parallel.dp=" + std::to_string(dp),
-                     "--train.micro_batch_size=" + std::to_string(mb)},
-                    3);
-    }
+  every_layout([](int tp, int pp) {
+    return std::vector<std::string>{"--model.arch=llama", "--model.bias=false",
+                                    "--model.n_kv_head=" + std::to_string(tp > 4 ? 8 : 4), "--model.ffn_hidden=64",
+                                    std::string("--model.tie_embeddings=") + ((tp + pp) % 2 == 0 ? "true" : "false")};
+  });
 }
 
 TEST(ThreeD, ShardedAndRecomputedLayouts) {

@@ -1,6 +1,7 @@
 #include "model/gpt2/hf_gpt2.hpp"
 
 #include "core/json.hpp"
+#include "model/family.hpp"
 #include "core/tokenizer_kind.hpp"
 
 #include <cstring>
@@ -32,19 +33,7 @@ std::string hf_gpt2_config_json(const ModelConfig& m, const std::string& tokeniz
   kv("tie_word_embeddings", "true");
   kv("bias", m.bias ? "true" : "false");
   kv("torch_dtype", json_str(dtype));
-  if (parse_tokenizer_kind(tokenizer) == TokenizerKind::gpt2) {  // GPT-2 BPE ids: its end-of-text token
-    kv("bos_token_id", "50256");
-    kv("eos_token_id", "50256");
-  }
-  kv("trident_tokenizer", json_str(tokenizer));
-  if (!vocab.empty()) {
-    std::string v = "[";
-    for (size_t i = 0; i < vocab.size(); ++i) v += (i ? "," : "") + std::to_string(vocab[i]);
-    kv("trident_vocab", v + "]");
-  }
-  kv("trident_step", std::to_string(step));
-  s += "  \"trident_checkpoint\": " + json_str(checkpoint) + "\n}\n";
-  return s;
+  return hf_config_trident_keys(s, tokenizer, vocab, step, checkpoint);
 }
 
 

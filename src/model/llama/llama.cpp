@@ -254,19 +254,7 @@ std::string hf_llama_config_json(const ModelConfig& m, const std::string& tokeni
   kv("initializer_range", "0.02");
   kv("tie_word_embeddings", m.tie_embeddings ? "true" : "false");
   kv("torch_dtype", json_str(dtype));
-  if (parse_tokenizer_kind(tokenizer) == TokenizerKind::gpt2) {
-    kv("bos_token_id", "50256");
-    kv("eos_token_id", "50256");
-  }
-  kv("trident_tokenizer", json_str(tokenizer));
-  if (!vocab.empty()) {
-    std::string v = "[";
-    for (size_t i = 0; i < vocab.size(); ++i) v += (i ? "," : "") + std::to_string(vocab[i]);
-    kv("trident_vocab", v + "]");
-  }
-  kv("trident_step", std::to_string(step));
-  s += "  \"trident_checkpoint\": " + json_str(checkpoint) + "\n}\n";
-  return s;
+  return hf_config_trident_keys(s, tokenizer, vocab, step, checkpoint);
 }
 
 ModelFamily llama_family() {
