@@ -60,6 +60,14 @@ for family in gpt2 llama; do
   check "$family: the imported checkpoint is intact and at step 0" \
     bash -c "'$TRIDENT' ckpt verify '$WORK/$family.imp' && '$TRIDENT' ckpt ls '$WORK/$family.imp' | grep -q '^ *0 '"
 
+  # A sharded export (files of at most ~10 KiB of tensor data, and the index) imports the same.
+  "$TRIDENT" ckpt export --format hf --shard-size-mb 0.01 --output "$WORK/$family.sharded" "$src" >/dev/null
+  n_files=$(ls "$WORK/$family.sharded"/model-*.safetensors | wc -l)
+  "$TRIDENT" ckpt import --format hf --output "$WORK/$family.sharded.h5" "$WORK/$family.sharded" >/dev/null 2>&1
+  d="$(loss_of "$("$TRIDENT" eval --checkpoint "$WORK/$family.sharded.h5" --data "$WORK/tok.h5" 2>&1)")"
+  check "$family: a sharded export ($n_files files) imports to the same val loss $d (bitwise)" \
+    test "$n_files" -gt 1 -a -n "$d" -a "$d" = "$a"
+
   # bfloat16 export: weights rounded to 8 bits of precision, the loss close to the original's.
   "$TRIDENT" ckpt export --format hf --dtype bfloat16 --output "$WORK/$family.bf16" "$src" >/dev/null
   expect_exit 0 "imported" -- "$TRIDENT" ckpt import --format hf --output "$WORK/$family.bf16.h5" "$WORK/$family.bf16"
