@@ -738,8 +738,13 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   const double fpt = flops_per_token(m);
   log::info("Trident %s (git %s) | %s | %s", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT, grid.describe().c_str(),
             name_of(cfg.train.dtype));
-  log::info("model: %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters",
-            m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "on" : "off", m.dropout,
+  const std::string family =
+      m.arch == ModelArch::gpt2
+          ? std::string("gpt2")
+          : log::format("%s (%d kv heads, SwiGLU %d, rope_theta %g, norm_eps %g, %s head)", name_of(m.arch),
+                        m.kv_heads(), m.ffn_width(), m.rope_theta, m.norm_eps, m.tie_embeddings ? "tied" : "untied");
+  log::info("model: %s, %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters",
+            family.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "on" : "off", m.dropout,
             human(static_cast<double>(ParamLayout::make(m).numel())).c_str());
   log::info("data: %s (%s tokenizer, %lld train / %lld val tokens)", data.path().c_str(), data.info().tokenizer.c_str(),
             static_cast<long long>(data.size("train")), static_cast<long long>(data.size("val")));
