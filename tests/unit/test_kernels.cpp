@@ -12,6 +12,9 @@
 #include "kernels/gemm.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
+#include "kernels/rmsnorm.hpp"
+#include "kernels/rope.hpp"
+#include "kernels/swiglu.hpp"
 
 #include <gtest/gtest.h>
 
@@ -455,6 +458,124 @@ TEST(Kernels, AttentionGemmEqualsReference) {
   // Rows of 37 scores and heads of 40 channels: more than a 32-lane row of the GPU shape, not a
   // multiple of it (kernels/row_parallel.hpp), for the softmax and the head packing.
   check_attention_equals_reference(2, 37, 2, 80);
+}
+
+// ---- the llama family's kernels ----------------------------------------------------------------
+
+TEST(Kernels, RmsNormMatchesDefinitionAndFiniteDifferences) {
+  const int N = 5, C = 7;
+  auto x = random_buffer(N * C, 51), w = random_buffer(C, 52), R = random_buffer(N * C, 53);
+  Buffer<double> y("y", N * C), rstd("rstd", N), dx("dx", N * C), dw("dw", C);
+  auto loss = [&] {
+    rmsnorm_forward<double>(v2(y, N, C), v1(rstd), v2(x, N, C), v1(w), 1e-5);
+    return dot(y, R);
+  };
+  loss();
+  const auto xh = host(x), wh = host(w), yh = host(y);
+  for (int n = 0; n < N; ++n) {  // y = x / sqrt(mean(x^2) + eps) * w
+    double ss = 0;
+    for (int c = 0; c < C; ++c) ss += xh(n * C + c) * xh(n * C + c);
+    for (int c = 0; c < C; ++c)
+      EXPECT_NEAR(yh(n * C + c), xh(n * C + c) / std::sqrt(ss / C + 1e-5) * wh(c), 1e-13);
+  }
+  rmsnorm_backward<double>(v2(dx, N, C), v1(dw), v2(R, N, C), v2(x, N, C), v1(w), v1(rstd));
+  expect_gradient("rmsnorm dx", v1(x), v1(dx), loss);
+  expect_gradient("rmsnorm dw", v1(w), v1(dw), loss);
+}
+
+TEST(Kernels, RopeRotatesByTheDefinitionAndItsBackwardIsTheTranspose) {
+  const int B = 2, T = 5, heads = 3, HS = 6, ld = 4 * HS;  // 3 rotated heads of a 4-head-wide row
+  const double theta = 50.0;
+  auto x = random_buffer(B * T * ld, 61), y = random_buffer(B * T * ld, 62);
+  Buffer<double> table("table", T * HS), rx("rx", B * T * ld), ry("ry", B * T * ld);
+  rope_table<double>(v1(table), T, HS, theta);
+  Kokkos::deep_copy(rx, x);
+  Kokkos::deep_copy(ry, y);
+  const View1<const double> tab(table.data(), table.extent(0));
+  rope_forward<double>(v2(rx, B * T, ld), tab, T, heads, HS);
+  rope_backward<double>(v2(ry, B * T, ld), tab, T, heads, HS);
+  const auto xh = host(x), rxh = host(rx);
+  for (int r = 0; r < B * T; ++r)
+    for (int h = 0; h < 4; ++h)
+      for (int i = 0; i < HS / 2; ++i) {
+        const double a = std::fmod(r, T) * std::pow(theta, -2.0 * i / HS);
+        const double x1 = xh(r * ld + h * HS + i), x2 = xh(r * ld + h * HS + i + HS / 2);
+        const bool rotated = h < heads;  // the 4th head (v of a [q | k | v] row) is untouched
+        EXPECT_NEAR(rxh(r * ld + h * HS + i), rotated ? x1 * std::cos(a) - x2 * std::sin(a) : x1, 1e-13);
+        EXPECT_NEAR(rxh(r * ld + h * HS + i + HS / 2), rotated ? x2 * std::cos(a) + x1 * std::sin(a) : x2, 1e-13);
+      }
+  // <rope(x), y> = <x, rope_backward(y)>: the backward is the forward's transpose (a rotation's
+  // inverse), which is what the gradient needs.
+  EXPECT_NEAR(dot(rx, y), dot(x, ry), 1e-12 * std::fabs(dot(x, y)) + 1e-12);
+}
+
+TEST(Kernels, SwiGluMatchesDefinitionAndFiniteDifferences) {
+  const int N = 4, F = 6;
+  auto gu = random_buffer(N * 2 * F, 71, 2.0), R = random_buffer(N * F, 72);
+  Buffer<double> h("h", N * F), dgu("dgu", N * 2 * F);
+  auto loss = [&] {
+    swiglu_forward<double>(v2(h, N, F), v2(gu, N, 2 * F));
+    return dot(h, R);
+  };
+  loss();
+  const auto g = host(gu), hh = host(h);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < F; ++c) {
+      const double a = g(n * 2 * F + c), u = g(n * 2 * F + F + c);
+      EXPECT_NEAR(hh(n * F + c), a / (1 + std::exp(-a)) * u, 1e-13);
+    }
+  swiglu_backward<double>(v2(dgu, N, 2 * F), v2(R, N, F), v2(gu, N, 2 * F));
+  expect_gradient("swiglu", v1(gu), v1(dgu), loss);
+}
+
+/// Grouped-query attention equals multi-head attention on k and v heads repeated for their groups
+/// (transformers' repeat_kv), forward exactly, and its k/v gradients are the sums of the repeated
+/// heads' gradients over each group.
+TEST(Kernels, GroupedQueryAttentionEqualsRepeatedKeyValueHeads) {
+  const int B = 2, T = 5, NH = 4, NKV = 2, HS = 3, C = NH * HS, Ckv = NKV * HS, group = NH / NKV;
+  const int W = C + 2 * Ckv;
+  auto qkv = random_buffer(B * T * W, 81), dout = random_buffer(B * T * C, 82);
+  // The repeated [q | k | v] of the multi-head oracle.
+  const auto gq = host(qkv);
+  std::vector<double> rep(static_cast<size_t>(B * T * 3 * C));
+  for (int r = 0; r < B * T; ++r)
+    for (int h = 0; h < NH; ++h)
+      for (int k = 0; k < HS; ++k) {
+        rep[static_cast<size_t>(r * 3 * C + h * HS + k)] = gq(r * W + h * HS + k);
+        rep[static_cast<size_t>(r * 3 * C + C + h * HS + k)] = gq(r * W + C + (h / group) * HS + k);
+        rep[static_cast<size_t>(r * 3 * C + 2 * C + h * HS + k)] = gq(r * W + C + Ckv + (h / group) * HS + k);
+      }
+  const Buffer<double> qkv_rep = device_array(rep);
+  Buffer<double> o1("o1", B * T * C), o2("o2", B * T * C), a1("a1", B * NH * T * T), a2("a2", B * NH * T * T),
+      d1("d1", B * T * W), d2("d2", B * T * 3 * C), pre("pre", B * NH * T * T), ws("ws", 7 * B * T * C);
+  AttentionScratch<double> s;
+  View1<double>* parts[] = {&s.q, &s.k, &s.v, &s.y, &s.dq, &s.dk, &s.dv};
+  for (int i = 0; i < 7; ++i) *parts[i] = View1<double>(ws.data() + i * B * T * C, B * T * C);
+  AttentionDropout drop;
+  drop.n_head_total = NH;
+  auto cm = [](const Buffer<double>& b, int r, int c) { return as_matrix<const double>(b.data(), r, c); };
+  attention_forward<double>(v2(o1, B * T, C), v1(a1), cm(qkv, B * T, W), B, T, NH, drop, s, GemmInputs::native, NKV);
+  attention_forward<double>(v2(o2, B * T, C), v1(a2), cm(qkv_rep, B * T, 3 * C), B, T, NH, drop, s);
+  const auto h1 = host(o1), h2 = host(o2);
+  for (int i = 0; i < B * T * C; ++i) EXPECT_EQ(h1(i), h2(i)) << "output " << i;
+  attention_backward<double>(v2(d1, B * T, W), v1(pre), cm(dout, B * T, C), cm(qkv, B * T, W), v1(a1), B, T, NH, drop,
+                             s, GemmInputs::native, NKV);
+  attention_backward<double>(v2(d2, B * T, 3 * C), v1(pre), cm(dout, B * T, C), cm(qkv_rep, B * T, 3 * C), v1(a2), B,
+                             T, NH, drop, s);
+  const auto g1 = host(d1), g2 = host(d2);
+  for (int r = 0; r < B * T; ++r) {
+    for (int c = 0; c < C; ++c) EXPECT_EQ(g1(r * W + c), g2(r * 3 * C + c)) << "dq";
+    for (int j = 0; j < NKV; ++j)
+      for (int k = 0; k < HS; ++k) {
+        double dk = 0, dv = 0;
+        for (int g = 0; g < group; ++g) {
+          dk += g2(r * 3 * C + C + (j * group + g) * HS + k);
+          dv += g2(r * 3 * C + 2 * C + (j * group + g) * HS + k);
+        }
+        EXPECT_NEAR(g1(r * W + C + j * HS + k), dk, 1e-14) << "dk";
+        EXPECT_NEAR(g1(r * W + C + Ckv + j * HS + k), dv, 1e-14) << "dv";
+      }
+  }
 }
 
 TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
