@@ -22,12 +22,28 @@ ModelPart ModelPart::make(const ModelConfig& m, const ParallelConfig& p, int tp_
   return part;
 }
 
-void ParamLayout::begin_unit(const std::string& name) {
+void ParamLayout::begin_unit(const std::string& name, bool alone) {
+  current_alone_ = alone;
   UnitSpec u;
   u.name = name;
   u.offset = numel_;
   u.first_tensor = static_cast<int>(tensors_.size());
   units_.push_back(u);
+}
+
+void ParamLayout::begin_block(int layer, int unit_blocks, const std::string& unit_prefix) {
+  const int first = part_.first_layer, end = part_.first_layer + part_.n_layers;
+  if (unit_blocks > 0 && (layer - first) % unit_blocks == 0) {
+    const int last = std::min(end, layer + unit_blocks) - 1;
+    begin_unit(unit_prefix + std::to_string(layer) + (last > layer ? "-" + std::to_string(last) : ""));
+  } else if (unit_blocks == 0 && (units_.empty() || current_alone_)) {
+    begin_unit("model");
+  }
+  block_first_.push_back(static_cast<int>(tensors_.size()));
+}
+
+void ParamLayout::begin_head(int unit_blocks) {
+  if (unit_blocks > 0 || units_.empty() || current_alone_) begin_unit(unit_blocks > 0 ? "head" : "model");
 }
 
 void ParamLayout::add(const std::string& name, std::vector<std::int64_t> shape, bool decay, InitKind init, double std_,

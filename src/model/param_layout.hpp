@@ -107,17 +107,22 @@ class ParamLayout {
   int block_tensor(int local_layer) const { return block_first_.at(static_cast<size_t>(local_layer)); }
 
   // ---- for the families' layout builders (model/family.hpp) ------------------------------------
-  /// Starts a sharding unit; the tensors added next belong to it.
-  void begin_unit(const std::string& name);
+  /// Starts a sharding unit; the tensors added next belong to it. `alone`: no block or head joins
+  /// it when they group into one "model" unit (unit_blocks = 0): an embedding with its tied copy on
+  /// another stage, whose units must have equal pieces.
+  void begin_unit(const std::string& name, bool alone = false);
   /// Appends a tensor of global `shape` to the current unit, cut to this rank's tp partition.
   void add(const std::string& name, std::vector<std::int64_t> shape, bool decay, InitKind init, double std_,
            int split_dim, int split_groups = 1, bool tied_copy = false);
-  /// The next tensors are those of global block `layer` (call before its first add).
-  void begin_block(int layer) { block_first_.push_back(static_cast<int>(tensors_.size())); (void)layer; }
+  /// The next tensors are those of global block `layer` (call before its first add). Starts the
+  /// block's sharding unit as [parallel] unit_blocks groups them: every unit_blocks blocks of the
+  /// stage a unit named unit_prefix + "i" (or "i-j"); with 0 one unit "model", which the block joins
+  /// unless there is none yet or the current one stays alone.
+  void begin_block(int layer, int unit_blocks, const std::string& unit_prefix);
+  /// Starts the head's unit ("head"), or with unit_blocks = 0 joins "model" as a block would.
+  void begin_head(int unit_blocks);
   /// Names the token embedding tied across stages (its last-stage copy added with tied_copy).
   void set_tied_embedding(const std::string& name) { tied_name_ = name; }
-  /// The name of the current (last) unit, or "" before the first.
-  std::string current_unit() const { return units_.empty() ? "" : units_.back().name; }
 
  private:
 
@@ -126,6 +131,7 @@ class ParamLayout {
   std::int64_t numel_ = 0;
   ModelPart part_;
   std::vector<int> block_first_;
+  bool current_alone_ = false;  // the current unit was begun alone (begin_unit)
   std::string tied_name_;
 };
 

@@ -28,16 +28,12 @@ void build_layout(ParamLayout& L, const ModelConfig& m, int unit_blocks) {
   const std::int64_t C = m.n_embd, V = m.vocab_size;
   const double s = 0.02, s_proj = 0.02 / std::sqrt(2.0 * m.n_layer);
   const bool tied = part.pp_size > 1;
-  auto special = [&L] {
-    const std::string u = L.current_unit();
-    return u.empty() || u == "wte" || u == "wpe";
-  };
   if (tied) L.set_tied_embedding("transformer.wte.weight");
   if (part.first_stage()) {
     if (tied) {
-      L.begin_unit("wte");
+      L.begin_unit("wte", /*alone=*/true);
       L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0);
-      L.begin_unit("wpe");
+      L.begin_unit("wpe", /*alone=*/true);
       L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
     } else {
       L.begin_unit(unit_blocks == 0 ? "model" : "embed");
@@ -45,16 +41,9 @@ void build_layout(ParamLayout& L, const ModelConfig& m, int unit_blocks) {
       L.add("transformer.wpe.weight", {m.block_size, C}, true, InitKind::normal, s, -1);
     }
   }
-  const int first = part.first_layer, end = part.first_layer + part.n_layers;
-  for (int i = first; i < end; ++i) {
-    if (unit_blocks > 0 && (i - first) % unit_blocks == 0) {
-      const int last = std::min(end, i + unit_blocks) - 1;
-      L.begin_unit("h." + std::to_string(i) + (last > i ? "-" + std::to_string(last) : ""));
-    } else if (unit_blocks == 0 && special()) {
-      L.begin_unit("model");
-    }
+  for (int i = part.first_layer; i < part.first_layer + part.n_layers; ++i) {
     const std::string p = "transformer.h." + std::to_string(i) + ".";
-    L.begin_block(i);
+    L.begin_block(i, unit_blocks, "h.");
     L.add(p + "ln_1.weight", {C}, false, InitKind::ones, 0, -1);
     if (m.bias) L.add(p + "ln_1.bias", {C}, false, InitKind::zeros, 0, -1);
     L.add(p + "attn.c_attn.weight", {3 * C, C}, true, InitKind::normal, s, 0, 3);
@@ -69,11 +58,11 @@ void build_layout(ParamLayout& L, const ModelConfig& m, int unit_blocks) {
     if (m.bias) L.add(p + "mlp.c_proj.bias", {C}, false, InitKind::zeros, 0, -1);
   }
   if (part.last_stage()) {
-    if (unit_blocks > 0 || special()) L.begin_unit(unit_blocks > 0 ? "head" : "model");
+    L.begin_head(unit_blocks);
     L.add("transformer.ln_f.weight", {C}, false, InitKind::ones, 0, -1);
     if (m.bias) L.add("transformer.ln_f.bias", {C}, false, InitKind::zeros, 0, -1);
     if (tied) {
-      L.begin_unit("wte");
+      L.begin_unit("wte", /*alone=*/true);
       L.add("transformer.wte.weight", {V, C}, true, InitKind::normal, s, 0, 1, /*tied_copy=*/true);
     }
   }

@@ -34,24 +34,13 @@ void build_layout(ParamLayout& L, const ModelConfig& m, int unit_blocks) {
   const double s = 0.02, s_proj = 0.02 / std::sqrt(2.0 * m.n_layer);
   const bool tied_pp = m.tie_embeddings && part.pp_size > 1;
   if (tied_pp) L.set_tied_embedding(kEmbed);
-  auto need_model = [&L] {
-    const std::string u = L.current_unit();
-    return u.empty() || u == "embed";
-  };
   if (part.first_stage()) {
-    L.begin_unit(unit_blocks == 0 && !tied_pp ? "model" : "embed");
+    L.begin_unit(unit_blocks == 0 && !tied_pp ? "model" : "embed", /*alone=*/tied_pp);
     L.add(kEmbed, {V, C}, true, InitKind::normal, s, 0);
   }
-  const int first = part.first_layer, end = part.first_layer + part.n_layers;
-  for (int i = first; i < end; ++i) {
-    if (unit_blocks > 0 && (i - first) % unit_blocks == 0) {
-      const int last = std::min(end, i + unit_blocks) - 1;
-      L.begin_unit("layers." + std::to_string(i) + (last > i ? "-" + std::to_string(last) : ""));
-    } else if (unit_blocks == 0 && need_model()) {
-      L.begin_unit("model");
-    }
+  for (int i = part.first_layer; i < part.first_layer + part.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    L.begin_block(i);
+    L.begin_block(i, unit_blocks, "layers.");
     L.add(p + "input_layernorm.weight", {C}, false, InitKind::ones, 0, -1);
     L.add(p + "self_attn.q_proj.weight", {Cq, C}, true, InitKind::normal, s, 0);
     L.add(p + "self_attn.k_proj.weight", {Ckv, C}, true, InitKind::normal, s, 0);
@@ -63,11 +52,11 @@ void build_layout(ParamLayout& L, const ModelConfig& m, int unit_blocks) {
     L.add(p + "mlp.down_proj.weight", {C, F}, true, InitKind::normal, s_proj, 1);
   }
   if (part.last_stage()) {
-    if (unit_blocks > 0 || need_model()) L.begin_unit(unit_blocks > 0 ? "head" : "model");
+    L.begin_head(unit_blocks);
     L.add(kNorm, {C}, false, InitKind::ones, 0, -1);
     if (!m.tie_embeddings) L.add(kHead, {V, C}, true, InitKind::normal, s, 0);
     if (tied_pp) {
-      L.begin_unit("embed");
+      L.begin_unit("embed", /*alone=*/true);
       L.add(kEmbed, {V, C}, true, InitKind::normal, s, 0, 1, /*tied_copy=*/true);
     }
   }
