@@ -209,11 +209,6 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
 }
 
 template <class T>
-DropoutKey Gpt<T>::key(const Stash& s, std::uint32_t st) const {
-  return env(s).key(st);
-}
-
-template <class T>
 BlockEnv<T> Gpt<T>::env(const Stash& s) const {
   BlockEnv<T> e;
   e.m = &m_;
@@ -229,11 +224,6 @@ BlockEnv<T> Gpt<T>::env(const Stash& s) const {
   e.dres = dres_;
   e.dln = dln_;
   return e;
-}
-
-template <class T>
-void Gpt<T>::tp_sum(View1<T> x) {
-  if (tp_size_ > 1) tp_->all_reduce(x.data(), x.extent(0));
 }
 
 template <class T>
@@ -262,8 +252,7 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
   s.tokens = tokens;
   s.targets = targets;
   const std::int64_t BT = static_cast<std::int64_t>(B) * seq_len, C = C_;
-  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
-  auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
+  const BlockEnv<T> e = env(s);
   const auto& fp = sched_.fwd_params;
   const int S = static_cast<int>(fp.size());
   drop(p, {});  // a forward without backward may have left the head held
@@ -278,14 +267,13 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
     View2<const T> pos;
     if (t_wpe_ >= 0 && tp_rank_ == 0)
       pos = unit_matrix(layout_, held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_wpe_)].unit)], t_wpe_);
-    embedding_forward<T>(mat(s.res[0], C), tokens, unit_matrix(layout_, Eb, t_wte_), vocab_start_, vocab_rows_, pos, B,
+    embedding_forward<T>(e.mat(s.res[0], C), tokens, unit_matrix(layout_, Eb, t_wte_), vocab_start_, vocab_rows_, pos, B,
                          seq_len);
-    tp_sum(sub(s.res[0], C));
-    dropout_apply<T>(sub(s.res[0], C), key(s, dropout_site(m_.n_layer, 0)));
+    e.tp_sum(e.sub(s.res[0], C));
+    dropout_apply<T>(e.sub(s.res[0], C), e.key(dropout_site(m_.n_layer, 0)));
     drop(p, mod + 1 < S ? fp[static_cast<size_t>(mod + 1)] : std::vector<int>{});
     ++mod;
   }
-  const BlockEnv<T> e = env(s);
   for (int ll = 0; ll < n_local_; ++ll, ++mod) {
     hold(p, fp[static_cast<size_t>(mod)]);
     block_->forward(e, ll, held_[static_cast<size_t>(fp[static_cast<size_t>(mod)][0])], acts(s, ll),
@@ -300,22 +288,22 @@ double Gpt<T>::forward(UnitProvider<T>& p, View1<const token_t> tokens, View1<co
   const T* Hb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_lnf_w_)].unit)];
   const T* Wb = held_[static_cast<size_t>(layout_.tensors()[static_cast<size_t>(t_head_)].unit)];
   if (family_.final_norm == NormKind::rmsnorm)
-    rmsnorm_forward<T>(mat(s.lnf, C), s.lnf_rstd, mat(s.res[static_cast<size_t>(n_local_)], C),
+    rmsnorm_forward<T>(e.mat(s.lnf, C), s.lnf_rstd, e.mat(s.res[static_cast<size_t>(n_local_)], C),
                        unit_tensor(layout_, Hb, t_lnf_w_), m_.norm_eps);
   else
-    layernorm_forward<T>(mat(s.lnf, C), s.lnf_mean, s.lnf_rstd, mat(s.res[static_cast<size_t>(n_local_)], C),
+    layernorm_forward<T>(e.mat(s.lnf, C), s.lnf_mean, s.lnf_rstd, e.mat(s.res[static_cast<size_t>(n_local_)], C),
                          unit_tensor(layout_, Hb, t_lnf_w_), unit_tensor(layout_, Hb, t_lnf_b_));
-  linear_forward<T>(mat(s.logits, Vp_), mat(s.lnf, C), unit_matrix(layout_, Wb, t_head_), View1<const T>(), gemm_);
+  linear_forward<T>(e.mat(s.logits, Vp_), e.mat(s.lnf, C), unit_matrix(layout_, Wb, t_head_), View1<const T>(), gemm_);
   double loss = 0.0;
   if (targets.extent(0) > 0) {
     // Vocab-parallel cross entropy: global row max, then sums of exp and the target logit.
-    View1<T> rmax = sub(s.row_max, 1), sumexp(s.stats.data(), static_cast<size_t>(BT)),
+    View1<T> rmax = e.sub(s.row_max, 1), sumexp(s.stats.data(), static_cast<size_t>(BT)),
              tlogit(s.stats.data() + BT, static_cast<size_t>(BT));
-    cross_entropy_row_max<T>(rmax, mat(s.logits, Vp_), vocab_rows_);
+    cross_entropy_row_max<T>(rmax, e.mat(s.logits, Vp_), vocab_rows_);
     if (tp_size_ > 1) tp_->all_reduce(rmax.data(), rmax.data(), rmax.extent(0), dtype_of<T>(), ReduceOp::max);
-    cross_entropy_partials<T>(sumexp, tlogit, mat(s.logits, Vp_), rmax, targets, vocab_start_, vocab_rows_);
-    tp_sum(View1<T>(s.stats.data(), static_cast<size_t>(2 * BT)));
-    loss = cross_entropy_losses<T>(sub(s.losses, 1), sumexp, rmax, tlogit, targets);
+    cross_entropy_partials<T>(sumexp, tlogit, e.mat(s.logits, Vp_), rmax, targets, vocab_start_, vocab_rows_);
+    e.tp_sum(View1<T>(s.stats.data(), static_cast<size_t>(2 * BT)));
+    loss = cross_entropy_losses<T>(e.sub(s.losses, 1), sumexp, rmax, tlogit, targets);
   }
   drop(p, for_backward ? fp[static_cast<size_t>(mod)] : std::vector<int>{});
   return loss;
@@ -326,8 +314,7 @@ void Gpt<T>::backward(UnitProvider<T>& p, T dloss, int stash) {
   Stash& s = stash_.at(static_cast<size_t>(stash));
   if (sched_.has_head && s.targets.extent(0) == 0) throw Error("Gpt::backward: the last forward computed no loss");
   const std::int64_t BT = static_cast<std::int64_t>(s.B) * s.seq, C = C_;
-  auto mat = [BT](const View1<T>& v, std::int64_t cols) { return as_matrix(v.data(), BT, cols); };
-  auto sub = [BT](const View1<T>& v, std::int64_t width) { return View1<T>(v.data(), static_cast<size_t>(BT * width)); };
+  const BlockEnv<T> e = env(s);
   const auto& bp = sched_.bwd_params;
   const int S = static_cast<int>(bp.size());
   auto done = [&](int mod) {
@@ -344,24 +331,23 @@ void Gpt<T>::backward(UnitProvider<T>& p, T dloss, int stash) {
     T* gW = p.grads(uW);
     T* gH = p.grads(uH);
     View1<const T> rmax(s.row_max.data(), static_cast<size_t>(BT)), sumexp(s.stats.data(), static_cast<size_t>(BT));
-    cross_entropy_backward_split<T>(mat(s.logits, Vp_), mat(s.logits, Vp_), rmax, sumexp, s.targets, vocab_start_,
+    cross_entropy_backward_split<T>(e.mat(s.logits, Vp_), e.mat(s.logits, Vp_), rmax, sumexp, s.targets, vocab_start_,
                                     vocab_rows_, dloss);
-    linear_backward<T>(mat(dln_, C), unit_matrix(layout_, gW, t_head_), View1<T>(), mat(s.logits, Vp_), mat(s.lnf, C),
+    linear_backward<T>(e.mat(dln_, C), unit_matrix(layout_, gW, t_head_), View1<T>(), e.mat(s.logits, Vp_), e.mat(s.lnf, C),
                        unit_matrix(layout_, Wb, t_head_), /*accumulate_dinp=*/false, gemm_);
-    tp_sum(sub(dln_, C));
-    fill<T>(sub(dres_, C), T(0));
+    e.tp_sum(e.sub(dln_, C));
+    fill<T>(e.sub(dres_, C), T(0));
     if (family_.final_norm == NormKind::rmsnorm)
-      rmsnorm_backward<T>(mat(dres_, C), unit_tensor(layout_, gH, t_lnf_w_), mat(dln_, C),
-                          mat(s.res[static_cast<size_t>(n_local_)], C), unit_tensor(layout_, Hb, t_lnf_w_), s.lnf_rstd);
+      rmsnorm_backward<T>(e.mat(dres_, C), unit_tensor(layout_, gH, t_lnf_w_), e.mat(dln_, C),
+                          e.mat(s.res[static_cast<size_t>(n_local_)], C), unit_tensor(layout_, Hb, t_lnf_w_), s.lnf_rstd);
     else
-      layernorm_backward<T>(mat(dres_, C), unit_tensor(layout_, gH, t_lnf_w_), unit_tensor(layout_, gH, t_lnf_b_),
-                            mat(dln_, C), mat(s.res[static_cast<size_t>(n_local_)], C), unit_tensor(layout_, Hb, t_lnf_w_),
+      layernorm_backward<T>(e.mat(dres_, C), unit_tensor(layout_, gH, t_lnf_w_), unit_tensor(layout_, gH, t_lnf_b_),
+                            e.mat(dln_, C), e.mat(s.res[static_cast<size_t>(n_local_)], C), unit_tensor(layout_, Hb, t_lnf_w_),
                             s.lnf_mean, s.lnf_rstd);
     done(mod);
     drop(p, mod > 0 ? bp[static_cast<size_t>(mod - 1)] : std::vector<int>{});
     --mod;
   }
-  const BlockEnv<T> e = env(s);
   for (int ll = n_local_ - 1; ll >= 0; --ll, --mod) {
     const auto& need = bp[static_cast<size_t>(mod)];
     hold(p, need);
@@ -375,12 +361,12 @@ void Gpt<T>::backward(UnitProvider<T>& p, T dloss, int stash) {
     p.progress();
   }
   if (sched_.has_embed) {
-    dropout_apply<T>(sub(dres_, C), key(s, dropout_site(m_.n_layer, 0)));
+    dropout_apply<T>(e.sub(dres_, C), e.key(dropout_site(m_.n_layer, 0)));
     const TensorSpec& wte = layout_.tensors()[static_cast<size_t>(t_wte_)];
     T* gE = p.grads(wte.unit);
     View2<T> dpos;
     if (t_wpe_ >= 0) dpos = unit_matrix(layout_, p.grads(layout_.tensors()[static_cast<size_t>(t_wpe_)].unit), t_wpe_);
-    embedding_backward<T>(unit_matrix(layout_, gE, t_wte_), dpos, mat(dres_, C), s.tokens, vocab_start_, vocab_rows_,
+    embedding_backward<T>(unit_matrix(layout_, gE, t_wte_), dpos, e.mat(dres_, C), s.tokens, vocab_start_, vocab_rows_,
                           s.B, s.seq);
     done(0);
   }

@@ -164,12 +164,10 @@ class Gpt {
     ForwardContext ctx;
     View1<const token_t> tokens, targets;
   };
-  DropoutKey key(const Stash& s, std::uint32_t site) const;
   BlockEnv<T> env(const Stash& s) const;
   const std::vector<View1<T>>& acts(const Stash& s, int local_layer) const {
     return recompute_ ? shared_layer_ : s.layers[static_cast<size_t>(local_layer)];
   }
-  void tp_sum(View1<T> x);
   void hold(UnitProvider<T>& p, const std::vector<int>& need);
   void drop(UnitProvider<T>& p, const std::vector<int>& keep);
 
