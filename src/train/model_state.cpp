@@ -406,7 +406,6 @@ CheckpointMeta ModelState<T>::load_weights(const std::string& path,
 template <class T>
 RunState ModelState<T>::load(const std::string& path) {
   CheckpointReader rd(path, grid_.world_comm());
-  const ModelConfig& m = cfg_.model;
   ZeroEngine<T>& zero = *engine_;
   CheckpointMeta meta;
   run_agreed(grid_.world_comm(), "cannot resume from '" + path + "'", [&] {

@@ -129,7 +129,9 @@ void check_tensor_parallel_model(int vocab, ModelArch arch = ModelArch::gpt2, bo
       const int Vp = (vocab + P - 1) / P;
       expect_gradient = std::any_of(tok_h.begin(), tok_h.end(), [&](token_t v) { return v / Vp == r; });
     }
-    if (expect_gradient) EXPECT_GT(mx, 0.0) << t.name << " has no gradient: the comparison would prove nothing";
+    if (expect_gradient) {
+      EXPECT_GT(mx, 0.0) << t.name << " has no gradient: the comparison would prove nothing";
+    }
     // Padding rows of the vocabulary piece get no gradient.
     for (std::int64_t i = t.valid; i < t.numel; ++i) EXPECT_EQ(pg[static_cast<size_t>(t.offset + i)], 0.0) << t.name;
   }
