@@ -13,6 +13,7 @@
 #include "parallel/runtime.hpp"
 #include "checkpoint/async_writer.hpp"
 #include "checkpoint/commit.hpp"
+#include "checkpoint/verify.hpp"
 #include "train/checkpoint_policy.hpp"
 #include "train/metrics.hpp"
 #include "train/model_schema.hpp"
@@ -704,12 +705,10 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       if (!std::filesystem::exists(from))
         throw ConfigError("[train] init_from = " + from + " does not exist (a checkpoint file, or a run or checkpoint "
                           "directory)");
-      if (std::filesystem::is_directory(from)) {  // a run directory or its checkpoints/ folder
-        const std::string sub = (std::filesystem::path(from) / "checkpoints").string();
-        const auto latest = CheckpointDir(std::filesystem::is_directory(sub) ? sub : from).latest();
-        if (!latest)
-          throw ConfigError("[train] init_from = " + cfg.train.init_from + ": the directory holds no checkpoint");
-        from = *latest;
+      try {  // a run directory or a checkpoint directory means its latest checkpoint
+        from = resolve_checkpoint_path(from);
+      } catch (const CheckpointError&) {
+        throw ConfigError("[train] init_from = " + cfg.train.init_from + ": the directory holds no checkpoint");
       }
       trainer.init_weights_from(from, data.info());
       log::info("initialised the weights from %s (fresh optimizer, step 0; %.2f s)", from.c_str(), t.seconds());
