@@ -4,12 +4,13 @@ namespace trident {
 
 const std::vector<TokenizerKindInfo>& tokenizer_kinds() {
   static const std::vector<TokenizerKindInfo> kinds = {
-      // kind                    name    stores_vocab stores_model from_text codes_text
-      {TokenizerKind::character, "char", true, false, true, true},
-      {TokenizerKind::byte, "byte", true, false, true, true},
-      {TokenizerKind::gpt2, "gpt2", false, false, false, false},
-      {TokenizerKind::bpe, "bpe", false, true, true, true},
-      {TokenizerKind::llama3, "llama3", false, false, false, false},
+      // kind                    name    stores_vocab stores_model from_text codes_text fixed_vocab
+      {TokenizerKind::character, "char", true, false, true, true, 0},
+      {TokenizerKind::byte, "byte", true, false, true, true, 256},
+      // GPT-2's tiktoken vocabulary and Meta-Llama-3.1-8B's, which llm.c's shards use.
+      {TokenizerKind::gpt2, "gpt2", false, false, false, false, 50257},
+      {TokenizerKind::bpe, "bpe", false, true, true, true, 0},
+      {TokenizerKind::llama3, "llama3", false, false, false, false, 128256},
   };
   return kinds;
 }

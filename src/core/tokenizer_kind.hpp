@@ -7,6 +7,7 @@
 // this table; adding a kind is one row here plus its encoder in data/tokenizer.cpp.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct TokenizerKindInfo {
                           ///< is stored with the data and checkpoints (and --vocab-size applies to no other kind)
   bool from_text;         ///< `trident prep` builds it from text (else it comes with pre-tokenised shards)
   bool codes_text;        ///< it can turn text into ids and back (sampling prints text, not ids)
+  std::int64_t fixed_vocab;  ///< ids of a kind whose vocabulary is fixed (byte 256, gpt2 50257, llama3 128256); 0: the text decides
 };
 
 /// Every kind, in the order of the enum. Local.

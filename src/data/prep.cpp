@@ -209,8 +209,8 @@ const std::vector<LlmcShardFormat>& llmc_shard_formats() {
   // llm.c dev/data/data_common.py HEADERS_INFO; vocabularies of GPT-2 (tiktoken "gpt2") and of
   // Meta-Llama-3.1-8B's tokenizer, which llm.c's llama-3 scripts use.
   static const std::vector<LlmcShardFormat> formats = {
-      {"GPT-2", 20240520, 1, 2, TokenizerKind::gpt2, 50257},
-      {"llama-3", 20240801, 7, 4, TokenizerKind::llama3, 128256},
+      {"GPT-2", 20240520, 1, 2, TokenizerKind::gpt2, tokenizer_info(TokenizerKind::gpt2).fixed_vocab},
+      {"llama-3", 20240801, 7, 4, TokenizerKind::llama3, tokenizer_info(TokenizerKind::llama3).fixed_vocab},
   };
   return formats;
 }

@@ -159,7 +159,7 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     if (!k) throw ConfigError("--tokenizer '" + kind + "' is not a tokenizer kind (" + tokenizer_kind_names() + ")");
     res.tokenizer = kind;
     // Kinds with a fixed vocabulary need a model at least that large (ids beyond it never occur).
-    const std::int64_t fixed = kind == "byte" ? 256 : kind == "gpt2" ? 50257 : kind == "llama3" ? 128256 : 0;
+    const std::int64_t fixed = tokenizer_info(*k).fixed_vocab;
     if (fixed > 0 && m.vocab_size < fixed)
       throw ConfigError("--tokenizer " + kind + " has " + std::to_string(fixed) + " token ids; the model has only " +
                         std::to_string(m.vocab_size) + " (vocab_size): it was trained on other tokens");
