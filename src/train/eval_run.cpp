@@ -1,5 +1,7 @@
 #include "train/eval_run.hpp"
 
+#include "train/hf_import.hpp"
+
 #include "checkpoint/metadata.hpp"
 #include "checkpoint/verify.hpp"
 #include "core/config.hpp"
@@ -93,8 +95,7 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
   cfg.train.global_batch_size = opt.micro_batch * dp * opt.pp;  // one micro-batch per stage and dp rank
   if (!opt.data.empty()) cfg.data.path = opt.data;
   run_agreed(world, "", [&] {
-    // `ckpt import` records no token file (train/hf_import.cpp writes this placeholder).
-    if (opt.data.empty() && cfg.data.path.rfind("none (imported from", 0) == 0)
+    if (opt.data.empty() && cfg.data.path.rfind(kImportedDataPath, 0) == 0)
       throw ConfigError("the checkpoint was imported (`trident ckpt import`) and records no token file: give --data FILE");
     try {
       validate(cfg, world.size());

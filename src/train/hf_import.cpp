@@ -183,7 +183,7 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     cfg.parallel.dp = cfg.parallel.tp = cfg.parallel.pp = 1;
     cfg.parallel.zero_stage = 0;
     cfg.train.dtype = Precision::f32;
-    cfg.data.path = "none (imported from " + opt.dir + ")";  // the deck needs one; init_from ignores it
+    cfg.data.path = kImportedDataPath + opt.dir + ")";  // the deck needs one; init_from ignores it
     cfg.train.out_dir = fs::path(opt.output).extension() == ".h5" ? fs::path(opt.output).parent_path().string() : opt.output;
     try {
       validate(cfg, 1);

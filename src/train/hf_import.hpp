@@ -16,6 +16,10 @@
 
 namespace trident {
 
+/// How an imported checkpoint's deck begins its [data] path (it records no token file; the deck
+/// needs one): "none (imported from DIR)". `trident eval` reads it to ask for --data.
+inline constexpr const char* kImportedDataPath = "none (imported from ";
+
 struct HfImportOptions {
   std::string dir;        ///< the Hugging Face model directory
   std::string output;     ///< a .h5 file, or a directory (committed as its step_00000000.h5, `latest`)
