@@ -39,12 +39,22 @@ options:
   --fixed-recompute      keep the deck's activation_checkpointing instead of trying none and block
   --fixed-schedule       keep the deck's pp_schedule instead of trying 1f1b and gpipe
   --csv FILE             write every valid layout (fitting or not) with its prediction
+  --assume-interleaved V predict as if the pipeline ran Megatron-LM's interleaved 1F1B with V model
+                         chunks per stage (Trident runs 1f1b and gpipe only): for comparing the model
+                         with published runs (docs/scaling.md); layouts it does not apply to are skipped
+  --assume-scatter-gather  likewise, Megatron-LM's scatter/gather of pipeline transfers over tp
+  --assume-activation-bytes B  likewise, activations of B bytes per element in the tp and pp transfers
+                         and the memory-bound kernels (Megatron-LM's mixed precision: 2; Trident keeps
+                         them in the deck's dtype)
+  --assume-flash-attention  likewise, a fused causal attention kernel (FlashAttention)
+  --assume-tp-overlap    likewise, tp collectives overlapped with the GEMMs (Megatron-Core's
+                         --tp-comm-overlap)
   --section.key=VALUE    override a deck key, e.g. --model.vocab_size=50304 (needed when the deck
                          says vocab_size = 0 and its [data] path cannot be read here)
   -h, --help             this text
 
 Exit status: 0 a ranking was printed, 1 no valid layout fits in memory (the smallest are listed),
-2 bad options, deck or machine file.
+2 bad options, deck or machine file, or no valid layout at all (one reason is printed).
 
 machine file keys (INI; docs/scaling.md, tools/machine_file.sh writes one from the benchmarks):
 )";
@@ -75,9 +85,9 @@ int positive(const std::string& opt, const std::string& v, int lo) {
 void print_row(const PlanCandidate& c, int rank, int ranks, const MachineSpec& m) {
   const StepPrediction& p = c.pred;
   const Precision ct = c.cfg.train.compute_dtype == Precision::bf16 ? Precision::bf16 : c.cfg.train.dtype;
-  std::printf("%4d  %-58s %10.2f %10.0f %6.1f%% %10.1f\n", rank, layout_name(c.cfg).c_str(), p.total_s * 1e3,
+  std::printf("%4d  %-58s %10.2f %10.0f %6.1f%% %9.4g %10.1f\n", rank, layout_name(c.cfg).c_str(), p.total_s * 1e3,
               p.tokens / p.total_s, 100.0 * p.mfu(ranks, m.gemm_flops(ct) / m.gemm_efficiency),
-              p.memory_total_bytes / (1024.0 * 1024.0));
+              p.model_flops / (p.total_s * ranks) / 1e12, p.memory_total_bytes / (1024.0 * 1024.0));
 }
 }  // namespace
 
@@ -108,6 +118,15 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     else if (a == "--fixed-recompute") opt.vary_recompute = false;
     else if (a == "--fixed-schedule") opt.vary_schedule = false;
     else if (is("--csv")) csv = value_of("--csv");
+    else if (is("--assume-interleaved")) opt.peer.virtual_stages = positive("--assume-interleaved", value_of("--assume-interleaved"), 1);
+    else if (a == "--assume-scatter-gather") opt.peer.p2p_scatter_gather = true;
+    else if (a == "--assume-flash-attention") opt.peer.flash_attention = true;
+    else if (a == "--assume-tp-overlap") opt.peer.tp_overlap = true;
+    else if (is("--assume-activation-bytes")) {
+      opt.peer.activation_bytes = positive("--assume-activation-bytes", value_of("--assume-activation-bytes"), 1);
+      require_config(opt.peer.activation_bytes == 2 || opt.peer.activation_bytes == 4 || opt.peer.activation_bytes == 8,
+                     "--assume-activation-bytes: 2, 4 or 8");
+    }
     else if (take_deck_override(args, i, overrides)) {
       // --section.key=value or --section.key value
     } else {
@@ -136,19 +155,19 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     std::ofstream f(csv);
     require_config(static_cast<bool>(f), "--csv " + csv + ": cannot be written");
     f << "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
-         "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib\n";
+         "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib,tflops_per_device\n";
     for (const auto* list : {&res.fitting, &res.too_big})
       for (const PlanCandidate& c : *list) {
         const StepPrediction& p = c.pred;
         char line[512];
         std::snprintf(line, sizeof line,
-                      "%d,%d,%d,%d,%lld,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f\n",
+                      "%d,%d,%d,%d,%lld,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.6g\n",
                       c.cfg.parallel.dp, c.cfg.parallel.tp, c.cfg.parallel.pp, c.cfg.parallel.zero_stage,
                       static_cast<long long>(c.cfg.train.micro_batch_size), name_of(c.cfg.train.activation_checkpointing),
                       name_of(c.cfg.parallel.pp_schedule), c.fits ? 1 : 0, p.total_s * 1e3, p.forward_s * 1e3,
                       p.backward_s * 1e3, p.recompute_s * 1e3, p.tp_comm_s * 1e3, p.pp_comm_s * 1e3, p.bubble_s * 1e3,
                       p.dp_comm_s * 1e3, p.dp_hidden_s * 1e3, p.optimizer_s * 1e3, p.other_s * 1e3,
-                      p.memory_total_bytes / (1024.0 * 1024.0));
+                      p.memory_total_bytes / (1024.0 * 1024.0), p.model_flops / (p.total_s * opt.ranks) / 1e12);
         f << line;
       }
   }
@@ -159,12 +178,28 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
               "validation\n",
               res.enumerated, res.fitting.size(), mach.memory_bytes / (1024.0 * 1024.0), res.too_big.size(), res.invalid);
   if (res.invalid > 0) std::printf("  e.g. %s\n", res.first_invalid_reason.c_str());
+  if (opt.peer.any())
+  {
+    std::string what;
+    auto add = [&what](const std::string& w) { what += (what.empty() ? "" : ", ") + w; };
+    if (opt.peer.virtual_stages > 1)
+      add("interleaved 1F1B with " + std::to_string(opt.peer.virtual_stages) + " chunks per stage");
+    if (opt.peer.p2p_scatter_gather) add("p2p scatter/gather over tp");
+    if (opt.peer.activation_bytes > 0) add(std::to_string(opt.peer.activation_bytes) + "-byte activations");
+    if (opt.peer.flash_attention) add("fused causal attention");
+    if (opt.peer.tp_overlap) add("tp collectives overlapped with GEMMs");
+    std::printf("assuming what Trident does not run (for comparing with published runs): %s\n", what.c_str());
+  }
+  if (mach.cuda_build) std::printf("the machine runs a CUDA build: decks are validated for it\n");
+  if (res.fitting.empty() && res.too_big.empty())
+    throw ConfigError("no layout of " + cfg.deck_name + " is valid for " + std::to_string(opt.ranks) + " ranks (" +
+                      std::to_string(res.invalid) + " refused), e.g. " + res.first_invalid_reason);
   if (res.fitting.empty()) {
     std::printf("no valid layout fits in memory; the smallest:\n");
     for (size_t i = 0; i < res.too_big.size() && i < 5; ++i) print_row(res.too_big[i], static_cast<int>(i + 1), opt.ranks, mach);
     return 1;
   }
-  std::printf("\n%4s  %-58s %10s %10s %7s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU", "mem_MiB");
+  std::printf("\n%4s  %-58s %10s %10s %7s %9s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU", "TFLOP/s", "mem_MiB");
   for (size_t i = 0; i < res.fitting.size() && (show == 0 || static_cast<int>(i) < show); ++i)
     print_row(res.fitting[i], static_cast<int>(i + 1), opt.ranks, mach);
   std::printf("\nbreakdown of the fastest (ms per step; dp exposed = dp communication not hidden by compute):\n");

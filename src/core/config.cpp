@@ -754,7 +754,8 @@ void validate_loss_scaling(const TrainConfig& t) {
 }
 }  // namespace
 
-void validate(Config& c, int world_size) {
+void validate(Config& c, int world_size, BuildTarget target) {
+  const bool cuda_build = TRIDENT_HAVE_CUDA || target == BuildTarget::cuda;
   {
     // inf and nan parse as numbers; no key of the deck takes them.
     Config copy = c;
@@ -854,7 +855,7 @@ void validate(Config& c, int world_size) {
                      ": hybrid sharding needs [parallel] zero_stage >= 1");
   require_at_least(p.unit_blocks, 0, "parallel", "unit_blocks");
   if (p.offload_optimizer == OffloadKind::host)
-    throw ConfigError(TRIDENT_HAVE_CUDA
+    throw ConfigError(cuda_build
                           ? "[parallel] offload_optimizer = host is not built yet (the AdamW step on the CPU of a GPU "
                             "build); use nvme, which works in every build"
                           : "[parallel] offload_optimizer = host: this build has no GPU, so the optimizer state is in "
@@ -907,7 +908,7 @@ void validate(Config& c, int world_size) {
                      " needs [train] dtype = float");
   require_config(t.compute_dtype == Precision::f32 || t.dtype == Precision::f32,
                  "[train] compute_dtype = bf16 needs [train] dtype = float");
-  require_config(t.compute_dtype == Precision::f32 || TRIDENT_HAVE_CUDA,
+  require_config(t.compute_dtype == Precision::f32 || cuda_build,
                  "[train] compute_dtype = bf16: this is a host build, whose GEMMs (OpenBLAS) have no bf16 path; "
                  "bf16 GEMMs need a CUDA build (docs/gpu.md). Use compute_dtype = float here");
   validate_representable(c);

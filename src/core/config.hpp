@@ -214,6 +214,9 @@ Config parse_deck(const std::string& path, const std::vector<std::string>& overr
 Config parse_deck_text(const std::string& text, const std::string& deck_name,
                        const std::vector<std::string>& overrides = {});
 
+/// The build a deck is validated for (validate()).
+enum class BuildTarget { this_build, cuda };
+
 /// Checks every value and resolves dp (auto) and micro_batch_size (0) for `world_size` ranks.
 /// Besides each key's own range, a value must be representable where the run uses it: with
 /// [train] dtype = float, lr, min_lr and eps 0 or within float's normal range, beta1 and beta2
@@ -221,7 +224,10 @@ Config parse_deck_text(const std::string& text, const std::string& deck_name,
 /// lr * weight_decay (its decay term) finite in float; max_steps <= 2^32 - 1; max_steps *
 /// global_batch_size * block_size tokens within int64; [train] allow_changed naming deck keys.
 /// Local but deterministic: every rank reaches the same verdict. Throws ConfigError naming the key.
-void validate(Config& cfg, int world_size);
+/// `target` says which build the deck is checked for: this_build (what this executable can run) or
+/// cuda (a CUDA build of Trident, as `trident plan` assumes for a GPU machine file, so that bf16
+/// GEMMs are accepted on a host build that only plans the run).
+void validate(Config& cfg, int world_size, BuildTarget target = BuildTarget::this_build);
 
 /// A deck key whose value differs between two decks.
 struct DeckDifference {

@@ -122,6 +122,11 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
       m.note = value;
       continue;
     }
+    if (section == "machine" && key == "build") {
+      require_config(value == "host" || value == "cuda", where + ": [machine] build = " + value + " is not host or cuda");
+      m.cuda_build = value == "cuda";
+      continue;
+    }
     const KeyDef* d = nullptr;
     for (const auto& k : defs)
       if (k.section == section && k.key == key) d = &k;
@@ -161,7 +166,9 @@ MachineSpec parse_machine_file(const std::string& path) {
 }
 
 std::string machine_file_help() {
-  std::string s = "  [machine] name                 a label\n  [machine] note                 provenance (how and where it was measured)\n";
+  std::string s = "  [machine] name                 a label\n  [machine] note                 provenance (how and where it was measured)\n"
+                  "  [machine] build                host (default) or cuda: the Trident build the machine runs; decks are\n"
+                  "                                 validated for it (cuda: compute_dtype = bf16 is accepted)\n";
   for (const auto& k : key_defs()) {
     std::string left = "[" + k.section + "] " + k.key;
     if (left.size() < 30) left.resize(30, ' ');

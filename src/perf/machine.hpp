@@ -42,6 +42,9 @@ struct LinkSpec {
 struct MachineSpec {
   std::string name;         ///< [machine] name
   std::string note;         ///< [machine] note: provenance (measured how, where, under what load; datasheet)
+  /// [machine] build = host | cuda: the build of Trident the machine runs. cuda: decks are
+  /// validated as for a CUDA build (bf16 GEMMs), so a GPU cluster can be planned from a host build.
+  bool cuda_build = false;
   int devices_per_node = 1; ///< ranks (devices) per node
   double memory_bytes = 0;  ///< memory per device available to one rank's tracked buffers, bytes
   double runtime_overhead_bytes = 0;  ///< per rank, beyond the tracked buffers (MPI, libraries, CUDA context)

@@ -65,8 +65,9 @@ PlanResult plan_layouts(const Config& deck, const MachineSpec& mach, const PlanO
               c.parallel.pp_schedule = sk;
               PlanCandidate cand;
               try {
-                validate(c, opt.ranks);  // the trainer's own validation, for this many ranks
-                cand.pred = predict_step(c, mach);
+                // The trainer's own validation, for this many ranks and the machine's build.
+                validate(c, opt.ranks, mach.cuda_build ? BuildTarget::cuda : BuildTarget::this_build);
+                cand.pred = predict_step(c, mach, opt.peer);
               } catch (const Error& e) {
                 if (res.invalid++ == 0) res.first_invalid_reason = layout_name(c) + ": " + e.what();
                 continue;

@@ -26,6 +26,7 @@ struct PlanOptions {
   bool vary_schedule = true;             ///< with pp > 1, try 1f1b and gpipe; else the deck's
   std::vector<int> tp_sizes;             ///< restrict tp to these (empty: every divisor)
   std::vector<int> pp_sizes;             ///< restrict pp to these (empty: every divisor)
+  PeerSchedule peer;                     ///< schedules of other codes to model (default: Trident's own)
 };
 
 /// One layout that passed validation, with its prediction.

@@ -1,6 +1,7 @@
 // perf/step_model.cpp: see step_model.hpp for the model and its sources.
 #include "perf/step_model.hpp"
 
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "model/gpt.hpp"
 #include "model/param_layout.hpp"
@@ -26,9 +27,14 @@ double narayanan_flops(const ModelConfig& m, double B, bool recompute) {
 
 namespace {
 
-/// Ranks of a group of `n` ranks, `stride` apart, fit on one node of `per_node` devices (ranks are
-/// placed node by node and groups start at multiples of their span).
-bool intra_node(int n, int stride, int per_node) { return static_cast<long long>(n) * stride <= per_node; }
+/// Every group of `n` ranks, `stride` apart, sits on one node of `per_node` devices: ranks are
+/// placed node by node and a group spans n * stride consecutive ranks from a multiple of that span,
+/// so all groups fit when the span divides the node (tp = 3 on 8-GPU nodes: the third group of
+/// three crosses a node boundary, and a collective is as slow as its slowest link).
+bool intra_node(int n, int stride, int per_node) {
+  const long long span = static_cast<long long>(n) * stride;
+  return span <= per_node && per_node % span == 0;
+}
 
 double coll(const MachineSpec& mach, CommOp op, int n, double bytes, bool intra) {
   const LinkCost& c = (intra ? mach.intra : mach.inter).cost(op);
@@ -38,39 +44,73 @@ double coll(const MachineSpec& mach, CommOp op, int n, double bytes, bool intra)
 /// Compute seconds of one micro-batch on one stage.
 struct StageCompute {
   double fwd = 0, bwd = 0, recompute = 0;
+  double block_gemm = 0;  ///< the blocks' GEMM time of one micro-batch, all passes (what tp_overlap hides under)
 };
 
-StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const ModelPart& part, bool has_embed,
-                           bool has_head) {
+/// Bytes of one activation element: the deck's dtype (4, or 8 for double), unless `peer` says.
+double act_elem_bytes(const Config& cfg, const PeerSchedule& peer) {
+  if (peer.activation_bytes > 0) return peer.activation_bytes;
+  return cfg.train.dtype == Precision::f64 ? 8.0 : 4.0;
+}
+
+StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const PeerSchedule& peer, const ModelPart& part,
+                           bool has_embed, bool has_head) {
   const ModelConfig& m = cfg.model;
   const double b = static_cast<double>(cfg.train.micro_batch_size), T = m.block_size, C = m.n_embd;
   const double tp = cfg.parallel.tp, N = b * T, L = part.n_layers;
   const double V = m.vocab_size;
   const Precision ct = cfg.train.compute_dtype == Precision::bf16 ? Precision::bf16 : cfg.train.dtype;
   const double gemm = mach.gemm_flops(ct);
-  const double attn = mach.attention_flops > 0 ? mach.attention_flops * (cfg.train.dtype == Precision::f64 ? 0.5 : 1.0)
-                                               : gemm;
-  const double es = cfg.train.dtype == Precision::f64 ? 8.0 : 4.0;  // activation element bytes
+  const double es = act_elem_bytes(cfg, peer);  // activation element bytes
   const double bw = mach.memory_bw;
   const double gelu_rate = mach.gelu_elements_per_s > 0 ? mach.gelu_elements_per_s : bw / (5.0 * es);
   // One block, forward / backward (the family's Block, model/block.hpp):
   //  GEMMs: 2 FLOPs per block weight and token, over tp (GPT-2: qkv 6C^2, proj 2C^2, fc 8C^2,
   //  fcproj 8C^2); backward 2x.
   const double gemm_f = 2.0 * N * block_matmul_params(m) / tp / gemm;
-  //  attention (bench_kernels' BM_Attention count, fwd + bwd = 6 b T^2 C, a third forward).
-  const double attn_fb = 6.0 * b * T * T * C / tp / attn;
+  //  dropout (model/gpt2, model/llama: the counter-based mask is regenerated, never stored): the
+  //  two residual dropouts read and write C per token forward and backward, and the attention
+  //  dropout reads and writes the (T, T) probabilities forward and their gradient backward.
+  const double drop_scores = m.dropout > 0 ? 2.0 * b * (m.n_head / tp) * T * T * es / bw : 0.0;
+  //  attention: measured (bench_kernels' BM_Attention rate for its count, fwd + bwd = 6 b T^2 C, a
+  //  third forward), or else as kernels/attention.cpp runs it: batched GEMMs over the whole (T, T)
+  //  scores (no causal skip: 4 b T^2 C forward, 8 b T^2 C backward) at the GEMM rate, and the
+  //  softmax over n_head / tp (T, T) matrices per sequence at memory speed (read scores, write
+  //  probabilities forward; read probabilities and their gradient, write the scores' backward).
+  double attn_f = 0, attn_b = 0;
+  if (peer.flash_attention) {
+    attn_f = 2.0 * b * T * T * C / tp / gemm;
+    attn_b = 2.5 * attn_f;
+  } else if (mach.attention_flops > 0) {
+    const double attn = mach.attention_flops * (cfg.train.dtype == Precision::f64 ? 0.5 : 1.0);
+    attn_f = 2.0 * b * T * T * C / tp / attn;
+    attn_b = 2.0 * attn_f;
+  } else {
+    const double scores = b * (m.n_head / tp) * T * T * es;
+    attn_f = 4.0 * b * T * T * C / tp / gemm + 2.0 * scores / bw;
+    attn_b = 8.0 * b * T * T * C / tp / gemm + 3.0 * scores / bw;
+  }
+  if (!peer.flash_attention) {  // BM_Attention measures without dropout; a fused kernel drops in registers
+    attn_f += drop_scores;
+    attn_b += drop_scores;
+  }
   //  memory-bound: two LayerNorms (6 passes of C floats fwd + bwd, as BM_LayerNorm counts), two
   //  residual adds forward (3 C each), two gradient copies backward (2 C each), so 10 C forward
   //  and 12 C backward elements per token.
-  const double mem_f = 10.0 * N * C * es / bw, mem_b = 12.0 * N * C * es / bw;
+  double mem_f = 10.0 * N * C * es / bw, mem_b = 12.0 * N * C * es / bw;
+  if (m.dropout > 0) {
+    mem_f += 4.0 * N * C * es / bw;
+    mem_b += 4.0 * N * C * es / bw;
+  }
   //  GELU on 4C / tp per token (SwiGLU on F / tp) (BM_Gelu's rate is forward + backward; a third forward).
   const double gelu_fb = mlp_hidden(m) * N / tp / gelu_rate;
-  const double blk_f = gemm_f + attn_fb / 3.0 + mem_f + gelu_fb / 3.0;
-  const double blk_b = 2.0 * gemm_f + 2.0 * attn_fb / 3.0 + mem_b + 2.0 * gelu_fb / 3.0;
+  const double blk_f = gemm_f + attn_f + mem_f + gelu_fb / 3.0;
+  const double blk_b = 2.0 * gemm_f + attn_b + mem_b + 2.0 * gelu_fb / 3.0;
   StageCompute s;
   s.fwd = L * blk_f;
   s.bwd = L * blk_b;
   if (cfg.train.activation_checkpointing == Recompute::block) s.recompute = L * blk_f;
+  s.block_gemm = L * gemm_f * (cfg.train.activation_checkpointing == Recompute::block ? 4.0 : 3.0);
   if (has_embed) {  // gather C per token forward, scatter-add backward
     s.fwd += 2.0 * N * C * es / bw;
     s.bwd += 2.0 * N * C * es / bw;
@@ -85,7 +125,7 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Mod
 
 }  // namespace
 
-StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
+StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const PeerSchedule& peer) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& par = cfg.parallel;
   const TrainConfig& tr = cfg.train;
@@ -98,11 +138,16 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
   p.tokens = static_cast<double>(tr.global_batch_size) * m.block_size;
   const bool recompute = tr.activation_checkpointing == Recompute::block;
   p.model_flops = narayanan_flops(m, static_cast<double>(tr.global_batch_size), recompute);
-  const double es = tr.dtype == Precision::f64 ? 8.0 : 4.0;
-  const double pbytes = is_half(tr.param_dtype) ? 2.0 : es;
-  const double rbytes = is_half(tr.reduce_dtype) ? 2.0 : es;
+  const double es = act_elem_bytes(cfg, peer);               // activations
+  const double db = tr.dtype == Precision::f64 ? 8.0 : 4.0;  // master weights and gradients
+  const double pbytes = is_half(tr.param_dtype) ? 2.0 : db;
+  const double rbytes = is_half(tr.reduce_dtype) ? 2.0 : db;
   const double act_bytes = static_cast<double>(tr.micro_batch_size) * m.block_size * m.n_embd * es;
   const double N = static_cast<double>(tr.micro_batch_size) * m.block_size;
+  const int v = peer.virtual_stages;
+  require_config(v >= 1, "interleaved pipeline: the chunks per stage must be >= 1, not " + std::to_string(v));
+  require_config(v == 1 || M % pp == 0, "interleaved pipeline: " + std::to_string(M) +
+                                            " micro-batches per step are not a multiple of pp = " + std::to_string(pp));
   const bool tp_intra = intra_node(tp, 1, dpn), dp_intra = intra_node(dp, tp, dpn), shard_intra = intra_node(S, tp, dpn),
              pp_intra = intra_node(pp, tp * dp, dpn), world_intra = world <= dpn;
 
@@ -113,8 +158,11 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
   std::vector<double> tpc(static_cast<size_t>(pp)), p2p(static_cast<size_t>(pp));
   for (int s = 0; s < pp; ++s) {
     const ModelPart part = ModelPart::make(m, par, 0, s);
+    require_config(part.n_layers % v == 0, "interleaved pipeline: stage " + std::to_string(s) + "'s " +
+                                               std::to_string(part.n_layers) + " layers do not split into " +
+                                               std::to_string(v) + " chunks");
     const bool first = s == 0, last = s == pp - 1;
-    comp[static_cast<size_t>(s)] = stage_compute(cfg, mach, part, first, last);
+    comp[static_cast<size_t>(s)] = stage_compute(cfg, mach, peer, part, first, last);
     double tpt = 0;
     if (tp > 1) {
       const double ar = coll(mach, CommOp::all_reduce, tp, N * m.n_embd * es, tp_intra);
@@ -125,18 +173,27 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
         tpt += 2.0 * ar + coll(mach, CommOp::all_reduce, tp, N * es, tp_intra) +
                coll(mach, CommOp::all_reduce, tp, 2.0 * N * es, tp_intra);
     }
+    if (peer.tp_overlap) tpt -= std::min(tpt, mach.overlap_efficiency * comp[static_cast<size_t>(s)].block_gemm);
     tpc[static_cast<size_t>(s)] = tpt;
     // p2p: a stage waits in a blocking recv for its input activation (all but the first) and for
     // its output gradient (all but the last), once per micro-batch each (train/trainer.cpp); the
-    // sends are non-blocking.
-    p2p[static_cast<size_t>(s)] = ((first ? 0 : 1) + (last ? 0 : 1)) * coll(mach, CommOp::send, 2, act_bytes, pp_intra);
+    // sends are non-blocking. Interleaved: once per chunk (the first stage's first chunk and the
+    // last stage's last chunk have no neighbour). Scatter/gather: 1/tp of it per link, then an
+    // all-gather over tp.
+    const double recvs = pp == 1 ? 0.0 : (first ? v - 1 : v) + (last ? v - 1 : v);
+    const double one_recv = peer.p2p_scatter_gather && tp > 1
+                                ? coll(mach, CommOp::send, 2, act_bytes / tp, pp_intra) +
+                                      coll(mach, CommOp::all_gather, tp, act_bytes, tp_intra)
+                                : coll(mach, CommOp::send, 2, act_bytes, pp_intra);
+    p2p[static_cast<size_t>(s)] = recvs * one_recv;
     const StageCompute& c = comp[static_cast<size_t>(s)];
     t_stage[static_cast<size_t>(s)] = c.fwd + c.bwd + c.recompute + tpt + p2p[static_cast<size_t>(s)];
     if (t_stage[static_cast<size_t>(s)] > t_stage[crit]) crit = static_cast<size_t>(s);
   }
   double sum_t = 0;
   for (double t : t_stage) sum_t += t;
-  p.pipeline_s = (M - 1) * t_stage[crit] + sum_t;
+  // (M - 1) t_crit + sum_s t_s = M t_crit + (sum_s t_s - t_crit): the fill and drain shrink v times.
+  p.pipeline_s = M * t_stage[crit] + (sum_t - t_stage[crit]) / v;
   p.forward_s = M * comp[crit].fwd;
   p.backward_s = M * comp[crit].bwd;
   p.recompute_s = M * comp[crit].recompute;
@@ -199,20 +256,23 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach) {
   const int tied = layout.tied_unit();
   if (pp > 1 && tied >= 0) {
     const double n = static_cast<double>(units[static_cast<size_t>(tied)].numel);
-    dp_total += coll(mach, CommOp::all_reduce, 2, (par.zero_stage == 0 ? n : std::ceil(n / S)) * es, world_intra);
+    dp_total += coll(mach, CommOp::all_reduce, 2, (par.zero_stage == 0 ? n : std::ceil(n / S)) * db, world_intra);
   }
   p.dp_comm_s = dp_total;
   const double pipeline_compute = p.forward_s + p.backward_s + p.recompute_s;
   p.dp_hidden_s = mach.overlap_efficiency *
                   (std::min(overlappable_reduce, p.backward_s + p.recompute_s) +
                    std::min(overlappable_gather, pipeline_compute));
-  p.dp_hidden_s = std::min(p.dp_hidden_s, dp_total);
+  // Hidden communication runs under compute, and the dp collectives share one link: no more than the
+  // compute time can be hidden in all (the prefetch gathers and overlapped reduce-scatters are caps of
+  // their own, not additive beyond the compute).
+  p.dp_hidden_s = std::min({p.dp_hidden_s, dp_total, pipeline_compute});
   p.dp_exposed_s = dp_total - p.dp_hidden_s;
 
   // ---- optimizer and small collectives -----------------------------------------------------
-  const double opt_rate = mach.optimizer_params_per_s > 0 ? mach.optimizer_params_per_s : mach.memory_bw / (7.0 * es);
+  const double opt_rate = mach.optimizer_params_per_s > 0 ? mach.optimizer_params_per_s : mach.memory_bw / (7.0 * db);
   // norm + AdamW on the owned pieces; zeroing the gradient (full below stage 2) at memory speed.
-  p.optimizer_s = local_owned / opt_rate + (par.zero_stage < 2 ? n_total : local_owned) * es / mach.memory_bw;
+  p.optimizer_s = local_owned / opt_rate + (par.zero_stage < 2 ? n_total : local_owned) * db / mach.memory_bw;
   p.other_s = coll(mach, CommOp::all_reduce, dp, 8, dp_intra) + coll(mach, CommOp::broadcast, pp, 8, pp_intra) +
               (par.zero_stage >= 1 ? coll(mach, CommOp::all_reduce, S, 8, shard_intra) : 0.0) +
               (tp * pp > 1 ? coll(mach, CommOp::all_reduce, tp * pp, 8, intra_node(tp * pp, 1, dpn) && world_intra) : 0.0);

@@ -11,7 +11,8 @@
 //    al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters", sec. 5.1 / appendix:
 //    the terms of F = 72 B s l h^2 (1 + s/6h + V/12lh)); backward twice the forward; causal
 //    attention 6 b T^2 C / tp FLOPs forward + backward (bench_kernels' count: the mask halves it) at
-//    the measured attention rate; the memory-bound kernels (LayerNorm, residual, copies, cross
+//    the measured attention rate, or where none is measured, as kernels/attention.cpp runs it
+//    (GEMMs over the whole (T, T) scores, 12 b T^2 C / tp, plus the softmax's passes at memory speed); the memory-bound kernels (LayerNorm, residual, copies, cross
 //    entropy) by the bytes they move at memory_bw; GELU at its measured rate. Activation
 //    checkpointing adds one block forward per block in backward (F's 96 instead of 72).
 //  - Optimizer: this rank's owned parameters (Psi_stage / S from ZeRO stage 1) at the measured
@@ -20,7 +21,9 @@
 //    for in blocking receives: the input activation, the output gradient),
 //    M micro-batches: (M - 1) max_s t_s + sum_s t_s, which is (M + pp - 1) t for equal stages; the
 //    bubble is what exceeds M max_s t_s, (pp - 1) / M of the ideal (Narayanan et al. 2021, sec.
-//    2.2; GPipe and 1F1B have the same bubble, 1F1B only needs fewer stashes).
+//    2.2; GPipe and 1F1B have the same bubble, 1F1B only needs fewer stashes). With PeerSchedule's
+//    v chunks per stage (Megatron-LM's interleaved 1F1B, sec. 2.2.2): M max_s t_s + (sum_s t_s -
+//    max_s t_s) / v, and v receives of each kind per micro-batch (one fewer on the first/last stage).
 //  - Tensor parallelism (Trident's Gpt, model/gpt.cpp): per block 2 all-reduces of b T C elements
 //    forward, 2 backward, 2 more when recomputing; the embedding 1; the head 1 forward (plus the
 //    vocab-parallel cross entropy's max and sums, 3 b T elements) and 1 backward. Blocking: exposed.
@@ -75,6 +78,37 @@ struct StepPrediction {
   double mfu(int ranks, double peak_flops) const { return model_flops / (total_s * ranks * peak_flops); }
 };
 
+/// What another code runs that Trident does not, so that the model can be compared with that code's
+/// published runs (docs/scaling.md, "Published runs"). The defaults are Trident's own schedules;
+/// `trident train` runs nothing else, and `trident plan` uses these only when asked (--assume-*).
+struct PeerSchedule {
+  /// v model chunks per pipeline stage: Megatron-LM's interleaved 1F1B (Narayanan et al. 2021,
+  /// sec. 2.2.2): the bubble is (p - 1) / (v m) of the ideal instead of (p - 1) / m, and every
+  /// chunk boundary is a p2p transfer (v times as many). Needs each stage's layers divisible by v
+  /// and the micro-batches per step a multiple of pp (as Megatron-LM requires). 1: Trident's.
+  int virtual_stages = 1;
+  /// Megatron-LM's scatter/gather p2p (Narayanan et al. 2021, sec. 4.1): each tp rank sends 1/tp
+  /// of the activation over its own link and the receiving stage all-gathers it over tp.
+  bool p2p_scatter_gather = false;
+  /// Bytes per activation element in the tp and pp transfers and the memory-bound kernels. 0:
+  /// Trident's (the deck's dtype: 4, or 8 for double; Trident keeps activations in the master
+  /// dtype and casts GEMM inputs only). Megatron-LM's mixed precision keeps them in 16 bits: 2.
+  int activation_bytes = 0;
+  /// A fused causal attention kernel (FlashAttention, Dao et al. 2022; Dao 2023, sec. 3): the
+  /// GEMMs of the unmasked half of the scores only (2 b T^2 C / tp forward, 2.5 times that
+  /// backward, which recomputes the scores) at the GEMM rate, no pass over (T, T) in memory.
+  /// Trident's attention materialises the scores (kernels/attention.cpp).
+  bool flash_attention = false;
+  /// The tp collectives overlapped with the GEMMs (Megatron-Core's --tp-comm-overlap, Wang et al.
+  /// 2023): up to the block GEMM time, times the machine's overlap_efficiency, is hidden. Trident's
+  /// tp all-reduces block.
+  bool tp_overlap = false;
+  /// True when anything differs from Trident's own schedules. Local.
+  bool any() const {
+    return virtual_stages != 1 || p2p_scatter_gather || activation_bytes != 0 || flash_attention || tp_overlap;
+  }
+};
+
 /// Model FLOPs of one step of `global_batch` sequences: Narayanan et al. 2021, sec. 5.1,
 /// F = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without and 96 B s l h^2 (1 + s/(6h) + V/(16 l h))
 /// with activation recomputation (B batch, s = block_size, l = n_layer, h = n_embd, V = vocab_size).
@@ -82,8 +116,11 @@ struct StepPrediction {
 double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute);
 
 /// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on
-/// machine `mach`. Local, pure. Throws what predict_memory throws for a layout it cannot build.
-StepPrediction predict_step(const Config& cfg, const MachineSpec& mach);
+/// machine `mach`, with the pipeline run as `peer` says (default: as Trident runs it). Local, pure.
+/// Throws what predict_memory throws for a layout it cannot build, and ConfigError when `peer`
+/// does not apply to the layout (virtual_stages < 1, a stage's layers not divisible by it, or the
+/// micro-batches not a multiple of pp with virtual_stages > 1).
+StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const PeerSchedule& peer = {});
 
 /// One line per component of `p` ("compute fwd 12.3 ms | ..."), for logs and `trident plan`. Local.
 std::string describe(const StepPrediction& p);

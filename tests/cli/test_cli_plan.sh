@@ -55,4 +55,18 @@ expect_exit 1 "no valid layout fits in memory" -- "$TRIDENT" plan --config "$WOR
 # The machine file committed for the project's machine parses.
 expect_exit 0 "breakdown of the fastest" -- "$TRIDENT" plan --config "$SRC/input/shakespeare_char.ini" \
   --machine "$SRC/input/machines/devbox-2core.ini" --ranks 2 --model.vocab_size=65
+# The comparison with Megatron-LM's published runs (docs/scaling.md) runs end to end from the
+# datasheet machine files: one prediction per published run, each a positive rate.
+BUILD_DIR=$(cd "$(dirname "$TRIDENT")/.." && pwd)
+expect_exit 0 "largest relative error" -- "$SRC/tools/published_runs.sh" --build "$BUILD_DIR" --out "$WORK/pub/results.csv"
+check "28 published runs predicted (19 on A100, 9 on H100)" test "$(wc -l < "$WORK/pub/results.csv")" -eq 29
+check "every prediction is a positive rate" awk -F, 'NR > 1 && !($15 > 0) {bad = 1} END {exit bad}' "$WORK/pub/results.csv"
+# A GPU machine file plans bf16 GEMMs from this host build; the interleaved schedule's refusals are named.
+expect_exit 0 "the machine runs a CUDA build" -- "$TRIDENT" plan --config "$SRC/input/published/megatron_gpt.ini" \
+  --machine "$SRC/input/machines/dgx-h100-80gb.ini" --ranks 64 --tp 8 --pp 8 --zero-stages 1 --fixed-micro-batch \
+  --fixed-recompute --fixed-schedule --model.n_layer=24 --model.n_embd=12288 --model.n_head=96 --assume-interleaved 3
+expect_exit 2 "interleaved pipeline: stage 0's 3 layers do not split into 5 chunks" -- "$TRIDENT" plan \
+  --config "$SRC/input/published/megatron_gpt.ini" --machine "$SRC/input/machines/dgx-h100-80gb.ini" --ranks 64 --tp 8 \
+  --pp 8 --zero-stages 1 --fixed-micro-batch --fixed-recompute --fixed-schedule --model.n_layer=24 \
+  --model.n_embd=12288 --model.n_head=96 --assume-interleaved 5
 exit $FAILED

@@ -292,6 +292,181 @@ TEST(StepModel, PipelineBubbleIsFillAndDrain) {
   EXPECT_NEAR(predict_step(g, mach).total_s, b.total_s, 1e-12);
 }
 
+// ---- attention and dropout where no attention rate is measured ------------------------------
+
+TEST(StepModel, UnmeasuredAttentionIsGemmsOverAllScoresPlusSoftmax) {
+  // Without attention_tflops the model runs attention as kernels/attention.cpp does: GEMMs over the
+  // whole (T, T) scores (4 b T^2 C forward, 8 b T^2 C backward at the GEMM rate 1e9) and the softmax
+  // at 2e9 B/s (2 passes of n_head T^2 floats per sequence forward, 3 backward).
+  std::string text = kMachine;
+  text.replace(text.find("attention_tflops = 0.0005\n"), 26, "");
+  const MachineSpec bare = parse_machine_text(text, "test"), measured = parse_machine_text(kMachine, "test");
+  const Config c = small_deck(1, 1, 1, 4, 4);  // b = 4, T = 32, C = 64, 2 heads, 2 layers
+  const double scores = 4.0 * 2 * 32 * 32 * 4;  // bytes of one pass over the scores
+  const double f = 4.0 * 4 * 32 * 32 * 64 / 1e9 + 2 * scores / 2e9, b = 8.0 * 4 * 32 * 32 * 64 / 1e9 + 3 * scores / 2e9;
+  const StepPrediction p = predict_step(c, bare), q = predict_step(c, measured);
+  EXPECT_NEAR(p.forward_s - q.forward_s, 2 * (f - kAttn / 3), 1e-12);
+  EXPECT_NEAR(p.backward_s - q.backward_s, 2 * (b - 2 * kAttn / 3), 1e-12);
+}
+
+TEST(StepModel, DropoutAddsItsMemoryPasses) {
+  // Per block and pass: the attention dropout reads and writes the scores (2 n_head T^2 floats per
+  // sequence), the two residual dropouts read and write N C floats each.
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  Config c = small_deck(1, 1, 1, 4, 4);
+  const StepPrediction off = predict_step(c, mach);
+  c.model.dropout = 0.1;
+  const StepPrediction on = predict_step(c, mach);
+  const double per_pass = (2.0 * 4 * 2 * 32 * 32 * 4 + 4.0 * 128 * 64 * 4) / 2e9;
+  EXPECT_NEAR(on.forward_s - off.forward_s, 2 * per_pass, 1e-12);
+  EXPECT_NEAR(on.backward_s - off.backward_s, 2 * per_pass, 1e-12);
+}
+
+TEST(StepModel, HiddenCommunicationNeverExceedsTheCompute) {
+  // ZeRO-3 with prefetch and overlapped reduce-scatters on a slow link with full overlap: the dp
+  // collectives share the link, so at most the compute time is hidden and the rest is exposed.
+  std::string text = kMachine;
+  text.replace(text.find("overlap_efficiency = 0"), 22, "overlap_efficiency = 1");
+  text.replace(text.find("busbw_gbs = 1"), 13, "busbw_gbs = 0.001");
+  const MachineSpec slow = parse_machine_text(text, "test");
+  Config c = small_deck(2, 1, 1, 16, 4);
+  c.model.n_layer = 4;
+  c.parallel.zero_stage = 3;
+  c.parallel.prefetch = true;
+  c.parallel.overlap_reduce = true;
+  validate(c, 2);
+  const StepPrediction p = predict_step(c, slow);
+  const double compute = p.forward_s + p.backward_s + p.recompute_s;
+  ASSERT_GT(p.dp_comm_s, 2 * compute);  // the link is the bottleneck
+  EXPECT_NEAR(p.dp_hidden_s, compute, 1e-12);
+  EXPECT_NEAR(p.dp_exposed_s, p.dp_comm_s - compute, 1e-12);
+}
+
+TEST(StepModel, AGroupCrossingANodeUsesTheInterNodeLink) {
+  // tp = 3 on nodes of 8: the third group (ranks 6-8) crosses a node boundary, so tp runs at the
+  // inter-node cost, as it does on nodes of 2; on nodes of 6 every group is inside one node.
+  MachineSpec m = parse_machine_text(std::string(kMachine) + "[link.inter]\nalpha_us = 50\nbusbw_gbs = 0.1\n", "t");
+  Config c = small_deck(1, 1, 1, 4, 4);
+  c.model.n_embd = 48;
+  c.model.n_head = 6;
+  c.parallel.tp = 3;
+  validate(c, 3);
+  auto tp_time = [&](int per_node) {
+    m.devices_per_node = per_node;
+    return predict_step(c, m).tp_comm_s;
+  };
+  EXPECT_DOUBLE_EQ(tp_time(8), tp_time(2));
+  EXPECT_LT(tp_time(6), tp_time(8));
+}
+
+// ---- what other codes run: interleaved 1F1B, scatter/gather p2p, 16-bit activations ---------
+
+TEST(StepModel, InterleavedScheduleDividesTheBubbleByTheChunks) {
+  // pp = 2 with 2 layers per stage and M = 4: v = 2 chunks per stage halve the fill and drain
+  // (Narayanan et al. 2021, sec. 2.2.2) and every chunk boundary is a transfer: the first stage
+  // receives v - 1 activations and v gradients per micro-batch, the last v and v - 1.
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  Config c = small_deck(1, 1, 2, 16, 4);
+  c.model.n_layer = 4;
+  validate(c, 2);
+  const StepPrediction one = predict_step(c, mach);
+  PeerSchedule v2;
+  v2.virtual_stages = 2;
+  const StepPrediction two = predict_step(c, mach, v2);
+  ASSERT_EQ(two.num_micro_batches, 4);
+  const double xfer = 1e-5 + 128.0 * 64 * 4 * 1e-9;  // one activation of N C floats
+  EXPECT_NEAR(one.pp_comm_s, 4 * xfer, 1e-12);
+  EXPECT_NEAR(two.pp_comm_s, 4 * 3 * xfer, 1e-12);
+  // The stage time grows by the two extra transfers per micro-batch; the bubble is
+  // (sum_s t_s - max_s t_s) / v with the new stage times.
+  const double t_crit1 = one.pipeline_s - one.bubble_s, t_crit2 = two.pipeline_s - two.bubble_s;
+  EXPECT_NEAR(t_crit2 - t_crit1, 4 * 2 * xfer, 1e-12);
+  EXPECT_NEAR(two.bubble_s, (one.bubble_s + 2 * xfer) / 2, 1e-12);
+  // Megatron-LM's requirements: whole chunks per stage, micro-batches a multiple of pp.
+  PeerSchedule v3;
+  v3.virtual_stages = 3;
+  EXPECT_THROW(predict_step(c, mach, v3), ConfigError);
+  Config odd = small_deck(1, 1, 2, 12, 4);  // M = 3
+  odd.model.n_layer = 4;
+  validate(odd, 2);
+  EXPECT_THROW(predict_step(odd, mach, v2), ConfigError);
+  EXPECT_NO_THROW(predict_step(odd, mach));
+}
+
+TEST(StepModel, ScatterGatherAndActivationBytes) {
+  // tp = 2, pp = 2 on one node: scatter/gather sends N C / 2 floats to the next stage and
+  // all-gathers N C floats over tp ((n - 1)/n = 1/2); 2-byte activations halve every tp all-reduce.
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  MachineSpec wide = mach;
+  wide.devices_per_node = 4;
+  const Config c = small_deck(1, 2, 2, 8, 4);  // M = 2
+  PeerSchedule sg;
+  sg.p2p_scatter_gather = true;
+  const StepPrediction plain = predict_step(c, wide), scattered = predict_step(c, wide, sg);
+  const double act = 128.0 * 64 * 4;
+  EXPECT_NEAR(plain.pp_comm_s, 2 * (1e-5 + act * 1e-9), 1e-12);
+  EXPECT_NEAR(scattered.pp_comm_s, 2 * ((1e-5 + act / 2 * 1e-9) + (1e-5 + 0.5 * act * 1e-9)), 1e-12);
+  PeerSchedule half;
+  half.activation_bytes = 2;
+  const StepPrediction h = predict_step(c, wide, half);
+  EXPECT_NEAR(h.pp_comm_s, 2 * (1e-5 + act / 2 * 1e-9), 1e-12);
+  // The critical (last) stage's tp all-reduces per micro-batch: 4 for its block, 2 for the head,
+  // the cross entropy's max (N) and sums (2 N): 8 alphas and 6 N C + 3 N elements; 2-byte
+  // activations halve the bytes, not the alphas.
+  const double elems = 6.0 * 128 * 64 + 3.0 * 128;
+  EXPECT_NEAR(plain.tp_comm_s, 2 * (8e-5 + elems * 4 * 1e-9), 1e-12);
+  EXPECT_NEAR(h.tp_comm_s, 2 * (8e-5 + elems * 2 * 1e-9), 1e-12);
+  EXPECT_NEAR(h.memory_total_bytes, plain.memory_total_bytes, 0.0);  // memory is Trident's own
+}
+
+TEST(StepModel, FlashAttentionAndTpOverlap) {
+  // Fused causal attention: 2 b T^2 C forward and 5 b T^2 C backward at the GEMM rate (1e9), no
+  // pass over the scores, no attention-dropout pass: per block the difference to the measured
+  // attention (kAttn: a third forward) is exact.
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  const Config c = small_deck(1, 1, 1, 4, 4);
+  PeerSchedule flash;
+  flash.flash_attention = true;
+  const StepPrediction a = predict_step(c, mach), f = predict_step(c, mach, flash);
+  const double ff = 2.0 * 4 * 32 * 32 * 64 / 1e9;
+  EXPECT_NEAR(f.forward_s - a.forward_s, 2 * (ff - kAttn / 3), 1e-12);
+  EXPECT_NEAR(f.backward_s - a.backward_s, 2 * (2.5 * ff - 2 * kAttn / 3), 1e-12);
+  // tp overlap hides the tp collectives under the blocks' GEMMs (3 passes, halved by tp = 2),
+  // times overlap_efficiency: 0 on the test machine (nothing hidden), 1 on a copy.
+  const Config t = small_deck(1, 2, 1, 4, 4);
+  PeerSchedule ov;
+  ov.tp_overlap = true;
+  EXPECT_DOUBLE_EQ(predict_step(t, mach, ov).tp_comm_s, predict_step(t, mach).tp_comm_s);
+  MachineSpec full = mach;
+  full.overlap_efficiency = 1;
+  const double gemms = 2 * 3 * kGemmF / 2;  // 2 blocks, fwd + 2 x fwd backward
+  EXPECT_NEAR(predict_step(t, full, ov).tp_comm_s, std::max(0.0, predict_step(t, full).tp_comm_s - gemms), 1e-12);
+}
+
+TEST(StepModel, ACudaMachineValidatesBf16Gemms) {
+  // A host build refuses compute_dtype = bf16 for itself, and accepts it for a CUDA build, which is
+  // what a machine file with build = cuda plans for.
+  Config c = small_deck(1, 1, 1, 4, 4);
+  c.train.compute_dtype = Precision::bf16;
+  if (!TRIDENT_HAVE_CUDA) {
+    EXPECT_THROW(validate(c, 1), ConfigError);
+  }
+  EXPECT_NO_THROW(validate(c, 1, BuildTarget::cuda));
+  const MachineSpec host = parse_machine_text(kMachine, "test");
+  EXPECT_FALSE(host.cuda_build);
+  const MachineSpec gpu =
+      parse_machine_text(std::string(kMachine).replace(0, 10, "[machine]\nbuild = cuda\n"), "test");
+  EXPECT_TRUE(gpu.cuda_build);
+  EXPECT_THROW(parse_machine_text(std::string(kMachine).replace(0, 10, "[machine]\nbuild = rocm\n"), "t"), ConfigError);
+  PlanOptions opt;
+  opt.ranks = 1;
+  const PlanResult on_gpu = plan_layouts(c, gpu, opt), on_host = plan_layouts(c, host, opt);
+  EXPECT_FALSE(on_gpu.fitting.empty() && on_gpu.too_big.empty());
+  if (!TRIDENT_HAVE_CUDA) {
+    EXPECT_TRUE(on_host.fitting.empty() && on_host.too_big.empty());
+  }
+}
+
 // ---- the planner's promise: valid and within memory (property test) ------------------------
 
 Config deck(int L, int NH, int C, int T, int V, std::int64_t G) {
