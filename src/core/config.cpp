@@ -169,7 +169,8 @@ class Schema {
                "with the AdamW step on the CPU; GPU builds only, not built yet) or nvme (a per-rank scratch file under "
                "offload_path, streamed unit by unit; docs/offload.md)");
     add_choice("parallel", "offload_params", &c.parallel.offload_params, {OffloadKind::none, OffloadKind::nvme},
-               "ZeRO-3 parameter shards on a local disk: none or nvme (not built yet)");
+               "ZeRO-3 parameter shards on a local disk: none or nvme (with zero_stage = 3 and offload_optimizer = "
+               "nvme: each unit's shard is read from the offload file just before its all-gather; docs/offload.md)");
     add("parallel", "offload_path", &c.parallel.offload_path,
         "directory of the offload files (one per rank, scratch: rebuilt from the checkpoint at every start); "
         "required with offload_optimizer = nvme");
@@ -860,11 +861,13 @@ void validate(Config& c, int world_size, BuildTarget target) {
                             "build); use nvme, which works in every build"
                           : "[parallel] offload_optimizer = host: this build has no GPU, so the optimizer state is in "
                             "host memory already; use none, or nvme to move it to a local disk");
-  if (p.offload_params != OffloadKind::none)
-    throw ConfigError(p.zero_stage != 3 ? "[parallel] offload_params = " + std::string(name_of(p.offload_params)) +
-                                              " needs [parallel] zero_stage = 3 (only ZeRO-3 shards the parameters)"
-                                        : "[parallel] offload_params = " + std::string(name_of(p.offload_params)) +
-                                              " is not built yet; offload_optimizer = nvme is");
+  if (p.offload_params != OffloadKind::none) {
+    require_config(p.zero_stage == 3, "[parallel] offload_params = " + std::string(name_of(p.offload_params)) +
+                                          " needs [parallel] zero_stage = 3 (only ZeRO-3 shards the parameters)");
+    require_config(p.offload_optimizer == OffloadKind::nvme,
+                   "[parallel] offload_params = nvme needs [parallel] offload_optimizer = nvme (the parameter shard "
+                   "goes to the same per-rank file as the optimizer state, whose fp32 master weights refresh it)");
+  }
   require_config(p.offload_optimizer != OffloadKind::nvme || !p.offload_path.empty(),
                  "[parallel] offload_optimizer = nvme needs [parallel] offload_path, a directory on a local disk");
   stage_layers(m, p);  // validates pp_layers

@@ -116,7 +116,7 @@ struct ParallelConfig {
   CommBackend comm_backend = CommBackend::automatic;  ///< auto | mpi | nccl: library of the axis collectives
   std::string pp_layers;             ///< blocks per stage, e.g. "3,3,2,2"; empty = balanced
   OffloadKind offload_optimizer = OffloadKind::none;  ///< fp32 master weights + Adam moments: none | host | nvme
-  OffloadKind offload_params = OffloadKind::none;     ///< ZeRO-3 parameter shards: none | nvme (not built yet)
+  OffloadKind offload_params = OffloadKind::none;     ///< ZeRO-3 parameter shards: none | nvme (needs offload_optimizer = nvme)
   std::string offload_path;  ///< directory of the per-rank offload files (scratch); required with nvme
 };
 

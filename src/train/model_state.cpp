@@ -42,16 +42,24 @@ ModelState<T>::ModelState(const Config& cfg, const ProcessGrid& grid)
   comms.tied = ends ? tied_comm_.get() : nullptr;
   ZeroOptions zopt = ZeroOptions::from(cfg);
   if (zopt.offload_nvme) zopt.offload_file = offload_file_name(cfg.parallel.offload_path, grid.world_rank());
-  // Creating the offload file can fail on some ranks only (a full or missing device): agreed, so
-  // every rank stops with the message naming the file.
-  run_agreed(grid.world_comm(), "cannot start the optimizer-state offload ([parallel] offload_path)", [&] {
+  // Creating the offload file can fail on some ranks only (a full or missing device), and so can
+  // an allocation (a rank whose shard does not fit): agreed, so every rank stops with the message
+  // naming the file or the buffer.
+  const std::string what = zopt.offload_nvme
+                               ? "cannot start the optimizer-state offload ([parallel] offload_path) or allocate the "
+                                 "model state (trident train --dry-run N shows the memory a rank needs)"
+                               : "cannot allocate the model state: parameters, gradients and optimizer state (trident "
+                                 "train --dry-run N shows the memory a rank needs; a higher zero_stage, more ranks or "
+                                 "offload_optimizer = nvme need less)";
+  run_agreed(grid.world_comm(), what, [&] {
     engine_ = std::make_unique<ZeroEngine<T>>(layout_, GptSchedule::make(layout_, cfg.model), cfg.train, zopt,
                                               *shard_comm_, comms);
   });
   engine_->initialize(static_cast<std::uint64_t>(cfg.train.seed));
   if (engine_->offloaded()) {
     run_agreed(grid.world_comm(), "optimizer-state offload failed", [&] { engine_->check_offload(); });
-    log::info("optimizer state offloaded to %s (one file per rank, %s)", cfg.parallel.offload_path.c_str(),
+    log::info("optimizer state%s offloaded to %s (one file per rank, %s)",
+              zopt.offload_params ? " and parameter shard" : "", cfg.parallel.offload_path.c_str(),
               "scratch: rebuilt from the checkpoint at every start");
   }
 }

@@ -580,7 +580,14 @@ void print_memory_prediction(const Config& cfg) {
   std::printf("by device: accelerator %.2f MiB, host %.2f MiB, nvme %.2f MiB%s\n",
               static_cast<double>(total - host) / mib, static_cast<double>(host) / mib,
               static_cast<double>(off.file_bytes) / mib, TRIDENT_HAVE_CUDA ? "" : " (a host build: no accelerator)");
-  if (off.file_bytes > 0)
+  if (off.file_bytes > 0 && cfg.parallel.offload_params == OffloadKind::nvme)
+    std::printf("offload_optimizer = nvme, offload_params = nvme: %.2f MiB per rank in %s (fp32 master weights, "
+                "both AdamW moments, and the parameter shard: one record per unit; scratch, rebuilt from the "
+                "checkpoint at start); resident instead: %.2f MiB of staging (two optimizer records of at most 16 MiB "
+                "in optimizer above, and two records of the largest unit's parameter piece in params above)\n",
+                static_cast<double>(off.file_bytes) / mib, offload_file_name(cfg.parallel.offload_path, 0).c_str(),
+                static_cast<double>(off.staging_bytes) / mib);
+  else if (off.file_bytes > 0)
     std::printf("offload_optimizer = nvme: %.2f MiB per rank in %s (fp32 master weights where they are a copy of "
                 "their own, and both AdamW moments; scratch, rebuilt from the checkpoint at start); resident instead: "
                 "two records of at most 16 MiB of state, %.2f MiB (in optimizer above)\n",

@@ -24,6 +24,7 @@ ZeroOptions ZeroOptions::from(const Config& cfg) {
   o.param_format = cfg.train.param_dtype == Precision::fp16 ? HalfFormat::fp16 : HalfFormat::bf16;
   o.reduce_format = cfg.train.reduce_dtype == Precision::fp16 ? HalfFormat::fp16 : HalfFormat::bf16;
   o.offload_nvme = cfg.parallel.offload_optimizer == OffloadKind::nvme;
+  o.offload_params = o.offload_nvme && o.stage == 3 && cfg.parallel.offload_params == OffloadKind::nvme;
   // Test hook: smaller chunks, so that tiny models have several per unit.
   if (const char* c = std::getenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); c != nullptr && std::atoll(c) > 0)
     o.offload_chunk_bytes = std::atoll(c);
@@ -41,7 +42,23 @@ constexpr bool kStateOnHost = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::a
 
 /// True when the fp32 master weights are a copy of their own (bf16 working params, or stages 1-2
 /// whose working params are replicated), false when the working params are the master.
-bool separate_master(const ZeroOptions& opt) { return opt.half_params || opt.stage == 1 || opt.stage == 2; }
+bool separate_master(const ZeroOptions& opt) {
+  return opt.half_params || opt.stage == 1 || opt.stage == 2 || opt.offload_params;
+}
+/// offload_params: the parameter records' elements (one record per unit, s_u each) and bytes.
+std::int64_t param_elem_bytes(const ZeroOptions& opt, std::int64_t t) { return opt.half_params ? 2 : t; }
+std::vector<std::int64_t> param_record_bytes(const std::vector<std::int64_t>& s_u, const ZeroOptions& opt,
+                                             std::int64_t t) {
+  std::vector<std::int64_t> r;
+  if (opt.offload_params)
+    for (auto s : s_u) r.push_back(s * param_elem_bytes(opt, t));
+  return r;
+}
+std::int64_t max_param_record(const std::vector<std::int64_t>& s_u, const ZeroOptions& opt, std::int64_t t) {
+  std::int64_t m = 0;
+  for (auto b : param_record_bytes(s_u, opt, t)) m = std::max(m, OffloadFile::aligned(b));
+  return m;
+}
 /// Kinds of state per offload record: master + both moments, or the moments only.
 int offload_kinds(const ZeroOptions& opt) { return separate_master(opt) ? 3 : 2; }
 
@@ -127,7 +144,14 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
   };
   const std::int64_t N = layout.numel(), t = sizeof(T), h = sizeof(std::uint16_t);
   const std::int64_t p_elems = opt.stage == 3 ? g.local_size : N;
-  add(MemCategory::params, p_elems, opt.half_params ? h : t);
+  if (!opt.offload_params) {
+    add(MemCategory::params, p_elems, opt.half_params ? h : t);
+  } else {
+    // The shard is on disk: two host records of the largest unit piece (read, write), plus a
+    // device copy on a GPU build.
+    add(MemCategory::params, 2 * max_param_record(g.s_u, opt, t), 1);
+    if (!kStateOnHost) add(MemCategory::params, g.max_piece, opt.half_params ? h : t);
+  }
   if (!opt.offload_nvme) {
     if (separate_master(opt)) add(MemCategory::optimizer, g.local_size, t);  // own master
     add(MemCategory::optimizer, 2 * g.local_size, t);                       // moments
@@ -172,6 +196,7 @@ std::int64_t ZeroEngine<T>::plan_offload_bytes(const ParamLayout& layout, const 
   std::int64_t b = 0;
   for (const auto& c : offload_chunks(g.s_u, g.l_u, opt, sizeof(T)))
     b += OffloadFile::aligned(offload_kinds(opt) * c.count * static_cast<std::int64_t>(sizeof(T)));
+  for (auto r : param_record_bytes(g.s_u, opt, sizeof(T))) b += OffloadFile::aligned(r);
   return b;
 }
 
@@ -181,7 +206,8 @@ std::int64_t ZeroEngine<T>::plan_offload_staging_bytes(const ParamLayout& layout
   if (!opt.offload_nvme) return 0;
   const Geometry g(layout, sched, opt, shard_size, shard_rank);
   return 2 * OffloadFile::aligned(offload_kinds(opt) * max_chunk(offload_chunks(g.s_u, g.l_u, opt, sizeof(T))) *
-                                  static_cast<std::int64_t>(sizeof(T)));
+                                  static_cast<std::int64_t>(sizeof(T))) +
+         2 * max_param_record(g.s_u, opt, sizeof(T));
 }
 
 template <class T>
@@ -200,8 +226,15 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
   slot_of_ = g.slot_of;
   const std::int64_t N = layout.numel();
   const std::int64_t p_elems = opt.stage == 3 ? local_size_ : N;
-  if (opt.half_params) params_h_ = TrackedBuffer<std::uint16_t>("trident::zero::params_16bit", p_elems, MemCategory::params);
-  else params_T_ = TrackedBuffer<T>("trident::zero::params", p_elems, MemCategory::params);
+  if (opt.offload_params && !(opt.offload_nvme && opt.stage == 3))
+    throw ConfigError("offload_params needs ZeRO stage 3 and offload_nvme");
+  if (opt.offload_params) {
+    // The shard lives in the offload file's parameter records (below).
+  } else if (opt.half_params) {
+    params_h_ = TrackedBuffer<std::uint16_t>("trident::zero::params_16bit", p_elems, MemCategory::params);
+  } else {
+    params_T_ = TrackedBuffer<T>("trident::zero::params", p_elems, MemCategory::params);
+  }
   if (separate_master(opt) && opt.offload_nvme) {
     master_ = nullptr;  // in the offload file
   } else if (separate_master(opt)) {
@@ -211,14 +244,25 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
   } else {
     master_ = params_T_.data();  // stage 0 / 3 in the compute type: the working params are the master
   }
-  if (!opt.half_params) fill<T>(params_T_.all(), T(0));
+  if (!opt.half_params && !opt.offload_params) fill<T>(params_T_.all(), T(0));
   adam_ = std::make_unique<AdamW<T>>(layout, owned_, local_size_, train, !opt.offload_nvme);
   if (opt.offload_nvme) {
     off_kinds_ = offload_kinds(opt);
     chunks_ = offload_chunks(s_u_, l_u_, opt, sizeof(T));
     std::vector<std::int64_t> records;
     for (const auto& c : chunks_) records.push_back(off_kinds_ * c.count * static_cast<std::int64_t>(sizeof(T)));
+    for (auto r : param_record_bytes(s_u_, opt, sizeof(T))) records.push_back(r);  // unit u: chunks_.size() + u
     off_ = std::make_unique<OffloadFile>(opt.offload_file, records);
+    if (opt.offload_params) {
+      const std::int64_t pr = max_param_record(s_u_, opt, sizeof(T));
+      pread_ = AlignedHostBuffer(pr, MemCategory::params);
+      pwrite_ = AlignedHostBuffer(pr, MemCategory::params);
+      std::memset(pwrite_.data(), 0, static_cast<size_t>(pr));  // padding stays zero in every record
+      if (!kStateOnHost) {
+        if (opt.half_params) pdev_h_ = TrackedBuffer<std::uint16_t>("trident::zero::param_record", g.max_piece, MemCategory::params);
+        else pdev_T_ = TrackedBuffer<T>("trident::zero::param_record", g.max_piece, MemCategory::params);
+      }
+    }
     const std::int64_t rec = off_kinds_ * max_chunk(chunks_);
     for (size_t b = 0; b < 2; ++b) {
       obuf_[b] = AlignedHostBuffer(rec * static_cast<std::int64_t>(sizeof(T)), MemCategory::optimizer);
@@ -303,6 +347,25 @@ void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count
   const auto u = static_cast<size_t>(ui);
   const std::int64_t s = s_u_[u];
   const auto n = static_cast<size_t>(count);
+  if (params_offloaded()) {
+    // The unit's parameter record, element `begin` on: written whole by finish_refresh_unit.
+    const std::int64_t pe = param_elem_bytes();
+    auto* host = static_cast<unsigned char*>(pwrite_.data()) + begin * pe;
+    if (opt_.half_params) {
+      View1<std::uint16_t> dst = kStateOnHost ? View1<std::uint16_t>(reinterpret_cast<std::uint16_t*>(host), n)
+                                              : pdev_h_.slice(0, count);
+      convert_to_half<T>(opt_.param_format, dst, View1<const T>(mu, n));
+      if (!kStateOnHost)
+        Kokkos::deep_copy(Kokkos::View<std::uint16_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                              reinterpret_cast<std::uint16_t*>(host), n),
+                          dst);
+    } else {
+      Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(reinterpret_cast<T*>(host), n),
+                        View1<const T>(mu, n));
+    }
+    Kokkos::fence();
+    return;
+  }
   if (opt_.stage == 0 || opt_.stage == 3) {
     // Stage 0: l_u = the unit's offset and s_u = its size; stage 3: the shard's piece.
     if (opt_.half_params) convert_to_half<T>(opt_.param_format, params_h_.slice(l_u_[u] + begin, count), View1<const T>(mu, n));
@@ -316,6 +379,10 @@ void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count
 
 template <class T>
 void ZeroEngine<T>::finish_refresh_unit(int ui) {
+  if (params_offloaded()) {
+    param_record_io(ui, true);
+    return;
+  }
   if (opt_.stage == 0 || opt_.stage == 3) return;
   const auto u = static_cast<size_t>(ui);
   const std::int64_t s = s_u_[u], n = layout_.units()[u].numel, off = layout_.units()[u].offset;
@@ -383,6 +450,28 @@ void ZeroEngine<T>::begin_pass(Pass, const std::vector<int>& order) {
 template <class T>
 void ZeroEngine<T>::start_gather(Slot& s, int u) {
   const std::int64_t piece = s_u_[static_cast<size_t>(u)];
+  if (params_offloaded()) {
+    // This rank's piece from its parameter record (synchronous read: ZeRO-Infinity's parameter
+    // prefetch from NVMe is not built; the all-gather below is still overlapped with prefetch).
+    param_record_io(u, false);
+    if (opt_.half_params) {
+      std::uint16_t* g = s.staging.data();
+      Kokkos::deep_copy(View1<std::uint16_t>(g + r_ * piece, static_cast<size_t>(piece)),
+                        Kokkos::View<const std::uint16_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                            static_cast<const std::uint16_t*>(pread_.data()), static_cast<size_t>(piece)));
+      s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), param_dt());
+    } else {
+      T* g = s.compute.data();
+      Kokkos::deep_copy(View1<T>(g + r_ * piece, static_cast<size_t>(piece)),
+                        Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                            static_cast<const T*>(pread_.data()), static_cast<size_t>(piece)));
+      s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), dtype_of<T>());
+    }
+    s.unit = u;
+    s.pending = true;
+    s.valid = false;
+    return;
+  }
   if (opt_.half_params) {
     std::uint16_t* g = s.staging.data();
     Kokkos::deep_copy(View1<std::uint16_t>(g + r_ * piece, static_cast<size_t>(piece)), params_h_.slice(l_u_[static_cast<size_t>(u)], piece));
@@ -663,6 +752,18 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
     }
     off_wait_s_ += w.seconds();
   }
+}
+
+template <class T>
+void ZeroEngine<T>::param_record_io(int u, bool write) {
+  const int rec = static_cast<int>(chunks_.size()) + u;
+  Timer w;
+  try {
+    off_->wait(write ? off_->write_async(rec, pwrite_.data()) : off_->read_async(rec, pread_.data()));
+  } catch (const Error& e) {
+    if (off_error_.empty()) off_error_ = e.what();
+  }
+  off_wait_s_ += w.seconds();
 }
 
 template <class T>

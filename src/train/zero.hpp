@@ -76,6 +76,10 @@ struct ZeroOptions {
   HalfFormat param_format = HalfFormat::bf16;
   HalfFormat reduce_format = HalfFormat::bf16;
   bool offload_nvme = false;  ///< master weights (when a separate copy) and moments in offload_file
+  /// Stage 3 with offload_nvme: the working parameter shard also lives in offload_file, one record
+  /// per unit, read just before the unit's all-gather and written when the step refreshes it; the
+  /// fp32 master weights are then always a copy of their own (in the chunk records).
+  bool offload_params = false;
   std::string offload_file;   ///< this rank's offload file (ModelState names it: offload_file_name)
   /// Largest record of the offload file (bytes of state, all kinds): a unit's stretch is cut into
   /// chunks of at most this, so resident optimizer memory is two chunks whatever a unit's size.
@@ -125,12 +129,15 @@ class ZeroEngine final : public UnitProvider<T> {
   /// (the --dry-run prediction; the Gpt's activations are not included). Local, pure.
   static MemoryBytes plan(const ParamLayout& layout, const GptSchedule& sched, const ZeroOptions& opt,
                           int shard_size, int shard_rank);
-  /// Bytes of the offload file of shard rank `shard_rank` (0 without offload): per unit
-  /// aligned(kinds * s_u * sizeof(T)), kinds = 3 where the master weights are a separate copy,
-  /// else 2 (the fp32 working params are the master and stay). Local, pure.
+  /// Bytes of the offload file of shard rank `shard_rank` (0 without offload): per chunk
+  /// aligned(kinds * count * sizeof(T)), kinds = 3 where the master weights are a separate copy,
+  /// else 2 (the fp32 working params are the master and stay); with offload_params, per unit
+  /// aligned(s_u * bytes of a working param) more. Local, pure.
   static std::int64_t plan_offload_bytes(const ParamLayout& layout, const GptSchedule& sched, const ZeroOptions& opt,
                                          int shard_size, int shard_rank);
-  /// Host bytes of the two offload staging buffers (counted as optimizer in plan()). Local, pure.
+  /// Host bytes of the offload staging: two buffers of the largest record (counted as optimizer in
+  /// plan()), and with offload_params two of the largest parameter record (counted as params).
+  /// Local, pure.
   static std::int64_t plan_offload_staging_bytes(const ParamLayout& layout, const GptSchedule& sched,
                                                  const ZeroOptions& opt, int shard_size, int shard_rank);
 
@@ -235,6 +242,11 @@ class ZeroEngine final : public UnitProvider<T> {
   // f(chunk, master, m, v, ok) with MemSpace pointers (host pointers when on_host), writes it
   // back (write). f runs for every chunk on every rank, ok = false after an I/O failure.
   void stream(bool read, bool write, bool on_host, const std::function<void(const OffloadChunk&, T*, T*, T*, bool)>& f);
+  // offload_params: reads (write = false) or writes unit u's parameter record through pread_ or
+  // pwrite_ and waits; a failure is kept in off_error_ (the caller's collectives still run).
+  void param_record_io(int u, bool write);
+  bool params_offloaded() const { return opt_.offload_params && off_ != nullptr; }
+  std::int64_t param_elem_bytes() const { return opt_.half_params ? 2 : static_cast<std::int64_t>(sizeof(T)); }
   std::int64_t padded(int u) const { return s_u_[static_cast<size_t>(u)] * S_; }
   DataType param_dt() const { return opt_.param_format == HalfFormat::fp16 ? DataType::f16 : DataType::bf16; }
   DataType reduce_dt() const { return opt_.reduce_format == HalfFormat::fp16 ? DataType::f16 : DataType::bf16; }
@@ -272,6 +284,9 @@ class ZeroEngine final : public UnitProvider<T> {
   std::vector<OffloadChunk> chunks_;   // the file's records, in local order
   std::array<AlignedHostBuffer, 2> obuf_;
   std::array<TrackedBuffer<T>, 2> odev_;  // device copies of the staging buffers (GPU builds)
+  AlignedHostBuffer pread_, pwrite_;   // offload_params: one unit's parameter record, read / written
+  TrackedBuffer<T> pdev_T_;            // ... its device copy on a GPU build (T params)
+  TrackedBuffer<std::uint16_t> pdev_h_;  // ... (16-bit params)
   mutable std::string off_error_;
   double off_wait_s_ = 0.0;
 };

@@ -12,7 +12,10 @@
 #    full device (ENOSPC from an LD_PRELOAD shim), a file-size limit (`ulimit -f`: EFBIG), an I/O
 #    error in the middle of a run (EIO from the shim on one rank), a file truncated in the middle
 #    of a run (the TRIDENT_POISON=offload_truncate hook on one rank);
-#  - the deck: host refused in a host build, offload_params refused, nvme needs offload_path;
+#  - parameter offload (offload_params = nvme at ZeRO-3): byte-identical to the resident ZeRO-3 run,
+#    switched on and off at a resume;
+#  - the deck: host refused in a host build, offload_params without ZeRO-3 or without
+#    offload_optimizer = nvme refused, nvme needs offload_path;
 #    the dry run reports the bytes by device.
 set -u
 source "$(dirname "$0")/cli_lib.sh"
@@ -62,6 +65,29 @@ for mode in on off; do
     cmp -s <(det "$WORK/np2_z1.res") <(det "$WORK/switch_$mode")
   expect_exit 0 "identical" -- "$TRIDENT" ckpt diff "$(last_ckpt "$WORK/np2_z1.res")" "$(last_ckpt "$WORK/switch_$mode")"
 done
+
+# ---- parameter offload (offload_params = nvme, ZeRO-3) ------------------------------------------
+# Oracle: the resident ZeRO-3 run above. With the parameter shard in the file as well, the losses
+# and the final checkpoint are the same, and switching it on or off at a resume changes nothing.
+PAR=(--parallel.zero_stage=3 --parallel.offload_params=nvme "${OFF[@]}")
+expect_exit 0 "optimizer state and parameter shard offloaded to" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/d.ini" \
+  --train.out_dir="$WORK/np2_z3_params.off" "${PAR[@]}"
+check "np2_z3 with offload_params: losses byte-identical" cmp -s <(det "$WORK/np2_z3.res") <(det "$WORK/np2_z3_params.off")
+expect_exit 0 "identical" -- "$TRIDENT" ckpt diff "$(last_ckpt "$WORK/np2_z3.res")" "$(last_ckpt "$WORK/np2_z3_params.off")"
+col1() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i } NR == 2 { print $h[c] }' "$1/metrics.csv"; }
+check "the parameter records show in offload_read_mib: more per step than optimizer-only offload" \
+  awk -v a="$(col1 "$WORK/np2_z3_params.off" offload_read_mib)" -v b="$(col1 "$WORK/np2_z3.off" offload_read_mib)" \
+  'BEGIN { exit !(a > b && b > 0) }'
+for mode in on off; do
+  if [ "$mode" = on ]; then first=(--parallel.zero_stage=3); second=("${PAR[@]}"); else first=("${PAR[@]}"); second=(--parallel.zero_stage=3); fi
+  expect_exit 0 "stopping after step 3" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/d.ini" \
+    --train.out_dir="$WORK/pswitch_$mode" --train.stop_at_step=3 "${first[@]}"
+  expect_exit 0 "resumed from .*step_00000003.h5 at step 3" -- "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/d.ini" \
+    --train.out_dir="$WORK/pswitch_$mode" --resume "${second[@]}"
+  check "offload_params switched $mode at the resume: losses equal the uninterrupted run" \
+    cmp -s <(det "$WORK/np2_z3.res") <(det "$WORK/pswitch_$mode")
+done
+check "offload files are scratch: removed at exit (parameter offload too)" test -z "$(ls -A "$WORK/off")"
 
 # ---- faults -----------------------------------------------------------------------------------
 # A run stopped at step 3 (resident) is the checkpoint every fault below must leave intact.
@@ -145,8 +171,10 @@ if ! grep -qiE "^(1|on|true|yes)$" <<<"${TRIDENT_HAVE_CUDA:-0}"; then
 fi
 expect_exit 2 "offload_params = nvme needs \[parallel\] zero_stage = 3" -- \
   "$TRIDENT" train --config "$WORK/d.ini" --parallel.offload_params=nvme --dry-run 1
-expect_exit 2 "offload_params = nvme is not built yet" -- \
+expect_exit 2 "offload_params = nvme needs \[parallel\] offload_optimizer = nvme" -- \
   "$TRIDENT" train --config "$WORK/d.ini" --parallel.zero_stage=3 --parallel.offload_params=nvme --dry-run 1
+expect_exit 0 "offload_params = nvme: [0-9.]+ MiB per rank in .*and the parameter shard" -- \
+  "$TRIDENT" train --config "$WORK/d.ini" --dry-run 2 --parallel.zero_stage=3 --parallel.offload_params=nvme "${OFF[@]}"
 expect_exit 2 "offload_optimizer = nvme needs \[parallel\] offload_path" -- \
   "$TRIDENT" train --config "$WORK/d.ini" --parallel.offload_optimizer=nvme --dry-run 1
 expect_exit 0 "by device: accelerator 0.00 MiB, host [0-9.]+ MiB, nvme 0.00 MiB" -- \

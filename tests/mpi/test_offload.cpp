@@ -166,6 +166,88 @@ TEST_P(OffloadPlanBytes, DryRunPredictionEqualsAllocation) {
 
 INSTANTIATE_TEST_SUITE_P(Chunks, OffloadPlanBytes, ::testing::Values(std::int64_t{0}, std::int64_t{1000}));
 
+// Parameter offload (offload_params = nvme, ZeRO-3): the working parameter shard also lives in the
+// file (one record per unit) and is read before every all-gather; losses, norms, master weights
+// and moments stay bitwise those of the fully resident run, with prefetch on and off, one unit per
+// block and the whole model as one unit, default and 1000-byte optimizer chunks.
+class OffloadParamsEquality : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(OffloadParamsEquality, BitwiseEqualToResident) {
+  std::vector<std::string> v = GetParam();
+  v.push_back("--parallel.zero_stage=3");
+  const RunResult ref = train(config(v, false), 4);
+  std::vector<std::string> p = v;
+  p.push_back("--parallel.offload_params=nvme");
+  for (const char* chunk : {static_cast<const char*>(nullptr), "1000"}) {
+    ChunkBytes scoped(chunk);
+    const RunResult off = train(config(p, true), 4);
+    const std::string what = chunk == nullptr ? "default chunks" : "1000-byte chunks";
+    for (size_t s = 0; s < ref.loss.size(); ++s) {
+      EXPECT_EQ(off.loss[s], ref.loss[s]) << what << ", step " << s + 1;
+      EXPECT_EQ(off.norm[s], ref.norm[s]) << what << ", step " << s + 1;
+    }
+    EXPECT_TRUE(same_bits(off.master, ref.master)) << what << ": master weights";
+    EXPECT_TRUE(same_bits(off.m, ref.m)) << what << ": exp_avg";
+    EXPECT_TRUE(same_bits(off.v, ref.v)) << what << ": exp_avg_sq";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, OffloadParamsEquality,
+    ::testing::Values(std::vector<std::string>{}, std::vector<std::string>{"--train.param_dtype=bf16"},
+                      std::vector<std::string>{"--parallel.prefetch=false"},
+                      std::vector<std::string>{"--parallel.unit_blocks=0", "--train.param_dtype=bf16"}));
+
+// With the parameter shard offloaded, what is allocated is the prediction, the file has the
+// predicted size, and the hand formula holds: the params category drops from the shard (4 or 2
+// bytes per element) to two records of the largest unit piece; the optimizer keeps two chunk
+// records of three kinds (the master is now a copy of its own, on disk); the file holds the
+// chunk records plus one aligned parameter record per unit.
+TEST(Offload, ParamsDryRunPredictionEqualsAllocation) {
+  Runtime& rt = test::runtime();
+  for (const bool bf16 : {false, true}) {
+    std::vector<std::string> v{"--parallel.zero_stage=3"};
+    if (bf16) v.push_back("--train.param_dtype=bf16");
+    const Config resident = config(v, false);
+    v.push_back("--parallel.offload_params=nvme");
+    const Config cfg = config(v, true);
+    ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
+    TokenDataset data(cfg.data.path, 64.0);
+    const std::int64_t p0 = MemoryLedger::current(MemCategory::params), o0 = MemoryLedger::current(MemCategory::optimizer);
+    Trainer<float> t(cfg, grid, data);
+    const MemoryBytes want = predict_memory(cfg), want_res = predict_memory(resident);
+    const auto P = static_cast<size_t>(MemCategory::params), O = static_cast<size_t>(MemCategory::optimizer);
+    const std::int64_t got_p = MemoryLedger::current(MemCategory::params) - p0,
+                       got_o = MemoryLedger::current(MemCategory::optimizer) - o0;
+    const std::string what = bf16 ? "bf16" : "fp32";
+    const int S = cfg.parallel.dp;
+    const std::int64_t pe = bf16 ? 2 : 4, c = (std::int64_t{16} << 20) / 12;
+    std::int64_t max_piece = 0, max_rec = 0, file = 0;
+    for (const UnitSpec& u : t.layout().units()) {
+      const std::int64_t s = (u.numel + S - 1) / S;
+      max_piece = std::max(max_piece, s);
+      for (std::int64_t b = 0; b < s; b += c) {
+        max_rec = std::max(max_rec, std::min(c, s - b));
+        file += OffloadFile::aligned(12 * std::min(c, s - b));
+      }
+      file += OffloadFile::aligned(s * pe);
+    }
+    const ZeroEngine<float>& z = t.engine();
+    if (grid.dp_rank() == 0) {
+      EXPECT_EQ(got_p, want[P]) << what;
+      EXPECT_EQ(got_o, want[O]) << what;
+      EXPECT_EQ(want_res[P] - want[P], z.local_size() * pe - 2 * OffloadFile::aligned(max_piece * pe)) << what;
+      EXPECT_EQ(want[O], 2 * OffloadFile::aligned(12 * max_rec)) << what;
+      EXPECT_EQ(predict_offload(cfg).file_bytes, file) << what;
+      EXPECT_EQ(static_cast<std::int64_t>(
+                    std::filesystem::file_size(offload_file_name(cfg.parallel.offload_path, rt.world().rank()))),
+                file)
+          << what;
+    }
+    EXPECT_EQ(z.master(), nullptr) << what << ": the master weights are on disk";
+  }
+}
+
 // Saves read the offloaded state back: an asynchronous save's snapshot holds bitwise the resident
 // run's arrays (read across chunk boundaries: 1000-byte chunks), and what a save allocates is the
 // dry run's checkpoint bytes (a synchronous save goes through its staging buffer, at most 16 MiB,
