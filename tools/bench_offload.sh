@@ -6,6 +6,9 @@
 #
 # usage: tools/bench_offload.sh [--out DIR] [--steps N] [--offload-path DIR] [--stage Z]
 #
+# With --stage 3 a third mode also offloads the ZeRO-3 parameter shard ([parallel] offload_params
+# = nvme: 2 more bytes per parameter leave with bf16 working params).
+#
 # For each mode it records the --dry-run prediction (the ledger's total), trains N steps (default
 # 5) and reads the process's peak RSS (getrusage, metrics.csv peak_mem_mib), the mean step time
 # over steps 2..N and the offload columns. It prints the predicted drop (resident total minus
@@ -36,9 +39,12 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 common=(--parallel.zero_stage="$stage" --train.param_dtype=bf16 --train.max_steps="$steps")
 csv="$out/offload.csv"
 echo "mode,stage,predicted_peak_mib,predicted_optimizer_mib,nvme_mib,peak_rss_mib,ms_per_step,offload_read_mib,offload_write_mib,offload_wait_ms" > "$csv"
-for mode in none nvme; do
+modes=(none nvme)
+[ "$stage" = 3 ] && modes+=(nvme_params)  # ZeRO-3: the parameter shard to the disk as well
+for mode in "${modes[@]}"; do
   args=("${common[@]}")
-  [ "$mode" = nvme ] && args+=(--parallel.offload_optimizer=nvme --parallel.offload_path="$offpath")
+  [ "$mode" != none ] && args+=(--parallel.offload_optimizer=nvme --parallel.offload_path="$offpath")
+  [ "$mode" = nvme_params ] && args+=(--parallel.offload_params=nvme)
   run="$out/run_$mode"
   rm -rf "$run"
   pred="$("$bin" train --config "$deck" --dry-run 1 "${args[@]}")"
@@ -58,8 +64,8 @@ for mode in none nvme; do
   echo "== $mode: predicted total $total MiB (optimizer $optim, nvme $nvme) | peak RSS $rss MiB | $ms ms/step |" \
        "offload read $rd MiB, write $wr MiB, waited $wt ms per step"
 done
-awk -F, 'NR == 2 { pt = $3; rss = $6; ms = $7 } NR == 3 {
+awk -F, 'NR == 2 { pt = $3; rss = $6; ms = $7 } NR >= 3 {
   pd = pt - $3; md = rss - $6
-  printf "predicted drop %.1f MiB, measured drop of peak RSS %.1f MiB (measured / predicted %.3f)\n", pd, md, md / pd
-  printf "peak RSS ratio offloaded / resident %.3f; step time ratio %.2f\n", $6 / rss, $7 / ms }' "$csv"
+  printf "%s: predicted drop %.1f MiB, measured drop of peak RSS %.1f MiB (measured / predicted %.3f)\n", $1, pd, md, md / pd
+  printf "%s: peak RSS ratio offloaded / resident %.3f; step time ratio %.2f\n", $1, $6 / rss, $7 / ms }' "$csv"
 echo "wrote $csv"

@@ -28,4 +28,22 @@ double measure_gemm_flops() {
   return 2.0 * n * n * static_cast<double>(n) / best;
 }
 
+namespace {
+template <class T>
+void small_gemm() {
+  const int n = 64;
+  Buffer<T> a("warm_a", n * n), b("warm_b", n * n), c("warm_c", n * n);
+  fill<T>(View1<T>(a.data(), a.extent(0)), T(1));
+  fill<T>(View1<T>(b.data(), b.extent(0)), T(1));
+  gemm<T>('N', 'N', T(1), as_matrix<const T>(a.data(), n, n), as_matrix<const T>(b.data(), n, n), T(0),
+          as_matrix(c.data(), n, n));
+  Kokkos::fence();
+}
+}  // namespace
+
+void warm_up_blas() {
+  small_gemm<float>();
+  small_gemm<double>();
+}
+
 }  // namespace trident

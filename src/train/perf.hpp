@@ -13,4 +13,9 @@ namespace trident {
 /// Measured FLOP/s of a 512^3 float GEMM on this rank (best of 5 after one warm-up). ~20 ms. Local.
 double measure_gemm_flops();
 
+/// One small float and double GEMM through the GEMM seam, so that the BLAS allocates its work
+/// buffers now (OpenBLAS spins forever when that allocation fails later, e.g. under ulimit -v).
+/// ~1 ms. Local.
+void warm_up_blas();
+
 }  // namespace trident

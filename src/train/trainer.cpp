@@ -18,6 +18,7 @@
 #include "train/metrics.hpp"
 #include "train/model_schema.hpp"
 #include "train/peak.hpp"
+#include "train/perf.hpp"
 #include "train/resume.hpp"
 #include "train/run_dir.hpp"
 #include "train/signals.hpp"
@@ -1030,6 +1031,10 @@ int run_train(Config cfg, Communicator& world, const TrainRunOptions& opt) {
   ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}, cfg.parallel.comm_backend);
   log::info("collectives: %s ([parallel] comm_backend = %s)", grid.describe_comm_backends().c_str(),
             name_of(cfg.parallel.comm_backend));
+  // BLAS's work buffers before the model state: OpenBLAS retries a failed buffer allocation
+  // forever, so a rank near its memory limit (ulimit -v) must fail in the model state's
+  // allocation (a clear, agreed error), not hang in the first GEMM.
+  warm_up_blas();
   if (cfg.train.dtype == Precision::f64) return train_loop<double>(cfg, grid, *data, opt, ckdir, claim, wall);
   return train_loop<float>(cfg, grid, *data, opt, ckdir, claim, wall);
 }

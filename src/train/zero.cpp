@@ -147,9 +147,9 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
   if (!opt.offload_params) {
     add(MemCategory::params, p_elems, opt.half_params ? h : t);
   } else {
-    // The shard is on disk: two host records of the largest unit piece (read, write), plus a
-    // device copy on a GPU build.
-    add(MemCategory::params, 2 * max_param_record(g.s_u, opt, t), 1);
+    // The shard is on disk: three host records of the largest unit piece (one read, two written
+    // behind), plus a device copy on a GPU build.
+    add(MemCategory::params, 3 * max_param_record(g.s_u, opt, t), 1);
     if (!kStateOnHost) add(MemCategory::params, g.max_piece, opt.half_params ? h : t);
   }
   if (!opt.offload_nvme) {
@@ -207,7 +207,7 @@ std::int64_t ZeroEngine<T>::plan_offload_staging_bytes(const ParamLayout& layout
   const Geometry g(layout, sched, opt, shard_size, shard_rank);
   return 2 * OffloadFile::aligned(offload_kinds(opt) * max_chunk(offload_chunks(g.s_u, g.l_u, opt, sizeof(T))) *
                                   static_cast<std::int64_t>(sizeof(T))) +
-         2 * max_param_record(g.s_u, opt, sizeof(T));
+         3 * max_param_record(g.s_u, opt, sizeof(T));
 }
 
 template <class T>
@@ -256,8 +256,10 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
     if (opt.offload_params) {
       const std::int64_t pr = max_param_record(s_u_, opt, sizeof(T));
       pread_ = AlignedHostBuffer(pr, MemCategory::params);
-      pwrite_ = AlignedHostBuffer(pr, MemCategory::params);
-      std::memset(pwrite_.data(), 0, static_cast<size_t>(pr));  // padding stays zero in every record
+      for (auto& b : pwrite_) {
+        b = AlignedHostBuffer(pr, MemCategory::params);
+        std::memset(b.data(), 0, static_cast<size_t>(pr));  // padding stays zero in every record
+      }
       if (!kStateOnHost) {
         if (opt.half_params) pdev_h_ = TrackedBuffer<std::uint16_t>("trident::zero::param_record", g.max_piece, MemCategory::params);
         else pdev_T_ = TrackedBuffer<T>("trident::zero::param_record", g.max_piece, MemCategory::params);
@@ -348,9 +350,11 @@ void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count
   const std::int64_t s = s_u_[u];
   const auto n = static_cast<size_t>(count);
   if (params_offloaded()) {
-    // The unit's parameter record, element `begin` on: written whole by finish_refresh_unit.
+    // The unit's parameter record, element `begin` on: written whole by finish_refresh_unit. The
+    // buffer's previous write (two units ago) must be done before it is refilled.
+    if (begin == 0) wait_kept(pw_ticket_[static_cast<size_t>(pw_idx_)]);
     const std::int64_t pe = param_elem_bytes();
-    auto* host = static_cast<unsigned char*>(pwrite_.data()) + begin * pe;
+    auto* host = static_cast<unsigned char*>(pwrite_[static_cast<size_t>(pw_idx_)].data()) + begin * pe;
     if (opt_.half_params) {
       View1<std::uint16_t> dst = kStateOnHost ? View1<std::uint16_t>(reinterpret_cast<std::uint16_t*>(host), n)
                                               : pdev_h_.slice(0, count);
@@ -380,7 +384,10 @@ void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count
 template <class T>
 void ZeroEngine<T>::finish_refresh_unit(int ui) {
   if (params_offloaded()) {
-    param_record_io(ui, true);
+    // Written behind (FIFO with the optimizer chunks): stream() drains at its end, refresh_params too.
+    pw_ticket_[static_cast<size_t>(pw_idx_)] =
+        off_->write_async(static_cast<int>(chunks_.size()) + ui, pwrite_[static_cast<size_t>(pw_idx_)].data());
+    pw_idx_ ^= 1;
     return;
   }
   if (opt_.stage == 0 || opt_.stage == 3) return;
@@ -411,6 +418,10 @@ void ZeroEngine<T>::refresh_params() {
       refresh_chunk(c.unit, c.begin, c.count, mu);
       if (c.last) finish_refresh_unit(c.unit);
     });
+    if (params_offloaded()) {  // the parameter records written behind: on disk before any read
+      wait_kept(pw_ticket_[0]);
+      wait_kept(pw_ticket_[1]);
+    }
   } else if (opt_.stage == 0) {
     if (opt_.half_params) convert_to_half<T>(opt_.param_format, params_h_.all(), View1<const T>(master_, static_cast<size_t>(local_size_)));
   } else if (opt_.stage == 3) {
@@ -424,6 +435,7 @@ void ZeroEngine<T>::refresh_params() {
 
 template <class T>
 void ZeroEngine<T>::invalidate_slots() {
+  if (params_offloaded()) drop_read_ahead();  // read before the update: stale
   for (Slot& s : slots_) {
     if (s.pending) s.req.wait();
     s.pending = false;
@@ -451,9 +463,15 @@ template <class T>
 void ZeroEngine<T>::start_gather(Slot& s, int u) {
   const std::int64_t piece = s_u_[static_cast<size_t>(u)];
   if (params_offloaded()) {
-    // This rank's piece from its parameter record (synchronous read: ZeRO-Infinity's parameter
-    // prefetch from NVMe is not built; the all-gather below is still overlapped with prefetch).
-    param_record_io(u, false);
+    // This rank's piece from its parameter record: read ahead while the previous unit computed
+    // (ZeRO-Infinity sec. 6.2), or now when the pass went elsewhere.
+    if (ahead_unit_ == u) {
+      wait_kept(ahead_ticket_);
+      ahead_unit_ = -1;
+    } else {
+      drop_read_ahead();
+      param_record_read(u);
+    }
     if (opt_.half_params) {
       std::uint16_t* g = s.staging.data();
       Kokkos::deep_copy(View1<std::uint16_t>(g + r_ * piece, static_cast<size_t>(piece)),
@@ -470,6 +488,8 @@ void ZeroEngine<T>::start_gather(Slot& s, int u) {
     s.unit = u;
     s.pending = true;
     s.valid = false;
+    Kokkos::fence();  // the piece left pread_ before the next read may refill it
+    read_ahead_after(u);
     return;
   }
   if (opt_.half_params) {
@@ -755,15 +775,38 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
 }
 
 template <class T>
-void ZeroEngine<T>::param_record_io(int u, bool write) {
-  const int rec = static_cast<int>(chunks_.size()) + u;
+void ZeroEngine<T>::read_ahead_after(int u) {
+  if (!opt_.prefetch) return;
+  for (size_t i = cursor_; i < order_.size(); ++i)
+    if (order_[i] != u) {
+      ahead_unit_ = order_[i];
+      ahead_ticket_ = off_->read_async(static_cast<int>(chunks_.size()) + ahead_unit_, pread_.data());
+      return;
+    }
+}
+
+template <class T>
+void ZeroEngine<T>::drop_read_ahead() {
+  if (ahead_unit_ < 0) return;
+  wait_kept(ahead_ticket_);
+  ahead_unit_ = -1;
+}
+
+template <class T>
+void ZeroEngine<T>::wait_kept(OffloadFile::Ticket t) {
+  if (t == 0) return;
   Timer w;
   try {
-    off_->wait(write ? off_->write_async(rec, pwrite_.data()) : off_->read_async(rec, pread_.data()));
+    off_->wait(t);
   } catch (const Error& e) {
     if (off_error_.empty()) off_error_ = e.what();
   }
   off_wait_s_ += w.seconds();
+}
+
+template <class T>
+void ZeroEngine<T>::param_record_read(int u) {
+  wait_kept(off_->read_async(static_cast<int>(chunks_.size()) + u, pread_.data()));
 }
 
 template <class T>

@@ -136,7 +136,8 @@ class ZeroEngine final : public UnitProvider<T> {
   static std::int64_t plan_offload_bytes(const ParamLayout& layout, const GptSchedule& sched, const ZeroOptions& opt,
                                          int shard_size, int shard_rank);
   /// Host bytes of the offload staging: two buffers of the largest record (counted as optimizer in
-  /// plan()), and with offload_params two of the largest parameter record (counted as params).
+  /// plan()), and with offload_params three of the largest parameter record (one read, two
+  /// written behind; counted as params).
   /// Local, pure.
   static std::int64_t plan_offload_staging_bytes(const ParamLayout& layout, const GptSchedule& sched,
                                                  const ZeroOptions& opt, int shard_size, int shard_rank);
@@ -242,9 +243,16 @@ class ZeroEngine final : public UnitProvider<T> {
   // f(chunk, master, m, v, ok) with MemSpace pointers (host pointers when on_host), writes it
   // back (write). f runs for every chunk on every rank, ok = false after an I/O failure.
   void stream(bool read, bool write, bool on_host, const std::function<void(const OffloadChunk&, T*, T*, T*, bool)>& f);
-  // offload_params: reads (write = false) or writes unit u's parameter record through pread_ or
-  // pwrite_ and waits; a failure is kept in off_error_ (the caller's collectives still run).
-  void param_record_io(int u, bool write);
+  // offload_params: reads unit u's parameter record into pread_ and waits; a failure is kept in
+  // off_error_ (the caller's collectives still run).
+  void param_record_read(int u);
+  // Waits for a queued offload request, keeping a failure in off_error_.
+  void wait_kept(OffloadFile::Ticket t);
+  // offload_params read-ahead: queue the record of the next unit of the pass after `u` into pread_
+  // (free once u's piece is in its slot), and drop a pending one (waited for; after a step its
+  // data would be stale).
+  void read_ahead_after(int u);
+  void drop_read_ahead();
   bool params_offloaded() const { return opt_.offload_params && off_ != nullptr; }
   std::int64_t param_elem_bytes() const { return opt_.half_params ? 2 : static_cast<std::int64_t>(sizeof(T)); }
   std::int64_t padded(int u) const { return s_u_[static_cast<size_t>(u)] * S_; }
@@ -278,13 +286,19 @@ class ZeroEngine final : public UnitProvider<T> {
   std::vector<int> gslot_in_use_;      // unit -> grad slot holding it in this micro-batch, or -1
   std::vector<int> order_;
   size_t cursor_ = 0;
-  // offload
+  // offload (the parameter records' buffers first: destroyed after off_, whose destructor waits
+  // for a read still queued into them)
+  AlignedHostBuffer pread_;            // offload_params: one unit's parameter record, read
+  std::array<AlignedHostBuffer, 2> pwrite_;  // ... written behind, alternating per unit
+  std::array<OffloadFile::Ticket, 2> pw_ticket_{0, 0};
+  int pw_idx_ = 0;
+  int ahead_unit_ = -1;                // offload_params: the unit whose record is being read ahead into pread_
+  OffloadFile::Ticket ahead_ticket_ = 0;
   std::unique_ptr<OffloadFile> off_;
   int off_kinds_ = 0;                  // 3: master + moments in the file; 2: moments only
   std::vector<OffloadChunk> chunks_;   // the file's records, in local order
   std::array<AlignedHostBuffer, 2> obuf_;
   std::array<TrackedBuffer<T>, 2> odev_;  // device copies of the staging buffers (GPU builds)
-  AlignedHostBuffer pread_, pwrite_;   // offload_params: one unit's parameter record, read / written
   TrackedBuffer<T> pdev_T_;            // ... its device copy on a GPU build (T params)
   TrackedBuffer<std::uint16_t> pdev_h_;  // ... (16-bit params)
   mutable std::string off_error_;

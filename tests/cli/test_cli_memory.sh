@@ -45,6 +45,6 @@ done
 # A model larger than the memory a process may take (a 1.5 GB address-space limit, 150M parameters
 # at 16 bytes each): a clear message naming what could not be allocated and the way out, exit 1.
 expect_exit 1 "cannot allocate the model state: parameters, gradients and optimizer state .*dry-run" -- \
-  bash -c 'ulimit -v 1500000 && exec "$0" train --config "$1" --train.max_steps=1 --parallel.zero_stage=3 \
+  bash -c 'ulimit -v 1500000 && exec timeout -k 10 120 "$0" train --config "$1" --train.max_steps=1 --parallel.zero_stage=3 \
     --model.n_layer=12 --model.n_embd=1024 --model.n_head=16 --train.global_batch_size=1' "$TRIDENT" "$WORK/deck.ini"
 exit "$FAILED"
