@@ -41,7 +41,9 @@ options:
   --csv FILE             write every valid layout (fitting or not) with its prediction
   --assume-interleaved V predict as if the pipeline ran Megatron-LM's interleaved 1F1B with V model
                          chunks per stage (Trident runs 1f1b and gpipe only): for comparing the model
-                         with published runs (docs/scaling.md); layouts it does not apply to are skipped
+                         with published runs (docs/scaling.md); with pp > 1 only 1f1b layouts whose
+                         stages' layers divide by V and whose micro-batches are a multiple of pp are
+                         kept (the others are counted as refused)
   --assume-scatter-gather  likewise, Megatron-LM's scatter/gather of pipeline transfers over tp
   --assume-activation-bytes B  likewise, activations of B bytes per element in the tp and pp transfers
                          and the memory-bound kernels (Megatron-LM's mixed precision: 2; Trident keeps

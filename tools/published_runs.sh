@@ -39,7 +39,7 @@ work=$(dirname "$out"); mkdir -p "$work"
 # TFLOP/s per GPU | deck overrides. A100 (SC21): Table 1 runs use "the interleaved pipeline
 # schedule with the scatter/gather optimization" (sec. 5.1) with full activation recomputation
 # (eq. 3 counts it), sequence 2048, vocabulary 51,200, Megatron's default dropout 0.1; the chunks
-# per stage are not published: the smallest v > 1 dividing a stage's layers; the micro-batch of
+# per stage are not published: the first of 2, 3, 5, 7 dividing a stage's layers (else 1); the micro-batch of
 # Table 1 is not published either: 1, as in every PTD-P row of Table 2. Table 2's ZeRO-3 rows are
 # DeepSpeed's ZeRO-3 without model parallelism (modelled as Trident's ZeRO-3 with prefetch).
 # H100 (Megatron-Core r0.8.0): sequence 4096, vocabulary 131,072, the distributed optimizer
@@ -96,15 +96,18 @@ while read -r src params L C H tp pp gpus batch mb zero pub deck_extra; do
       [ "$v" -gt 1 ] && args+=(--assume-interleaved "$v" --assume-scatter-gather)
     fi
   fi
-  csv="$work/plan_${src}_${params}_${gpus}.csv"
+  csv="$work/plan_${src}_${params}_${gpus}.csv" txt="$work/plan_${src}_${params}_${gpus}.txt"
+  rm -f "$csv"
   machine=$a100; case "$src" in H100*) machine=$h100 ;; esac
   # shellcheck disable=SC2086  # deck_extra is a list of overrides
   "$trident" plan --config input/published/megatron_gpt.ini --machine "$machine" --ranks "$gpus" $deck_extra \
     --tp "$tp" --pp "$pp" --zero-stages "$zero" --fixed-micro-batch --fixed-recompute --fixed-schedule \
     --model.n_layer="$L" --model.n_embd="$C" --model.n_head="$H" --train.global_batch_size="$batch" \
-    --train.micro_batch_size="$mb" "${args[@]}" --csv "$csv" > "$work/plan_${src}_${params}_${gpus}.txt" 2>&1 || true
+    --train.micro_batch_size="$mb" "${args[@]}" --csv "$csv" > "$txt" 2>&1 && rc=0 || rc=$?
+  # exit 1: the layout is over (Trident's) memory, still predicted; anything else is a failure
+  [ "$rc" -le 1 ] || { echo "published_runs.sh: trident plan failed (exit $rc) for $src $params B on $gpus GPUs: see $txt" >&2; exit 1; }
   row=$(awk -F, 'NR == 2' "$csv" 2>/dev/null || true)
-  [ -n "$row" ] || { echo "published_runs.sh: no prediction for $src $params B on $gpus GPUs: see $work/plan_${src}_${params}_${gpus}.txt" >&2; exit 1; }
+  [ -n "$row" ] || { echo "published_runs.sh: no prediction for $src $params B on $gpus GPUs: see $txt" >&2; exit 1; }
   IFS=, read -r _ _ _ _ _ _ _ fits step _ _ _ _ _ _ _ _ _ _ mem tfl <<<"$row"
   ratio=$(awk -v p="$tfl" -v q="$pub" 'BEGIN {printf "%.3f", p / q}')
   worst=$(awk -v r="$ratio" -v w="$worst" 'BEGIN {e = r > 1 ? r - 1 : 1 - r; print (e > w ? e : w)}')

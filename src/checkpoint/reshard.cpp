@@ -100,6 +100,10 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     p.dp = opt.dp;  // 0: auto
     p.zero_stage = opt.zero_stage >= 0 ? opt.zero_stage : p.zero_stage;
     p.shard_group_size = opt.shard_group_size;
+    // Offload files are scratch of the machine that trained (docs/offload.md): the resharded
+    // checkpoint's deck keeps none, and a resume chooses its own (any [parallel] key may change).
+    p.offload_optimizer = OffloadKind::none;
+    p.offload_params = OffloadKind::none;
     // Neither does the GEMM input type: the deck of a bf16 run on a GPU ([train] compute_dtype)
     // reshards on a host build, and keeps its compute_dtype.
     const Precision compute = cfg.train.compute_dtype;

@@ -170,7 +170,8 @@ class Schema {
                "offload_path, streamed unit by unit; docs/offload.md)");
     add_choice("parallel", "offload_params", &c.parallel.offload_params, {OffloadKind::none, OffloadKind::nvme},
                "ZeRO-3 parameter shards on a local disk: none or nvme (with zero_stage = 3 and offload_optimizer = "
-               "nvme: each unit's shard is read from the offload file just before its all-gather; docs/offload.md)");
+               "nvme: each unit's piece is read from the offload file ahead of its all-gather and written back by "
+               "the step; docs/offload.md)");
     add("parallel", "offload_path", &c.parallel.offload_path,
         "directory of the offload files (one per rank, scratch: rebuilt from the checkpoint at every start); "
         "required with offload_optimizer = nvme");

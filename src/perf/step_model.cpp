@@ -148,6 +148,8 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   require_config(v >= 1, "interleaved pipeline: the chunks per stage must be >= 1, not " + std::to_string(v));
   require_config(v == 1 || M % pp == 0, "interleaved pipeline: " + std::to_string(M) +
                                             " micro-batches per step are not a multiple of pp = " + std::to_string(pp));
+  require_config(v == 1 || pp == 1 || par.pp_schedule == PipelineScheduleKind::one_f_one_b,
+                 "interleaved pipeline: a variant of 1F1B, not of gpipe");
   const bool tp_intra = intra_node(tp, 1, dpn), dp_intra = intra_node(dp, tp, dpn), shard_intra = intra_node(S, tp, dpn),
              pp_intra = intra_node(pp, tp * dp, dpn), world_intra = world <= dpn;
 
@@ -158,7 +160,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   std::vector<double> tpc(static_cast<size_t>(pp)), p2p(static_cast<size_t>(pp));
   for (int s = 0; s < pp; ++s) {
     const ModelPart part = ModelPart::make(m, par, 0, s);
-    require_config(part.n_layers % v == 0, "interleaved pipeline: stage " + std::to_string(s) + "'s " +
+    require_config(pp == 1 || part.n_layers % v == 0, "interleaved pipeline: stage " + std::to_string(s) + "'s " +
                                                std::to_string(part.n_layers) + " layers do not split into " +
                                                std::to_string(v) + " chunks");
     const bool first = s == 0, last = s == pp - 1;

@@ -84,8 +84,9 @@ struct StepPrediction {
 struct PeerSchedule {
   /// v model chunks per pipeline stage: Megatron-LM's interleaved 1F1B (Narayanan et al. 2021,
   /// sec. 2.2.2): the bubble is (p - 1) / (v m) of the ideal instead of (p - 1) / m, and every
-  /// chunk boundary is a p2p transfer (v times as many). Needs each stage's layers divisible by v
-  /// and the micro-batches per step a multiple of pp (as Megatron-LM requires). 1: Trident's.
+  /// chunk boundary is a p2p transfer (v times as many). With pp > 1 it needs the 1F1B schedule,
+  /// each stage's layers divisible by v and the micro-batches per step a multiple of pp (as
+  /// Megatron-LM requires); with pp = 1 it changes nothing. 1: Trident's.
   int virtual_stages = 1;
   /// Megatron-LM's scatter/gather p2p (Narayanan et al. 2021, sec. 4.1): each tp rank sends 1/tp
   /// of the activation over its own link and the receiving stage all-gathers it over tp.

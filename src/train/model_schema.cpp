@@ -34,6 +34,7 @@ CheckpointStateFactory model_state_factory() {
     // that wrote the checkpoint used (its offload_path may not exist where the tool runs).
     Config cfg = stored;
     cfg.parallel.offload_optimizer = OffloadKind::none;
+    cfg.parallel.offload_params = OffloadKind::none;
     if (cfg.train.dtype == Precision::f64) return std::make_unique<ModelState<double>>(cfg, grid);
     return std::make_unique<ModelState<float>>(cfg, grid);
   };

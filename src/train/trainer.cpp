@@ -310,13 +310,14 @@ StepResult Trainer<T>::train_step() {
     if (cfg_.train.grad_clip > 0.0) scale = std::min(1.0, cfg_.train.grad_clip / (r.grad_norm + 1e-6));
     if (poison_point("offload_truncate", this_step)) zero.truncate_offload_for_test();  // test hook
     zero.step(r.lr, scale / loss_scale);  // unscales the gradient (exactly, for a power-of-two scale)
-    // An offload I/O failure on any rank stops every rank here, before anything is saved: the
-    // last checkpoint stays the newest (the offload file is scratch, rebuilt from it at resume).
-    if (zero.offloaded())
-      run_agreed(grid_.world_comm(), "step " + std::to_string(this_step) + ": optimizer-state offload failed",
-                 [&] { zero.check_offload(); });
     scaler_.update(true);                 // may grow the scale of the next step
   }
+  // An offload I/O failure on any rank (the update's streams, or the parameter reads of the
+  // forward and backward, also in a skipped step) stops every rank here, before anything is
+  // saved: the last checkpoint stays the newest (the file is scratch, rebuilt from it at resume).
+  if (zero.offloaded())
+    run_agreed(grid_.world_comm(), "step " + std::to_string(this_step) + ": offload failed",
+               [&] { zero.check_offload(); });
   ++step_;
   consumed_samples_ += G;
   Kokkos::fence();
@@ -399,6 +400,10 @@ EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested, con
     progress.update(k + 1);
   }
   progress.finish();
+  // With offload_params the forward passes read the parameter records: a failed read must not
+  // become a wrong loss. Agreed over world, as after a step.
+  if (state_.engine().offloaded())
+    run_agreed(grid_.world_comm(), "evaluation: offload failed", [&] { state_.engine().check_offload(); });
   loss_sum = grid_.dp_comm().all_reduce_value(loss_sum);
   ppc.broadcast(&loss_sum, 1, grid_.pp_size() - 1);
   res.tokens = n * T_;
@@ -585,7 +590,7 @@ void print_memory_prediction(const Config& cfg) {
     std::printf("offload_optimizer = nvme, offload_params = nvme: %.2f MiB per rank in %s (fp32 master weights, "
                 "both AdamW moments, and the parameter shard: one record per unit; scratch, rebuilt from the "
                 "checkpoint at start); resident instead: %.2f MiB of staging (two optimizer records of at most 16 MiB "
-                "in optimizer above, and two records of the largest unit's parameter piece in params above)\n",
+                "in optimizer above, and three records of the largest unit's parameter piece in params above)\n",
                 static_cast<double>(off.file_bytes) / mib, offload_file_name(cfg.parallel.offload_path, 0).c_str(),
                 static_cast<double>(off.staging_bytes) / mib);
   else if (off.file_bytes > 0)

@@ -148,9 +148,9 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
     add(MemCategory::params, p_elems, opt.half_params ? h : t);
   } else {
     // The shard is on disk: three host records of the largest unit piece (one read, two written
-    // behind), plus a device copy on a GPU build.
+    // behind), plus on a GPU build the device buffer of the 16-bit conversion.
     add(MemCategory::params, 3 * max_param_record(g.s_u, opt, t), 1);
-    if (!kStateOnHost) add(MemCategory::params, g.max_piece, opt.half_params ? h : t);
+    if (!kStateOnHost && opt.half_params) add(MemCategory::params, g.max_piece, h);  // the 16-bit conversion's target
   }
   if (!opt.offload_nvme) {
     if (separate_master(opt)) add(MemCategory::optimizer, g.local_size, t);  // own master
@@ -258,11 +258,10 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
       pread_ = AlignedHostBuffer(pr, MemCategory::params);
       for (auto& b : pwrite_) {
         b = AlignedHostBuffer(pr, MemCategory::params);
-        std::memset(b.data(), 0, static_cast<size_t>(pr));  // padding stays zero in every record
+        std::memset(b.data(), 0, static_cast<size_t>(pr));  // defined bytes (a record's tail is never read)
       }
       if (!kStateOnHost) {
         if (opt.half_params) pdev_h_ = TrackedBuffer<std::uint16_t>("trident::zero::param_record", g.max_piece, MemCategory::params);
-        else pdev_T_ = TrackedBuffer<T>("trident::zero::param_record", g.max_piece, MemCategory::params);
       }
     }
     const std::int64_t rec = off_kinds_ * max_chunk(chunks_);
@@ -777,12 +776,15 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
 template <class T>
 void ZeroEngine<T>::read_ahead_after(int u) {
   if (!opt_.prefetch) return;
-  for (size_t i = cursor_; i < order_.size(); ++i)
-    if (order_[i] != u) {
-      ahead_unit_ = order_[i];
-      ahead_ticket_ = off_->read_async(static_cast<int>(chunks_.size()) + ahead_unit_, pread_.data());
-      return;
-    }
+  for (size_t i = cursor_; i < order_.size(); ++i) {
+    const int v = order_[i];
+    if (v == u) continue;
+    const Slot& s = slots_[static_cast<size_t>(slot_of_[static_cast<size_t>(v)])];
+    if (s.unit == v && (s.valid || s.pending)) continue;  // still gathered (the tied embedding): no read
+    ahead_unit_ = v;
+    ahead_ticket_ = off_->read_async(static_cast<int>(chunks_.size()) + ahead_unit_, pread_.data());
+    return;
+  }
 }
 
 template <class T>

@@ -299,8 +299,7 @@ class ZeroEngine final : public UnitProvider<T> {
   std::vector<OffloadChunk> chunks_;   // the file's records, in local order
   std::array<AlignedHostBuffer, 2> obuf_;
   std::array<TrackedBuffer<T>, 2> odev_;  // device copies of the staging buffers (GPU builds)
-  TrackedBuffer<T> pdev_T_;            // ... its device copy on a GPU build (T params)
-  TrackedBuffer<std::uint16_t> pdev_h_;  // ... (16-bit params)
+  TrackedBuffer<std::uint16_t> pdev_h_;  // ... its 16-bit conversion on the device (GPU builds)
   mutable std::string off_error_;
   double off_wait_s_ = 0.0;
 };

@@ -75,6 +75,13 @@ expect_exit 0 "optimizer state and parameter shard offloaded to" -- "$MPIEXEC" -
 check "np2_z3 with offload_params: losses byte-identical" cmp -s <(det "$WORK/np2_z3.res") <(det "$WORK/np2_z3_params.off")
 expect_exit 0 "identical" -- "$TRIDENT" ckpt diff "$(last_ckpt "$WORK/np2_z3.res")" "$(last_ckpt "$WORK/np2_z3_params.off")"
 col1() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) h[$i] = i } NR == 2 { print $h[c] }' "$1/metrics.csv"; }
+# A checkpoint of an offloaded run reshards to any stage: offload is scratch, not a property of the
+# checkpoint (the resharded deck keeps none), and its parameters are the resident run's.
+expect_exit 0 "" -- "$TRIDENT" ckpt reshard --dp 1 --zero-stage 1 --output "$WORK/resh.h5" "$(last_ckpt "$WORK/np2_z3_params.off")"
+expect_exit 0 "" -- "$TRIDENT" ckpt reshard --dp 1 --zero-stage 2 --output "$WORK/resh2.h5" "$WORK/resh.h5"
+check "the offloaded run's checkpoint stores offload_params = nvme" \
+  grep -q "offload_params = nvme" <(h5dump -d /config "$(last_ckpt "$WORK/np2_z3_params.off")")
+check "the resharded deck keeps no offload" grep -q "offload_params = none" <(h5dump -d /config "$WORK/resh2.h5")
 check "the parameter records show in offload_read_mib: more per step than optimizer-only offload" \
   awk -v a="$(col1 "$WORK/np2_z3_params.off" offload_read_mib)" -v b="$(col1 "$WORK/np2_z3.off" offload_read_mib)" \
   'BEGIN { exit !(a > b && b > 0) }'
@@ -142,7 +149,7 @@ if cc -shared -fPIC -o "$SHIM" "$(dirname "$0")/offload_fault_shim.c" -ldl 2>"$W
   base "$WORK/f_eio"
   # A resume writes every unit's record twice (4 units: initialisation, then the checkpoint's
   # state); the first step's writes fail on rank 1.
-  expect_exit 1 "step 4: optimizer-state offload failed.*trident-offload.1.bin': write of record .* Input/output error" -- \
+  expect_exit 1 "step 4: offload failed.*trident-offload.1.bin': write of record .* Input/output error" -- \
     env LD_PRELOAD="$SHIM" OFFLOAD_SHIM_EIO_AFTER=8 OFFLOAD_SHIM_RANK=1 bash -c "$(printf '%q ' "$MPIEXEC" -n 2 \
     "$TRIDENT" train --config "$WORK/d.ini" --train.out_dir="$WORK/f_eio" --parallel.zero_stage=1 --resume "${OFF[@]}")"
   intact "$WORK/f_eio"
@@ -156,7 +163,7 @@ else
 fi
 
 base "$WORK/f_trunc"
-expect_exit 1 "step 5: optimizer-state offload failed.*trident-offload.1.bin': truncated" -- \
+expect_exit 1 "step 5: offload failed.*trident-offload.1.bin': truncated" -- \
   env TRIDENT_POISON=offload_truncate:5 TRIDENT_POISON_RANK=1 bash -c "$(printf '%q ' "$MPIEXEC" -n 2 \
   "$TRIDENT" train --config "$WORK/d.ini" --train.out_dir="$WORK/f_trunc" --parallel.zero_stage=1 --resume "${OFF[@]}")"
 intact "$WORK/f_trunc"
