@@ -352,7 +352,7 @@ void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count
     // The unit's parameter record, element `begin` on: written whole by finish_refresh_unit. The
     // buffer's previous write (two units ago) must be done before it is refilled.
     if (begin == 0) wait_kept(pw_ticket_[static_cast<size_t>(pw_idx_)]);
-    const std::int64_t pe = param_elem_bytes();
+    const std::int64_t pe = param_elem_bytes(opt_, sizeof(T));
     auto* host = static_cast<unsigned char*>(pwrite_[static_cast<size_t>(pw_idx_)].data()) + begin * pe;
     if (opt_.half_params) {
       View1<std::uint16_t> dst = kStateOnHost ? View1<std::uint16_t>(reinterpret_cast<std::uint16_t*>(host), n)
@@ -417,10 +417,8 @@ void ZeroEngine<T>::refresh_params() {
       refresh_chunk(c.unit, c.begin, c.count, mu);
       if (c.last) finish_refresh_unit(c.unit);
     });
-    if (params_offloaded()) {  // the parameter records written behind: on disk before any read
-      wait_kept(pw_ticket_[0]);
-      wait_kept(pw_ticket_[1]);
-    }
+    // The parameter records written behind: on disk before any read (FIFO: the last covers all).
+    if (params_offloaded()) wait_kept(std::max(pw_ticket_[0], pw_ticket_[1]));
   } else if (opt_.stage == 0) {
     if (opt_.half_params) convert_to_half<T>(opt_.param_format, params_h_.all(), View1<const T>(master_, static_cast<size_t>(local_size_)));
   } else if (opt_.stage == 3) {
@@ -460,8 +458,10 @@ void ZeroEngine<T>::begin_pass(Pass, const std::vector<int>& order) {
 
 template <class T>
 void ZeroEngine<T>::start_gather(Slot& s, int u) {
-  const std::int64_t piece = s_u_[static_cast<size_t>(u)];
-  if (params_offloaded()) {
+  const std::int64_t piece = s_u_[static_cast<size_t>(u)], local = l_u_[static_cast<size_t>(u)];
+  const auto n = static_cast<size_t>(piece);
+  const bool from_disk = params_offloaded();
+  if (from_disk) {
     // This rank's piece from its parameter record: read ahead while the previous unit computed
     // (ZeRO-Infinity sec. 6.2), or now when the pass went elsewhere.
     if (ahead_unit_ == u) {
@@ -471,38 +471,31 @@ void ZeroEngine<T>::start_gather(Slot& s, int u) {
       drop_read_ahead();
       param_record_read(u);
     }
-    if (opt_.half_params) {
-      std::uint16_t* g = s.staging.data();
-      Kokkos::deep_copy(View1<std::uint16_t>(g + r_ * piece, static_cast<size_t>(piece)),
-                        Kokkos::View<const std::uint16_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                            static_cast<const std::uint16_t*>(pread_.data()), static_cast<size_t>(piece)));
-      s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), param_dt());
-    } else {
-      T* g = s.compute.data();
-      Kokkos::deep_copy(View1<T>(g + r_ * piece, static_cast<size_t>(piece)),
-                        Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                            static_cast<const T*>(pread_.data()), static_cast<size_t>(piece)));
-      s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), dtype_of<T>());
-    }
-    s.unit = u;
-    s.pending = true;
-    s.valid = false;
-    Kokkos::fence();  // the piece left pread_ before the next read may refill it
-    read_ahead_after(u);
-    return;
   }
   if (opt_.half_params) {
     std::uint16_t* g = s.staging.data();
-    Kokkos::deep_copy(View1<std::uint16_t>(g + r_ * piece, static_cast<size_t>(piece)), params_h_.slice(l_u_[static_cast<size_t>(u)], piece));
-    s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), param_dt());
+    View1<std::uint16_t> mine(g + r_ * piece, n);
+    if (from_disk)
+      Kokkos::deep_copy(mine, Kokkos::View<const std::uint16_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                  static_cast<const std::uint16_t*>(pread_.data()), n));
+    else Kokkos::deep_copy(mine, params_h_.slice(local, piece));
+    s.req = shard_.iall_gather(g + r_ * piece, g, n, param_dt());
   } else {
     T* g = s.compute.data();
-    Kokkos::deep_copy(View1<T>(g + r_ * piece, static_cast<size_t>(piece)), params_T_.slice(l_u_[static_cast<size_t>(u)], piece));
-    s.req = shard_.iall_gather(g + r_ * piece, g, static_cast<size_t>(piece), dtype_of<T>());
+    View1<T> mine(g + r_ * piece, n);
+    if (from_disk)
+      Kokkos::deep_copy(mine, Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+                                  static_cast<const T*>(pread_.data()), n));
+    else Kokkos::deep_copy(mine, params_T_.slice(local, piece));
+    s.req = shard_.iall_gather(g + r_ * piece, g, n, dtype_of<T>());
   }
   s.unit = u;
   s.pending = true;
   s.valid = false;
+  if (from_disk) {
+    Kokkos::fence();  // the piece left pread_ before the next read may refill it
+    read_ahead_after(u);
+  }
 }
 
 template <class T>
@@ -717,15 +710,7 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
   const auto t = static_cast<std::int64_t>(sizeof(T));
   std::array<OffloadFile::Ticket, 2> rt{0, 0}, wt{0, 0};
   auto wait = [&](OffloadFile::Ticket tk) {
-    if (tk != 0) {
-      Timer w;
-      try {
-        off_->wait(tk);
-      } catch (const Error& e) {
-        if (off_error_.empty()) off_error_ = e.what();
-      }
-      off_wait_s_ += w.seconds();
-    }
+    wait_kept(tk);
     return off_error_.empty();
   };
   auto submit_read = [&](int i) {

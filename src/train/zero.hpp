@@ -254,7 +254,6 @@ class ZeroEngine final : public UnitProvider<T> {
   void read_ahead_after(int u);
   void drop_read_ahead();
   bool params_offloaded() const { return opt_.offload_params && off_ != nullptr; }
-  std::int64_t param_elem_bytes() const { return opt_.half_params ? 2 : static_cast<std::int64_t>(sizeof(T)); }
   std::int64_t padded(int u) const { return s_u_[static_cast<size_t>(u)] * S_; }
   DataType param_dt() const { return opt_.param_format == HalfFormat::fp16 ? DataType::f16 : DataType::bf16; }
   DataType reduce_dt() const { return opt_.reduce_format == HalfFormat::fp16 ? DataType::f16 : DataType::bf16; }

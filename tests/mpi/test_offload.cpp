@@ -79,11 +79,13 @@ struct ChunkBytes {
   ~ChunkBytes() { ::unsetenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); }
 };
 
-TEST_P(OffloadEquality, BitwiseEqualToResident) {
-  const RunResult ref = train(config(GetParam(), false), 4);
+// The run with `offloaded` (offload_optimizer = nvme added), with the default and with
+// 1000-byte chunks, against the resident run `ref`: every step's loss and norm, the final master
+// weights and both moments bitwise equal.
+void expect_equal_with_offload(const RunResult& ref, const std::vector<std::string>& offloaded) {
   for (const char* chunk : {static_cast<const char*>(nullptr), "1000"}) {
     ChunkBytes scoped(chunk);
-    const RunResult off = train(config(GetParam(), true), 4);
+    const RunResult off = train(config(offloaded, true), 4);
     const std::string what = chunk == nullptr ? "default chunks" : "1000-byte chunks";
     for (size_t s = 0; s < ref.loss.size(); ++s) {
       EXPECT_EQ(off.loss[s], ref.loss[s]) << what << ", step " << s + 1;
@@ -93,6 +95,11 @@ TEST_P(OffloadEquality, BitwiseEqualToResident) {
     EXPECT_TRUE(same_bits(off.m, ref.m)) << what << ": exp_avg";
     EXPECT_TRUE(same_bits(off.v, ref.v)) << what << ": exp_avg_sq";
   }
+}
+
+TEST_P(OffloadEquality, BitwiseEqualToResident) {
+  const RunResult ref = train(config(GetParam(), false), 4);
+  expect_equal_with_offload(ref, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -178,18 +185,7 @@ TEST_P(OffloadParamsEquality, BitwiseEqualToResident) {
   const RunResult ref = train(config(v, false), 4);
   std::vector<std::string> p = v;
   p.push_back("--parallel.offload_params=nvme");
-  for (const char* chunk : {static_cast<const char*>(nullptr), "1000"}) {
-    ChunkBytes scoped(chunk);
-    const RunResult off = train(config(p, true), 4);
-    const std::string what = chunk == nullptr ? "default chunks" : "1000-byte chunks";
-    for (size_t s = 0; s < ref.loss.size(); ++s) {
-      EXPECT_EQ(off.loss[s], ref.loss[s]) << what << ", step " << s + 1;
-      EXPECT_EQ(off.norm[s], ref.norm[s]) << what << ", step " << s + 1;
-    }
-    EXPECT_TRUE(same_bits(off.master, ref.master)) << what << ": master weights";
-    EXPECT_TRUE(same_bits(off.m, ref.m)) << what << ": exp_avg";
-    EXPECT_TRUE(same_bits(off.v, ref.v)) << what << ": exp_avg_sq";
-  }
+  expect_equal_with_offload(ref, p);
 }
 
 INSTANTIATE_TEST_SUITE_P(
