@@ -31,6 +31,20 @@ include(${CMAKE_CURRENT_LIST_DIR}/TridentCuda.cmake)
 if(NOT TRIDENT_HAVE_CUDA)
   find_package(KokkosKernels REQUIRED)
 endif()
+# bf16 GEMMs on the host ([train] compute_dtype = bf16): oneDNN's matmul (Debian: libdnnl-dev,
+# which tools/install_deps.sh installs). Optional: without it a host build refuses bf16 compute
+# by name. TRIDENT_ENABLE_ONEDNN=OFF skips the search.
+option(TRIDENT_ENABLE_ONEDNN "host builds: bf16 GEMMs through oneDNN when it is found" ON)
+set(TRIDENT_HAVE_ONEDNN OFF)
+if(NOT TRIDENT_HAVE_CUDA AND TRIDENT_ENABLE_ONEDNN)
+  find_package(dnnl CONFIG QUIET)
+  if(dnnl_FOUND AND TARGET DNNL::dnnl)
+    set(TRIDENT_HAVE_ONEDNN ON)
+    message(STATUS "Trident: oneDNN ${dnnl_VERSION} found: bf16 GEMMs on the host")
+  else()
+    message(STATUS "Trident: oneDNN not found (Debian: libdnnl-dev): compute_dtype = bf16 is refused on this build")
+  endif()
+endif()
 # A standalone KokkosKernels (Spack, a site's install) exports Kokkos::kokkoskernels; Debian's (inside
 # Trilinos) exports no target: wrap its library in one.
 if(NOT TRIDENT_HAVE_CUDA AND NOT TARGET trident_kokkoskernels)

@@ -4,7 +4,7 @@
 # Usage: tools/install_deps.sh [--test]
 #   (no flag)  build stack: compiler, MPICH, parallel HDF5, Kokkos/KokkosKernels (Trilinos),
 #              OpenBLAS, Boost.Program_options, GoogleTest, Google Benchmark, Random123, xxHash,
-#              SentencePiece (the bpe tokenizer)
+#              SentencePiece (the bpe tokenizer), oneDNN (bf16 GEMMs on the host)
 #   --test     also the integration and reference stack: Slurm + munge, Lmod (the install/module
 #              test), Debian's python3-torch, numpy, h5py, matplotlib (used by the PyTorch oracle
 #              test, the plot scripts and trident-plot)
@@ -32,7 +32,7 @@ fi
 build_pkgs=(cmake g++ make pkg-config mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   libboost-program-options-dev libbenchmark-dev libgtest-dev librandom123-dev libxxhash-dev
-  libsentencepiece-dev)
+  libsentencepiece-dev libdnnl-dev)
 test_pkgs=(slurm-wlm munge lmod python3-torch python3-numpy python3-h5py python3-matplotlib)
 
 pkgs=("${build_pkgs[@]}")

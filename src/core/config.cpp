@@ -213,7 +213,8 @@ class Schema {
                {{"float16", "write fp16"}, {"half", "write fp16"}, {"bfloat16", "write bf16"}});
     add_choice("train", "compute_dtype", &t.compute_dtype, {Precision::f32, Precision::bf16},
                "input type of every GEMM: float, or bf16 (inputs rounded to bf16, fp32 accumulation and output, "
-               "tensor cores; needs a CUDA build and dtype = float)");
+               "tensor cores on a GPU, oneDNN's AVX512-BF16 kernels on a CPU; needs dtype = float, and a CUDA build or a host "
+               "build with oneDNN on a CPU with AVX512-BF16)");
     add_choice("train", "activation_checkpointing", &t.activation_checkpointing, {Recompute::none, Recompute::block},
                "none, or block: keep only each block's input and recompute its forward during backward");
     add("train", "peak_tflops", &t.peak_tflops,
@@ -912,9 +913,12 @@ void validate(Config& c, int world_size, BuildTarget target) {
                      " needs [train] dtype = float");
   require_config(t.compute_dtype == Precision::f32 || t.dtype == Precision::f32,
                  "[train] compute_dtype = bf16 needs [train] dtype = float");
-  require_config(t.compute_dtype == Precision::f32 || cuda_build,
-                 "[train] compute_dtype = bf16: this is a host build, whose GEMMs (OpenBLAS) have no bf16 path; "
-                 "bf16 GEMMs need a CUDA build (docs/gpu.md). Use compute_dtype = float here");
+  // Host builds: oneDNN's bf16 matmul; whether this CPU has the bf16 dot product is checked where
+  // the model is built (train/trainer.cpp), since the deck may be validated on another machine.
+  require_config(t.compute_dtype == Precision::f32 || cuda_build || TRIDENT_HAVE_ONEDNN,
+                 "[train] compute_dtype = bf16: this host build has no oneDNN, the library of its bf16 GEMMs "
+                 "(OpenBLAS has no bf16 path; Debian: libdnnl-dev, then configure again; docs/performance.md). "
+                 "Use compute_dtype = float here");
   validate_representable(c);
   allowed_changes(t);  // every name a deck key
 

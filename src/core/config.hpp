@@ -147,7 +147,7 @@ struct TrainConfig {
   Precision dtype = Precision::f32;         ///< float | double: compute and master-weight type
   Precision param_dtype = Precision::f32;   ///< float | bf16 | fp16: storage/communication type of the working parameters
   Precision reduce_dtype = Precision::f32;  ///< float | bf16 | fp16: type in which gradients are reduced over dp
-  Precision compute_dtype = Precision::f32; ///< float | bf16: GEMM inputs (bf16: fp32 accumulation; CUDA builds only)
+  Precision compute_dtype = Precision::f32; ///< float | bf16: GEMM inputs (bf16: fp32 accumulation; CUDA, or oneDNN on the host)
   Recompute activation_checkpointing = Recompute::none;  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
   std::string init_from;        ///< a checkpoint whose weights start a new run (fresh optimizer and schedule)

@@ -13,20 +13,32 @@
 
 #include "core/types.hpp"
 
+#include <string>
+
 namespace trident {
 
 /// How a GEMM treats its inputs. native: in the operand type (sgemm / dgemm). bf16: both inputs
 /// rounded to bfloat16 (nearest even), products accumulated and C written in fp32 (cuBLAS
-/// CUBLAS_COMPUTE_32F on tensor cores; the mixed precision of Micikevicius et al. 2018, sec. 3,
-/// and of PyTorch's bf16 autocast). bf16 needs float operands and a CUDA build.
+/// CUBLAS_COMPUTE_32F on tensor cores; oneDNN's bf16 matmul on CPUs with AVX512-BF16; the mixed
+/// precision of Micikevicius et al. 2018, sec. 3, and of PyTorch's bf16 autocast). bf16 needs
+/// float operands, and a CUDA build or a host build with oneDNN on such a CPU.
 enum class GemmInputs { native, bf16 };
 
 /// A batch of equal row-major matrices stored back to back: (batch, rows, cols).
 template <class T>
 using View3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
 
-/// True where gemm() accepts GemmInputs::bf16 (a CUDA build). Local.
+/// True where gemm() accepts GemmInputs::bf16: a CUDA build, or a host build with oneDNN on a CPU
+/// with the AVX512-BF16 dot product. Local.
 bool gemm_bf16_supported();
+
+/// Empty where gemm_bf16_supported(); otherwise one sentence saying what is missing (no oneDNN in
+/// this build, or the CPU's instructions), for error messages. Local.
+std::string gemm_bf16_unavailable_reason();
+
+/// Frees the bf16 input scratch that GemmInputs::bf16 GEMMs keep between calls (it grows again at
+/// the next one): after a one-off large GEMM such as the peak probe. Local; fences.
+void gemm_release_scratch();
 
 /// C = alpha op(A) op(B) + beta C. Local; asynchronous on the device like any Kokkos kernel.
 /// Shapes: op(A) (M, K), op(B) (K, N), C (M, N); K = 0 gives C = beta C. Throws Error for a

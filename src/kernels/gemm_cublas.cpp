@@ -32,6 +32,7 @@ namespace trident {
 static_assert(std::is_same_v<ExecSpace, Kokkos::Cuda>, "kernels/gemm_cublas.cpp needs Kokkos' CUDA backend as default");
 
 bool gemm_bf16_supported() { return true; }
+std::string gemm_bf16_unavailable_reason() { return ""; }
 
 namespace {
 
@@ -80,6 +81,16 @@ std::pair<const bf16_t*, const bf16_t*> bf16_inputs(const float* a, std::int64_t
   convert_to_bf16<float>(View1<bf16_t>(s + na, static_cast<size_t>(nb)), View1<const float>(b, static_cast<size_t>(nb)));
   return {s, s + na};
 }
+
+}  // namespace
+
+void gemm_release_scratch() {
+  if (g_cublas == nullptr) return;
+  Kokkos::fence("trident::gemm: release the bf16 scratch");
+  g_cublas->scratch = TrackedBuffer<bf16_t>();
+}
+
+namespace {
 
 int to_int(std::int64_t v, const char* what) {
   if (v > std::numeric_limits<int>::max()) throw Error(std::string("gemm: ") + what + " exceeds cuBLAS' int range");

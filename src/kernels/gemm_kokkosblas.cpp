@@ -1,29 +1,68 @@
 // kernels/gemm_kokkosblas.cpp: the host backend of kernels/gemm.hpp (host builds): KokkosBlas::gemm,
-// which calls OpenBLAS sgemm/dgemm for LayoutRight views (docs/design.md, "Toolchain facts").
+// which calls OpenBLAS sgemm/dgemm for LayoutRight views (docs/design.md, "Toolchain facts"), and
+// for bf16 inputs oneDNN's matmul (kernels/gemm_onednn.hpp; OpenBLAS 0.3.21 has no bf16 GEMM).
 #include "kernels/gemm.hpp"
 
 #include "core/error.hpp"
 #include "kernels/instantiate.hpp"
+#if TRIDENT_HAVE_ONEDNN
+#include "kernels/gemm_onednn.hpp"
+#endif
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <type_traits>
+
 namespace trident {
 
-bool gemm_bf16_supported() { return false; }
+std::string gemm_bf16_unavailable_reason() {
+#if TRIDENT_HAVE_ONEDNN
+  return detail::onednn_bf16_unavailable_reason();
+#else
+  return "this host build has no oneDNN, the library of its bf16 GEMMs (Debian: libdnnl-dev; "
+         "tools/install_deps.sh installs it, then configure again)";
+#endif
+}
+
+bool gemm_bf16_supported() { return gemm_bf16_unavailable_reason().empty(); }
+
+void gemm_release_scratch() {
+#if TRIDENT_HAVE_ONEDNN
+  detail::onednn_release_scratch();
+#endif
+}
 
 namespace {
-void refuse_bf16(GemmInputs inputs) {
-  if (inputs == GemmInputs::bf16)
-    throw Error("gemm: bf16 inputs need a CUDA build ([train] compute_dtype = bf16 is refused on this host build)");
+
+/// The bf16 path of gemm() and gemm_batched(): float operands only, then oneDNN.
+template <class T>
+void gemm_bf16(char transA, char transB, const detail::GemmDims& d, std::int64_t batch, T alpha, const T* A,
+               std::int64_t lda, std::int64_t sa, std::int64_t a_span, const T* B, std::int64_t ldb, std::int64_t sb,
+               std::int64_t b_span, T beta, T* C, std::int64_t ldc, std::int64_t sc) {
+  if constexpr (!std::is_same_v<T, float>) {
+    throw Error("gemm: bf16 inputs need float operands ([train] dtype = float)");
+  } else {
+#if TRIDENT_HAVE_ONEDNN
+    detail::onednn_gemm_bf16(transA, transB, batch, d.m, d.n, d.k, alpha, A, lda, sa, a_span, B, ldb, sb, b_span, beta,
+                             C, ldc, sc);
+#else
+    (void)transA, (void)transB, (void)d, (void)batch, (void)alpha, (void)A, (void)lda, (void)sa, (void)a_span;
+    (void)B, (void)ldb, (void)sb, (void)b_span, (void)beta, (void)C, (void)ldc, (void)sc;
+    throw Error("gemm: bf16 inputs: " + gemm_bf16_unavailable_reason());
+#endif
+  }
 }
+
 }  // namespace
 
 template <class T>
 void gemm(char transA, char transB, T alpha, View2<const T> A, View2<const T> B, T beta, View2<T> C,
           GemmInputs inputs) {
-  detail::gemm_dims("gemm", transA, transB, A.extent(0), A.extent(1), B.extent(0), B.extent(1), C.extent(0),
-                    C.extent(1));
-  refuse_bf16(inputs);
+  const auto d = detail::gemm_dims("gemm", transA, transB, A.extent(0), A.extent(1), B.extent(0), B.extent(1),
+                                   C.extent(0), C.extent(1));
+  if (inputs == GemmInputs::bf16)
+    return gemm_bf16<T>(transA, transB, d, 1, alpha, A.data(), A.stride(0), 0, static_cast<std::int64_t>(A.span()),
+                        B.data(), B.stride(0), 0, static_cast<std::int64_t>(B.span()), beta, C.data(), C.stride(0), 0);
   const char ta[2] = {transA, '\0'}, tb[2] = {transB, '\0'};
   KokkosBlas::gemm(ta, tb, alpha, A, B, beta, C);
 }
@@ -31,8 +70,11 @@ void gemm(char transA, char transB, T alpha, View2<const T> A, View2<const T> B,
 template <class T>
 void gemm_batched(char transA, char transB, T alpha, View3<const T> A, View3<const T> B, T beta, View3<T> C,
                   GemmInputs inputs) {
-  detail::gemm_batched_dims<T>(transA, transB, A, B, C);
-  refuse_bf16(inputs);
+  const auto d = detail::gemm_batched_dims<T>(transA, transB, A, B, C);
+  if (inputs == GemmInputs::bf16)
+    return gemm_bf16<T>(transA, transB, d, static_cast<std::int64_t>(C.extent(0)), alpha, A.data(), A.stride(1),
+                        A.stride(0), static_cast<std::int64_t>(A.span()), B.data(), B.stride(1), B.stride(0),
+                        static_cast<std::int64_t>(B.span()), beta, C.data(), C.stride(1), C.stride(0));
   // KokkosKernels 3.4 has no batched GEMM on the host: one sgemm/dgemm per matrix (OpenBLAS
   // threads each of them).
   const char ta[2] = {transA, '\0'}, tb[2] = {transB, '\0'};

@@ -15,6 +15,8 @@
 #include "kernels/attention.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/gemm.hpp"
+
+#include <algorithm>
 #include "model/param_layout.hpp"
 #include "parallel/communicator.hpp"
 
@@ -81,6 +83,18 @@ struct BlockEnv {
   View1<T> sub(const View1<T>& v, std::int64_t width) const { return View1<T>(v.data(), static_cast<size_t>(rows() * width)); }
 };
 
+/// Elements of A and B together in the largest GEMM of a linear layer (kernels/linear.hpp) over
+/// BT rows, `in` -> `out` features: forward (inp, W), dinp (dout, W) or dW (dout^T, inp). Local.
+inline std::int64_t linear_gemm_operands(std::int64_t BT, std::int64_t in, std::int64_t out) {
+  return std::max(out * in + BT * std::max(in, out), BT * (in + out));
+}
+
+/// The same for attention (kernels/attention.hpp) with `att` probabilities and Cq = local query
+/// heads * head size: (Q, K) for the scores, (P, V) and (dP, K) for the rest. Local.
+inline std::int64_t attention_gemm_operands(std::int64_t BT, std::int64_t att, std::int64_t Cq) {
+  return std::max(2 * BT * Cq, att + BT * Cq);
+}
+
 /// One family's transformer block on one rank (its tp partition): the kernels of forward and
 /// backward and the sizes of what they keep. One object serves every block of a stage.
 template <class T>
@@ -92,6 +106,10 @@ class Block {
   virtual std::vector<std::int64_t> saved_sizes(std::int64_t BT, std::int64_t att) const = 0;
   /// Elements of each scratch buffer the blocks share (BlockEnv::scratch), same arguments. Local.
   virtual std::vector<std::int64_t> scratch_sizes(std::int64_t BT, std::int64_t att) const = 0;
+  /// The most elements that A and B of one GEMM of a block hold together (forward or backward),
+  /// same arguments: what the bf16 input scratch of kernels/gemm.hpp grows to (GemmInputs::bf16).
+  /// Local.
+  virtual std::int64_t gemm_operand_elements(std::int64_t BT, std::int64_t att) const = 0;
   /// Forward of local block `local_layer`: y = block(x), both (B*T, C); keeps its activations in
   /// `saved`. `params`: base of the block's unit (tensors at their layout offsets minus the unit's).
   /// Collective over env.tp.

@@ -145,6 +145,14 @@ std::int64_t Gpt<T>::activation_elements(const ModelConfig& m, const ParamLayout
 }
 
 template <class T>
+std::int64_t Gpt<T>::gemm_operand_elements(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T) {
+  const Dims d = dims(m, layout, max_B, max_T);
+  std::int64_t n = d.n_local > 0 ? family_of(m.arch).make_block<T>(m, layout)->gemm_operand_elements(d.BT, d.att) : 0;
+  if (d.head) n = std::max(n, linear_gemm_operands(d.BT, d.C, d.Vp));
+  return n;
+}
+
+template <class T>
 Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_comm, int max_B, int max_T,
             bool recompute, int stashes)
     : m_(m),

@@ -154,6 +154,10 @@ class Gpt {
   /// Elements of activation and scratch storage the constructor allocates.
   static std::int64_t activation_elements(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T,
                                           bool recompute, int stashes = 1);
+  /// The most elements A and B of one GEMM of this model part hold together (blocks and LM head),
+  /// for micro-batches of up to max_B x max_T: the bf16 input scratch of kernels/gemm.hpp holds
+  /// that many bf16 values with [train] compute_dtype = bf16. Local.
+  static std::int64_t gemm_operand_elements(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T);
 
  private:
   struct Stash {  // one micro-batch in flight

@@ -14,6 +14,9 @@
 
 // OpenBLAS's thread-count setter; weak so that another BLAS (MKL, BLIS, cuBLAS builds) still links.
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+// OpenMP's, for oneDNN's bf16 GEMMs (Debian's oneDNN threads with OpenMP); weak: a build without
+// oneDNN does not link libgomp.
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
 
 namespace trident {
 
@@ -71,6 +74,11 @@ Runtime::Runtime(int& argc, char**& argv) {
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
     blas_threads_ = hw > node_size_ ? hw / node_size_ : 1;
     openblas_set_num_threads(blas_threads_);
+  }
+  // The same share of the node for OpenMP (oneDNN), unless the user set it.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr && omp_set_num_threads != nullptr) {
+    const int hw = static_cast<int>(std::thread::hardware_concurrency());
+    omp_set_num_threads(hw > node_size_ ? hw / node_size_ : 1);
   }
   // Kokkos sees only its own --kokkos-* options (so `trident --help` does not print Kokkos's
   // help); a bad value there is a usage error, reported once, not an uncaught exception.

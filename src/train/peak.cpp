@@ -29,7 +29,7 @@ std::string peak_cache_path() {
   return "";
 }
 
-std::string peak_cache_key() {
+std::string peak_cache_key(Precision compute) {
   const int blas_threads = openblas_get_num_threads != nullptr ? openblas_get_num_threads() : 1;
   std::string model = "unknown CPU";
   std::ifstream in("/proc/cpuinfo");
@@ -41,7 +41,7 @@ std::string peak_cache_key() {
     }
   const int threads = std::max(1, blas_threads);
   return model + " | " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " | " +
-         ExecSpace::name();
+         ExecSpace::name() + (compute == Precision::bf16 ? " | bf16" : "");
 }
 
 namespace {
@@ -93,14 +93,16 @@ PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world) {
     return p;
   }
   if (world.rank() == 0) {
-    const std::string path = peak_cache_path(), key = peak_cache_key();
+    const bool bf16 = cfg.compute_dtype == Precision::bf16;
+    const std::string path = peak_cache_path(), key = peak_cache_key(cfg.compute_dtype);
     std::string date;
     if (!path.empty() && lookup(path, key, p.flops, date)) {
-      p.source = "GEMM probe of this CPU, recorded in " + path + " on " + date + "; delete the line to measure again";
+      p.source = std::string(bf16 ? "bf16 " : "") + "GEMM probe of this CPU, recorded in " + path + " on " + date + "; delete the line to measure again";
     } else {
       // Measured carefully once: the best of a few probes (each already the best of 5 GEMMs).
-      for (int i = 0; i < 4; ++i) p.flops = std::max(p.flops, measure_gemm_flops());
-      p.source = "GEMM probe, measured now";
+      const GemmInputs inputs = bf16 ? GemmInputs::bf16 : GemmInputs::native;
+      for (int i = 0; i < 4; ++i) p.flops = std::max(p.flops, measure_gemm_flops(inputs));
+      p.source = std::string(bf16 ? "bf16 " : "") + "GEMM probe, measured now";
       if (!path.empty()) {
         try {
           record(path, key, p.flops);

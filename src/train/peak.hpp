@@ -26,10 +26,11 @@ std::string peak_cache_path();
 
 /// The key of this machine in the cache: CPU model (/proc/cpuinfo), the BLAS threads of this
 /// process (OpenBLAS's own count; 1 without OpenBLAS) and the build's backend, e.g.
-/// "Intel(R) Xeon(R) ... | 1 thread | Serial". Local.
-std::string peak_cache_key();
+/// "Intel(R) Xeon(R) ... | 1 thread | Serial"; with compute = bf16, " | bf16" after it (a
+/// separate probe of the bf16 GEMMs). Local.
+std::string peak_cache_key(Precision compute = Precision::f32);
 
-/// The peak as described above. Collective over world (rank 0 decides; the value and its source
+/// The peak as described above, for the GEMM inputs of cfg.compute_dtype. Collective over world (rank 0 decides; the value and its source
 /// are broadcast). A cache that cannot be read or written is only warned about.
 PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world);
 

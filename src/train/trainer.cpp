@@ -87,6 +87,9 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
+  if (cfg.train.compute_dtype == Precision::bf16 && !gemm_bf16_supported())
+    throw ConfigError("[train] compute_dtype = bf16 cannot run here: " + gemm_bf16_unavailable_reason() +
+                      ". Use compute_dtype = float on this machine");
   gpt_.set_gemm_inputs(cfg.train.compute_dtype == Precision::bf16 ? GemmInputs::bf16 : GemmInputs::native);
   schedule_.lr = cfg.train.lr;
   schedule_.min_lr = cfg.train.min_lr;
@@ -535,6 +538,10 @@ MemoryBytes predict_memory(const Config& cfg) {
         dbl ? Gpt<double>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes)
             : Gpt<float>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes);
     b[static_cast<size_t>(MemCategory::activations)] += acts * (dbl ? 8 : 4);
+    // bf16 GEMM inputs: the GEMM seam's bf16 copy of the largest GEMM's A and B (kernels/gemm.hpp).
+    if (cfg.train.compute_dtype == Precision::bf16)
+      b[static_cast<size_t>(MemCategory::activations)] +=
+          2 * Gpt<float>::gemm_operand_elements(cfg.model, layout, mb, cfg.model.block_size);
     if (cfg.parallel.pp > 1)
       b[static_cast<size_t>(MemCategory::comm)] += cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd * (dbl ? 8 : 4);
     b[static_cast<size_t>(MemCategory::checkpoint)] += dbl ? ModelState<double>::plan_save_bytes(cfg, layout, sched)

@@ -27,7 +27,7 @@ CMAKE_TO_SPACK = {
     "GTest": "googletest", "benchmark": "benchmark", "CUDAToolkit": "cuda",
     "Random123/philox.h": "random123", "xxhash.h": "xxhash", "xxhash": "xxhash",
     "sentencepiece_trainer.h": "sentencepiece", "sentencepiece": "sentencepiece",
-    "sentencepiece_train": "sentencepiece", "nccl.h": "nccl", "nccl": "nccl",
+    "sentencepiece_train": "sentencepiece", "nccl.h": "nccl", "nccl": "nccl", "dnnl": "onednn",
     # The KokkosKernels library when it exports no target (Debian: inside Trilinos).
     "trilinos_kokkoskernels": "kokkos-kernels", "kokkoskernels": "kokkos-kernels",
 }
@@ -38,7 +38,8 @@ NOT_DEPENDENCIES = {"Git": "optional (QUIET): the commit in `trident --version`"
 BUILD_TOOLS = {"cmake": "cmake_minimum_required"}
 # CMake variables of an if() -> Spack variant.
 CONDITION_VARIANTS = {"TRIDENT_BUILD_TESTS": "tests", "TRIDENT_BUILD_BENCHMARKS": "benchmarks",
-                      "TRIDENT_HAVE_CUDA": "cuda", "Kokkos_ENABLE_CUDA": "cuda", "TRIDENT_ENABLE_NCCL": "nccl"}
+                      "TRIDENT_HAVE_CUDA": "cuda", "Kokkos_ENABLE_CUDA": "cuda", "TRIDENT_ENABLE_NCCL": "nccl",
+                      "TRIDENT_ENABLE_ONEDNN": "onednn"}
 REQUIRED_VARIANTS = {"cuda", "cuda_arch", "nccl", "tests", "benchmarks"}
 # CMake's own variables the recipe may set.
 CMAKE_BUILTIN_OPTIONS = {"CMAKE_CXX_COMPILER", "CMAKE_CUDA_ARCHITECTURES", "CMAKE_BUILD_TYPE"}

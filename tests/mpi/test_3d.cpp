@@ -188,7 +188,7 @@ Trace run(Communicator& comm, const Config& cfg, int steps, bool check_tied = fa
   });
 }
 
-void expect_serial(const std::vector<std::string>& variant, int steps) {
+void expect_serial(const std::vector<std::string>& variant, int steps, double loss_tol = 1e-5, double norm_tol = 1e-6) {
   Runtime& rt = test::runtime();
   std::vector<std::string> serial_variant;
   for (const auto& v : variant)  // the oracle keeps batch settings, not the layout
@@ -197,13 +197,14 @@ void expect_serial(const std::vector<std::string>& variant, int steps) {
   const Trace par = run(rt.world(), config3d(rt.world_size(), variant), steps, /*check_tied=*/true);
   std::string name;
   for (const auto& v : variant) name += v + " ";
-  EXPECT_LE(rel(par.norm[0], ref.norm[0]), 1e-6) << name << "grad norm " << par.norm[0] << " vs " << ref.norm[0];
-  for (int s = 0; s < steps; ++s) EXPECT_LE(rel(par.loss[s], ref.loss[s]), 1e-5) << name << "step " << s + 1;
+  EXPECT_LE(rel(par.norm[0], ref.norm[0]), norm_tol) << name << "grad norm " << par.norm[0] << " vs " << ref.norm[0];
+  for (int s = 0; s < steps; ++s) EXPECT_LE(rel(par.loss[s], ref.loss[s]), loss_tol) << name << "step " << s + 1;
 }
 
 /// Every dp x tp x pp factorisation of the job's ranks (powers of two), each against one rank.
 /// `family(tp, pp)`: the model keys of that layout's run (and of its serial oracle).
-void every_layout(const std::function<std::vector<std::string>(int tp, int pp)>& family) {
+void every_layout(const std::function<std::vector<std::string>(int tp, int pp)>& family, double loss_tol = 1e-5,
+                  double norm_tol = 1e-6) {
   const int n = test::runtime().world_size();
   for (int tp = 1; tp <= n; tp *= 2)
     for (int pp = 1; tp * pp <= n; pp *= 2) {
@@ -214,7 +215,7 @@ void every_layout(const std::function<std::vector<std::string>(int tp, int pp)>&
       std::vector<std::string> v = family(tp, pp);
       v.insert(v.end(), {"--parallel.tp=" + std::to_string(tp), "--parallel.pp=" + std::to_string(pp),
                          "--parallel.dp=" + std::to_string(dp), "--train.micro_batch_size=" + std::to_string(mb)});
-      expect_serial(v, 3);
+      expect_serial(v, 3, loss_tol, norm_tol);
     }
 }
 
@@ -230,6 +231,17 @@ TEST(ThreeD, LlamaEveryLayout) {
                                     "--model.n_kv_head=" + std::to_string(tp > 4 ? 8 : 4), "--model.ffn_hidden=64",
                                     std::string("--model.tie_embeddings=") + ((tp + pp) % 2 == 0 ? "true" : "false")};
   });
+}
+
+// bf16 GEMM inputs ([train] compute_dtype = bf16): every layout equals its own serial bf16 run.
+// Not within the fp32 tolerance: tp sums a row-parallel GEMM in another order, so an activation may
+// differ from the serial one in its last fp32 bit, and where that value sits at a bf16 rounding
+// boundary its bf16 copy differs by a whole bf16 step (2^-8 relative). Measured at 2 and 4 ranks:
+// up to 2.4e-5 in the loss, 1.3e-5 in the norm; the bound is 1e-4 for both. (dp and pp change no
+// forward value: there the fp32 bound holds, Zero.Bf16ComputeEveryStageEqualsSerial.)
+TEST(ThreeD, Bf16ComputeEveryLayout) {
+  if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  every_layout([](int, int) { return std::vector<std::string>{"--train.compute_dtype=bf16"}; }, 1e-4, 1e-4);
 }
 
 TEST(ThreeD, ShardedAndRecomputedLayouts) {

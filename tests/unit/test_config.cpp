@@ -146,16 +146,18 @@ TEST(Config, CommBackendIsAChoiceParsedOnce) {
 }
 
 // [train] compute_dtype = bf16 (bf16 GEMM inputs) exists only where the GEMMs have a bf16 path: a
-// CUDA build accepts it, a host build refuses it at validation, naming the key and the way out.
-TEST(Config, ComputeDtypeBf16NeedsACudaBuild) {
+// CUDA build or a host build with oneDNN accepts it, another host build refuses it at validation,
+// naming the key and the way out. (Whether the CPU has the instructions is the trainer's check:
+// tests/cli/test_cli_bf16.sh.)
+TEST(Config, ComputeDtypeBf16NeedsCudaOrOneDnn) {
   Config c = parse_deck_text(kDeck, "t", {"--train.compute_dtype=bf16"});
   EXPECT_EQ(c.train.compute_dtype, Precision::bf16);
   const std::string err = error_of(kDeck, 1, {"--train.compute_dtype=bf16"});
-  if (TRIDENT_HAVE_CUDA) {
+  if (TRIDENT_HAVE_CUDA || TRIDENT_HAVE_ONEDNN) {
     EXPECT_EQ(err, "");
   } else {
     EXPECT_NE(err.find("[train] compute_dtype = bf16"), std::string::npos) << err;
-    EXPECT_NE(err.find("CUDA build"), std::string::npos) << err;
+    EXPECT_NE(err.find("no oneDNN"), std::string::npos) << err;
   }
   EXPECT_NE(error_of(kDeck, 1, {"--train.compute_dtype=bf16", "--train.dtype=double"}).find("needs [train] dtype = float"),
             std::string::npos);

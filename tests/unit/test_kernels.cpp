@@ -332,6 +332,45 @@ TEST(Kernels, GemmBf16InputsRoundThenAccumulateInFloat) {
   }
 }
 
+// bf16 inputs at the sizes training uses (the blocked kernels of oneDNN or cuBLAS, not a small-matrix
+// path): every trans combination, gemm_batched over 3 matrices and gemm() on each of them, alpha 0.25
+// and beta 1 (the accumulate of linear_backward), against the definition in double on the
+// bf16-rounded inputs. fp32 accumulation over K = 320 products of |x| <= 1: within 1e-4.
+TEST(Kernels, GemmBf16AtTrainingSizesMatchesDefinition) {
+  if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  const int batch = 3, M = 70, N = 96, K = 320;
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'}) {
+      const int ar = ta == 'N' ? M : K, ac = ta == 'N' ? K : M, br = tb == 'N' ? K : N, bc = tb == 'N' ? N : K;
+      const size_t na = static_cast<size_t>(ar) * ac, nb = static_cast<size_t>(br) * bc, nc = static_cast<size_t>(M) * N;
+      std::vector<float> A(batch * na), B(batch * nb), C0(batch * nc);
+      for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(std::sin(0.37 * i));
+      for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>(std::cos(0.11 * i + 1));
+      for (size_t i = 0; i < C0.size(); ++i) C0[i] = static_cast<float>(std::sin(0.05 * i));
+      const Buffer<float> a = device_array(A), b = device_array(B), c1 = device_array(C0), c2 = device_array(C0);
+      gemm_batched<float>(ta, tb, 0.25f, View3<const float>(a.data(), batch, ar, ac),
+                          View3<const float>(b.data(), batch, br, bc), 1.f, View3<float>(c1.data(), batch, M, N),
+                          GemmInputs::bf16);
+      for (int i = 0; i < batch; ++i)
+        gemm<float>(ta, tb, 0.25f, as_matrix<const float>(a.data() + i * na, ar, ac),
+                    as_matrix<const float>(b.data() + i * nb, br, bc), 1.f, as_matrix(c2.data() + i * nc, M, N),
+                    GemmInputs::bf16);
+      const std::vector<float> batched = to_host_vector(v1(c1)), single = to_host_vector(v1(c2));
+      const auto round = [](float x) { return static_cast<double>(from_bf16(to_bf16(x))); };
+      for (int i = 0; i < batch; ++i) {
+        auto part = [i](const std::vector<float>& v, size_t n) {
+          return std::vector<float>(v.begin() + static_cast<long>(i * n), v.begin() + static_cast<long>((i + 1) * n));
+        };
+        const std::vector<double> want =
+            gemm_reference(ta, tb, 0.25, part(A, na), ac, part(B, nb), bc, 1.0, part(C0, nc), M, N, K, round);
+        for (size_t j = 0; j < nc; ++j) {
+          ASSERT_NEAR(batched[i * nc + j], want[j], 1e-4) << "gemm_batched, trans " << ta << tb << " matrix " << i << " element " << j;
+          ASSERT_NEAR(single[i * nc + j], want[j], 1e-4) << "gemm, trans " << ta << tb << " matrix " << i << " element " << j;
+        }
+      }
+    }
+}
+
 TEST(Kernels, GemmBatchedEqualsOneGemmPerMatrix) {
   const int batch = 3, M = 4, N = 5, K = 6;
   Buffer<float> A("A", batch * M * K), B("B", batch * N * K), C1("C1", batch * M * N), C2("C2", batch * M * N);

@@ -444,12 +444,15 @@ TEST(StepModel, FlashAttentionAndTpOverlap) {
 }
 
 TEST(StepModel, ACudaMachineValidatesBf16Gemms) {
-  // A host build refuses compute_dtype = bf16 for itself, and accepts it for a CUDA build, which is
-  // what a machine file with build = cuda plans for.
+  // A host build without oneDNN refuses compute_dtype = bf16 for itself, and every build accepts it
+  // for a CUDA build, which is what a machine file with build = cuda plans for.
   Config c = small_deck(1, 1, 1, 4, 4);
   c.train.compute_dtype = Precision::bf16;
-  if (!TRIDENT_HAVE_CUDA) {
+  const bool host_bf16 = TRIDENT_HAVE_CUDA || TRIDENT_HAVE_ONEDNN;
+  if (!host_bf16) {
     EXPECT_THROW(validate(c, 1), ConfigError);
+  } else {
+    EXPECT_NO_THROW(validate(c, 1));
   }
   EXPECT_NO_THROW(validate(c, 1, BuildTarget::cuda));
   const MachineSpec host = parse_machine_text(kMachine, "test");
@@ -462,9 +465,7 @@ TEST(StepModel, ACudaMachineValidatesBf16Gemms) {
   opt.ranks = 1;
   const PlanResult on_gpu = plan_layouts(c, gpu, opt), on_host = plan_layouts(c, host, opt);
   EXPECT_FALSE(on_gpu.fitting.empty() && on_gpu.too_big.empty());
-  if (!TRIDENT_HAVE_CUDA) {
-    EXPECT_TRUE(on_host.fitting.empty() && on_host.too_big.empty());
-  }
+  EXPECT_EQ(on_host.fitting.empty() && on_host.too_big.empty(), !host_bf16);
 }
 
 // ---- the planner's promise: valid and within memory (property test) ------------------------

@@ -30,6 +30,8 @@ class Trident(CMakePackage, CudaPackage):
 
     variant("tests", default=False, description="Build the GoogleTest/ctest suite (TRIDENT_BUILD_TESTS)")
     variant("benchmarks", default=False, description="Build the Google Benchmark micro-benchmarks (TRIDENT_BUILD_BENCHMARKS)")
+    variant("onednn", default=True, when="~cuda",
+            description="bf16 GEMMs on the host through oneDNN: [train] compute_dtype = bf16 (TRIDENT_ENABLE_ONEDNN)")
     variant("nccl", default=True, when="+cuda", description="NCCL communicator backend for dp/tp/pp collectives (TRIDENT_ENABLE_NCCL)")
 
     # Build tool (cmake_minimum_required in CMakeLists.txt).
@@ -49,6 +51,7 @@ class Trident(CMakePackage, CudaPackage):
     depends_on("random123")
     depends_on("xxhash")
     depends_on("sentencepiece")  # the bpe tokenizer (trainer and processor libraries)
+    depends_on("onednn", when="~cuda+onednn")  # host bf16 GEMMs (oneDNN's matmul primitive)
     depends_on("nccl", when="+nccl")
     depends_on("googletest@1.10:", when="+tests")
     depends_on("benchmark", when="+benchmarks")
@@ -68,4 +71,5 @@ class Trident(CMakePackage, CudaPackage):
             args.append(self.define("TRIDENT_ENABLE_NCCL", "ON" if spec.satisfies("+nccl") else "OFF"))
         else:
             args.append(self.define("TRIDENT_ENABLE_NCCL", "OFF"))
+            args.append(self.define_from_variant("TRIDENT_ENABLE_ONEDNN", "onednn"))
         return args

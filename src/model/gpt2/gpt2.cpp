@@ -102,6 +102,13 @@ class Gpt2Block final : public Block<T> {
     return {BT * C, BT * Cl, BT * 3 * Cl, BT * 4 * Cl, att, BT * C};
   }
 
+  std::int64_t gemm_operand_elements(std::int64_t BT, std::int64_t att) const override {
+    const std::int64_t C = C_, Cl = Cl_;
+    return std::max({linear_gemm_operands(BT, C, 3 * Cl), attention_gemm_operands(BT, att, Cl),
+                     linear_gemm_operands(BT, Cl, C), linear_gemm_operands(BT, C, 4 * Cl),
+                     linear_gemm_operands(BT, 4 * Cl, C)});
+  }
+
   void forward(const BlockEnv<T>& e, int ll, const T* p, const std::vector<View1<T>>& a, View1<const T> x_in,
                View1<T> y) override {
     const int gl = layout_.part().first_layer + ll;

@@ -99,6 +99,13 @@ class LlamaBlock final : public Block<T> {
     return {BT * C, BT * Cq_, BT * W_, BT * 2 * Fl_, BT * Fl_, att, BT * C, static_cast<std::int64_t>(max_T_) * HS_};
   }
 
+  std::int64_t gemm_operand_elements(std::int64_t BT, std::int64_t att) const override {
+    const std::int64_t C = C_;
+    return std::max({linear_gemm_operands(BT, C, W_), attention_gemm_operands(BT, att, Cq_),
+                     linear_gemm_operands(BT, Cq_, C), linear_gemm_operands(BT, C, 2 * Fl_),
+                     linear_gemm_operands(BT, Fl_, C)});
+  }
+
   void forward(const BlockEnv<T>& e, int ll, const T* p, const std::vector<View1<T>>& a, View1<const T> x_in,
                View1<T> y) override {
     const int gl = layout_.part().first_layer + ll;

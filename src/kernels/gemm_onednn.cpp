@@ -1,0 +1,166 @@
+// kernels/gemm_onednn.cpp: see kernels/gemm_onednn.hpp. oneDNN 2.6 (Debian 12) has no public bf16
+// GEMM function (dnnl_sgemm is fp32 only), so this is its matmul primitive with bf16 source and
+// weights and an fp32 destination; alpha is the primitive's output scale and beta a sum post-op,
+// so C = alpha (A B) + beta C in one pass, as BLAS defines it.
+#include "kernels/gemm_onednn.hpp"
+
+#include "core/error.hpp"
+#include "core/memory.hpp"
+#include "kernels/convert.hpp"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+namespace trident::detail {
+
+namespace {
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_all: return "all";
+    case dnnl_cpu_isa_sse41: return "SSE4.1";
+    case dnnl_cpu_isa_avx: return "AVX";
+    case dnnl_cpu_isa_avx2: return "AVX2";
+    case dnnl_cpu_isa_avx2_vnni: return "AVX2_VNNI";
+    case dnnl_cpu_isa_avx512_core: return "AVX512_CORE";
+    case dnnl_cpu_isa_avx512_core_vnni: return "AVX512_CORE_VNNI";
+    case dnnl_cpu_isa_avx512_core_bf16: return "AVX512_CORE_BF16";
+    case dnnl_cpu_isa_avx512_core_amx: return "AVX512_CORE_AMX";
+    default: return "another ISA";
+  }
+}
+
+std::uint32_t bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+/// What a cached primitive depends on.
+using Key = std::tuple<char, char, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t, std::uint32_t>;
+
+/// A primitive and the memory descriptors of its operands.
+struct Cached {
+  dnnl::matmul matmul;
+  dnnl::memory::desc a, b, c;
+};
+
+/// The engine, stream, primitive cache and bf16 scratch of the process, created at the first bf16
+/// GEMM and freed before Kokkos finalizes (the scratch is a Kokkos allocation).
+struct OneDnn {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Key, Cached> primitives;
+  TrackedBuffer<bf16_t> scratch;
+  std::mutex mutex;
+};
+OneDnn* g_onednn = nullptr;
+
+OneDnn& onednn() {
+  if (g_onednn == nullptr) {
+    g_onednn = new OneDnn();
+    Kokkos::push_finalize_hook([] {
+      delete g_onednn;
+      g_onednn = nullptr;
+    });
+  }
+  return *g_onednn;
+}
+
+/// The (rows, cols) = (r, c) operand op(X) of a row-major X with row stride ld and batch stride
+/// s: strides of op(X) as oneDNN wants them (outermost first).
+dnnl::memory::desc operand(dnnl::memory::data_type dt, char trans, std::int64_t batch, std::int64_t r,
+                           std::int64_t c, std::int64_t ld, std::int64_t s) {
+  using dims = dnnl::memory::dims;
+  const dims rc = trans == 'T' ? dims{1, ld} : dims{ld, 1};
+  if (batch == 1) return dnnl::memory::desc(dims{r, c}, dt, rc);
+  return dnnl::memory::desc(dims{batch, r, c}, dt, dims{s, rc[0], rc[1]});
+}
+
+Cached make_primitive(OneDnn& d, const Key& key) {
+  const auto [ta, tb, batch, M, N, K, lda, ldb, ldc, sa, sb, sc, alpha_bits, beta_bits] = key;
+  float alpha, beta;
+  std::memcpy(&alpha, &alpha_bits, sizeof alpha);
+  std::memcpy(&beta, &beta_bits, sizeof beta);
+  using dt = dnnl::memory::data_type;
+  const auto a = operand(dt::bf16, ta, batch, M, K, lda, sa);
+  const auto b = operand(dt::bf16, tb, batch, K, N, ldb, sb);
+  const auto c = operand(dt::f32, 'N', batch, M, N, ldc, sc);
+  dnnl::primitive_attr attr;
+  if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.f) {
+    dnnl::post_ops po;
+    po.append_sum(beta);
+    attr.set_post_ops(po);
+  }
+  return Cached{dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, d.engine)), a, b, c};
+}
+
+}  // namespace
+
+std::string onednn_bf16_unavailable_reason() {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  if ((static_cast<unsigned>(isa) & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16) return "";
+  return std::string("this CPU has no AVX512-BF16 dot-product instructions (oneDNN's effective ISA is ") +
+         isa_name(isa) +
+         (std::getenv("DNNL_MAX_CPU_ISA") != nullptr ? ", capped by DNNL_MAX_CPU_ISA" : "") + ")";
+}
+
+void onednn_release_scratch() {
+  if (g_onednn == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_onednn->mutex);
+  g_onednn->scratch = TrackedBuffer<bf16_t>();
+}
+
+void onednn_gemm_bf16(char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
+                      float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
+                      const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,
+                      std::int64_t ldc, std::int64_t sc) {
+  if (M == 0 || N == 0 || batch == 0) return;
+  if (K == 0) {  // C = beta C (oneDNN has no empty reduction)
+    for (std::int64_t i = 0; i < batch; ++i)
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t n = 0; n < N; ++n) {
+          float& c = C[i * sc + m * ldc + n];
+          c = beta == 0.f ? 0.f : beta * c;
+        }
+    return;
+  }
+  const std::string why = onednn_bf16_unavailable_reason();
+  if (!why.empty()) throw Error("gemm: bf16 inputs: " + why);
+  OneDnn& d = onednn();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (d.scratch.size() < a_span + b_span) {
+    d.scratch = TrackedBuffer<bf16_t>();
+    d.scratch = TrackedBuffer<bf16_t>("trident::gemm::bf16_inputs", a_span + b_span, MemCategory::activations);
+  }
+  bf16_t* a16 = d.scratch.data();
+  bf16_t* b16 = a16 + a_span;
+  convert_to_bf16<float>(View1<bf16_t>(a16, static_cast<size_t>(a_span)),
+                         View1<const float>(A, static_cast<size_t>(a_span)));
+  convert_to_bf16<float>(View1<bf16_t>(b16, static_cast<size_t>(b_span)),
+                         View1<const float>(B, static_cast<size_t>(b_span)));
+  const auto positive = [](std::int64_t v) { return v > 1 ? v : std::int64_t{1}; };
+  const Key key{transA, transB, batch, M, N, K, positive(lda), positive(ldb), positive(ldc),
+                batch == 1 ? 0 : sa, batch == 1 ? 0 : sb, batch == 1 ? 0 : sc, bits(alpha), bits(beta)};
+  try {
+    auto it = d.primitives.find(key);
+    if (it == d.primitives.end()) it = d.primitives.emplace(key, make_primitive(d, key)).first;
+    const Cached& p = it->second;
+    dnnl::memory a(p.a, d.engine, a16), b(p.b, d.engine, b16), c(p.c, d.engine, C);
+    p.matmul.execute(d.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+    d.stream.wait();
+  } catch (const dnnl::error& e) {
+    throw Error("oneDNN: bf16 matmul (trans " + std::string{transA, transB} + ", batch " + std::to_string(batch) +
+                ", M " + std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) +
+                ") failed: " + e.what() + " (status " + std::to_string(static_cast<int>(e.status)) + ")");
+  }
+}
+
+}  // namespace trident::detail
