@@ -98,11 +98,17 @@ def build_parser():
     g.add_argument("--grad-clip", type=float, default=1.0, help="clip the global grad norm to this (0: off)")
     g.add_argument("--eval-interval", type=int, default=250,
                    help="validate on the whole val split every N steps (0: only at the end)")
+    g.add_argument("--eval-windows", type=int, default=0,
+                   help="validate on the first N windows of the val split only (0: the whole split); for speed "
+                        "comparisons of large shapes, where a whole-split evaluation would dominate the run")
     g.add_argument("--eval-batch-size", type=int, default=64,
                    help="windows per forward pass during validation (does not change the result)")
     g.add_argument("--seed", type=int, default=1337, help="seed of the init and of the batch sampler")
     g.add_argument("--log-interval", type=int, default=50, help="print a line every N steps")
     g = p.add_argument_group("parallelism")
+    g.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                   help="bf16: forward (and so backward) under torch.autocast('cpu', dtype=torch.bfloat16), "
+                        "PyTorch's CPU mixed precision (bf16 matmuls, fp32 weights and optimizer); off: fp32")
     g.add_argument("--threads", type=int, default=1,
                    help="torch.set_num_threads (intra-op) per process; OPENBLAS_NUM_THREADS and "
                    "OMP_NUM_THREADS must equal it in the environment (set before torch loads; a warning "
@@ -420,6 +426,8 @@ def main():
         return x, y
 
     n_win = (len(val_ids) - 1) // T if len(val_ids) >= T + 1 else 0
+    if args.eval_windows > 0:
+        n_win = min(n_win, args.eval_windows)
     w_begin, w_end = n_win * rank // world, n_win * (rank + 1) // world
 
     @torch.no_grad()
@@ -432,7 +440,8 @@ def main():
             starts = torch.arange(i, j) * T
             idx = starts[:, None] + torch.arange(T)[None, :]
             x, y = val_data[idx], val_data[idx + 1]
-            loss_sum += float(model(x, y, reduction="sum"))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+                loss_sum += float(model(x, y, reduction="sum"))
         model.train()
         if world > 1:
             t = torch.tensor([loss_sum], dtype=torch.float64)
@@ -465,7 +474,8 @@ def main():
         for g in optimizer.param_groups:
             g["lr"] = lr
         x, y = get_batch()
-        loss = net(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            loss = net(x, y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if args.grad_clip > 0:
@@ -505,6 +515,7 @@ def main():
     summary = {
         "tool": "torch_peer.py",
         "torch_version": torch.__version__,
+        "autocast": args.autocast,
         "python": sys.version.split()[0],
         "data": os.path.abspath(args.data),
         "model": {"n_layer": c.n_layer, "n_head": c.n_head, "n_embd": c.n_embd, "block_size": T,

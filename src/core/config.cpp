@@ -47,6 +47,7 @@ const char* name_of(OffloadKind v) {
   return v == OffloadKind::host ? "host" : v == OffloadKind::nvme ? "nvme" : "none";
 }
 const char* name_of(ModelArch v) { return v == ModelArch::llama ? "llama" : "gpt2"; }
+const char* name_of(AttentionKernel v) { return v == AttentionKernel::fused ? "fused" : "gemm"; }
 const std::vector<ModelArch>& all_model_archs() {
   static const std::vector<ModelArch> all = {ModelArch::gpt2, ModelArch::llama};
   return all;
@@ -139,6 +140,10 @@ class Schema {
     add("model", "rope_theta", &m.rope_theta, "llama: rotary position embedding base");
     add("model", "tie_embeddings", &m.tie_embeddings,
         "llama: the LM head is the token embedding (true) or its own tensor lm_head (false); gpt2 always ties");
+    add_choice("model", "attention", &m.attention, {AttentionKernel::gemm, AttentionKernel::fused},
+               "attention kernel: gemm (batched GEMMs; keeps every head's (T, T) probabilities for backward) or "
+               "fused (one query row at a time, FlashAttention-style: keeps only a log-sum-exp per row, "
+               "recomputes the scores in backward; less memory, the same math up to summation order)");
     add("parallel", "dp", &dp_text_, "data-parallel size, or auto (also 0) = ranks / (tp * pp)");
     add("parallel", "tp", &c.parallel.tp, "tensor-parallel size");
     add("parallel", "pp", &c.parallel.pp, "pipeline-parallel size");

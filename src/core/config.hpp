@@ -58,6 +58,11 @@ enum class OffloadKind { none, host, nvme };
 /// SwiGLU MLP, grouped-query attention, no biases).
 enum class ModelArch { gpt2, llama };
 
+/// How attention runs (kernels/attention.hpp): gemm keeps the (T, T) probabilities of every head
+/// (batched GEMMs, saved for backward); fused never stores them (one query row at a time, the
+/// log-sum-exp saved instead, as FlashAttention; Dao et al. 2022).
+enum class AttentionKernel { gemm, fused };
+
 /// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
 const char* name_of(PipelineScheduleKind v);
 const char* name_of(Precision v);
@@ -69,6 +74,7 @@ const char* name_of(NonfiniteAction v);
 const char* name_of(TimerMode v);
 const char* name_of(OffloadKind v);
 const char* name_of(ModelArch v);
+const char* name_of(AttentionKernel v);
 /// Every ModelArch value, in declaration order (the deck's choices, the checkpoint attribute's).
 const std::vector<ModelArch>& all_model_archs();
 
@@ -90,6 +96,7 @@ struct ModelConfig {
   double norm_eps = 1e-5;     ///< RMSNorm epsilon [rms_norm_eps]
   double rope_theta = 10000.0;  ///< rotary base [rope_theta]
   bool tie_embeddings = true;   ///< LM head = token embedding [tie_word_embeddings]; gpt2 always ties
+  AttentionKernel attention = AttentionKernel::gemm;  ///< the attention kernel (not the model's math)
 
   /// Key/value heads after the default (n_head when n_kv_head = 0).
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }

@@ -1,6 +1,7 @@
 #include "kernels/attention.hpp"
 
 #include "core/kmath.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/instantiate.hpp"
 #include "kernels/row_parallel.hpp"
@@ -196,11 +197,184 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
   unpack_heads<T>(dqkv, ws.dv, C + Ckv, B, Tn, HS, NH, group);
 }
 
+// ---- fused attention ------------------------------------------------------------------------------
+
+namespace {
+
+/// x rounded through bf16 when `b16` (the GEMM path's bf16 inputs), else x. Device-safe.
+template <class T>
+KOKKOS_INLINE_FUNCTION T maybe_bf16(T x, bool b16) {
+  return b16 ? static_cast<T>(from_bf16(to_bf16(static_cast<float>(x)))) : x;
+}
+
+/// The per-(sequence, head) pieces of AttentionScratch::fused: K^T and V^T (HS, T) and two rows.
+template <class T>
+struct FusedHead {
+  T *kt, *vt, *s, *d;
+  KOKKOS_INLINE_FUNCTION FusedHead(const View1<T>& f, long hh, long heads, int Tn, int HS) {
+    const long head = static_cast<long>(Tn) * HS, all = heads * head;
+    kt = f.data() + hh * head;
+    vt = f.data() + all + hh * head;
+    s = f.data() + 2 * all + hh * Tn;
+    d = f.data() + 2 * all + heads * Tn + hh * Tn;
+  }
+};
+
+/// dst (HS, T) = src (T, HS) transposed: one head's K or V, so score loops run over keys.
+template <class T>
+KOKKOS_INLINE_FUNCTION void transpose_head(T* dst, const T* src, int Tn, int HS) {
+  for (int j = 0; j < Tn; ++j)
+    for (int c = 0; c < HS; ++c) dst[static_cast<long>(c) * Tn + j] = src[static_cast<long>(j) * HS + c];
+}
+
+/// s[j] = sum_c a[c] b^T[c][j] for j <= t (b^T (HS, T)): a row of a head's scores or dP.
+template <class T>
+KOKKOS_INLINE_FUNCTION void row_times_transposed(T* s, const T* a, const T* bt, int t, int Tn, int HS) {
+  for (int j = 0; j <= t; ++j) s[j] = 0;
+  for (int c = 0; c < HS; ++c) {
+    const T ac = a[c];
+    const T* b = bt + static_cast<long>(c) * Tn;
+    for (int j = 0; j <= t; ++j) s[j] += ac * b[j];
+  }
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward_fused(View2<T> out, View1<T> lse, View2<const T> qkv, int B, int seq_len, int NH,
+                             const AttentionDropout& drop, const AttentionScratch<T>& ws, GemmInputs inputs,
+                             int NKV) {
+  const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
+  if (NKV <= 0) NKV = NH;
+  const int group = NH / NKV, Ckv = NKV * HS;
+  const long heads = static_cast<long>(B) * NH;
+  const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
+  const bool b16 = inputs == GemmInputs::bf16, dropping = drop.key.active();
+  const T dscale = static_cast<T>(drop.key.scale());
+  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
+  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
+  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
+  if (b16) {
+    const auto n = static_cast<size_t>(heads * Tn * HS);
+    for (const View1<T>& x : {ws.q, ws.k, ws.v}) round_through_bf16<T>(View1<T>(x.data(), n));
+  }
+  const View1<T> f = ws.fused, yv = ws.y;
+  const View1<const T> qv = ws.q, kv = ws.k, vv = ws.v;
+  Kokkos::parallel_for(
+      "trident::attention_forward_fused", Kokkos::RangePolicy<ExecSpace>(0, heads), KOKKOS_LAMBDA(const long hh) {
+        const int h = static_cast<int>(hh % NH), b = static_cast<int>(hh / NH);
+        const long base = hh * Tn * HS;
+        const FusedHead<T> w(f, hh, heads, Tn, HS);
+        transpose_head(w.kt, kv.data() + base, Tn, HS);
+        const T* v = vv.data() + base;
+        for (int t = 0; t < Tn; ++t) {
+          row_times_transposed(w.s, qv.data() + base + static_cast<long>(t) * HS, w.kt, t, Tn, HS);
+          T maxv = -Kokkos::reduction_identity<T>::min();
+          for (int j = 0; j <= t; ++j) {
+            w.s[j] *= scale;
+            maxv = w.s[j] > maxv ? w.s[j] : maxv;
+          }
+          T sum = 0;
+          for (int j = 0; j <= t; ++j) {
+            w.s[j] = kmath::exp(w.s[j] - maxv);
+            sum += w.s[j];
+          }
+          lse(hh * Tn + t) = maxv + kmath::log(sum);
+          const T inv = T(1) / sum;
+          T* y = yv.data() + base + static_cast<long>(t) * HS;
+          for (int c = 0; c < HS; ++c) y[c] = 0;
+          for (int j = 0; j <= t; ++j) {
+            T p = w.s[j] * inv;
+            if (dropping) p = drop.key.keep_at(drop.index(b, h, t, j, Tn)) ? p * dscale : T(0);
+            p = maybe_bf16(p, b16);
+            const T* vj = v + static_cast<long>(j) * HS;
+            for (int c = 0; c < HS; ++c) y[c] += p * vj[c];
+          }
+        }
+      });
+  unpack_heads<T>(out, ws.y, 0, B, Tn, HS, NH);
+}
+
+template <class T>
+void attention_backward_fused(View2<T> dqkv, View2<const T> dout, View2<const T> qkv, View1<const T> lse, int B, int seq_len, int NH, const AttentionDropout& drop,
+                              const AttentionScratch<T>& ws, GemmInputs inputs, int NKV) {
+  const int C = static_cast<int>(dout.extent(1)), HS = C / NH, Tn = seq_len;
+  if (NKV <= 0) NKV = NH;
+  const int group = NH / NKV, Ckv = NKV * HS;
+  const long heads = static_cast<long>(B) * NH;
+  const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
+  const bool b16 = inputs == GemmInputs::bf16, dropping = drop.key.active();
+  const T dscale = static_cast<T>(drop.key.scale());
+  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
+  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
+  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
+  pack_heads<T>(ws.y, dout, 0, B, Tn, HS, NH);  // y holds dY
+  if (b16) {
+    const auto n = static_cast<size_t>(heads * Tn * HS);
+    for (const View1<T>& x : {ws.q, ws.k, ws.v, ws.y}) round_through_bf16<T>(View1<T>(x.data(), n));
+  }
+  const View1<T> f = ws.fused, dqv = ws.dq, dkv = ws.dk, dvv = ws.dv;
+  const View1<const T> qv = ws.q, kv = ws.k, vv = ws.v, dyv = ws.y;
+  Kokkos::parallel_for(
+      "trident::attention_backward_fused", Kokkos::RangePolicy<ExecSpace>(0, heads), KOKKOS_LAMBDA(const long hh) {
+        const int h = static_cast<int>(hh % NH), b = static_cast<int>(hh / NH);
+        const long base = hh * Tn * HS;
+        const FusedHead<T> w(f, hh, heads, Tn, HS);
+        transpose_head(w.kt, kv.data() + base, Tn, HS);
+        transpose_head(w.vt, vv.data() + base, Tn, HS);
+        const T *q = qv.data() + base, *k = kv.data() + base;
+        T *dq = dqv.data() + base, *dk = dkv.data() + base, *dv = dvv.data() + base;
+        for (long i = 0; i < static_cast<long>(Tn) * HS; ++i) dk[i] = dv[i] = 0;
+        for (int t = 0; t < Tn; ++t) {
+          const T* qt = q + static_cast<long>(t) * HS;
+          const T* dyt = dyv.data() + base + static_cast<long>(t) * HS;
+          row_times_transposed(w.s, qt, w.kt, t, Tn, HS);   // scores
+          row_times_transposed(w.d, dyt, w.vt, t, Tn, HS);  // dP
+          // The row's probabilities and dP through the dropout mask, then the softmax backward's
+          // dot product D = sum_j P_tj dP_tj over the row, as the GEMM kernel forms it (so bf16
+          // inputs round the same operands; FlashAttention's dY . Y is the same sum in exact math).
+          const T l = lse(hh * Tn + t);
+          T D = 0;
+          for (int j = 0; j <= t; ++j) {
+            w.s[j] = kmath::exp(w.s[j] * scale - l);
+            if (dropping) w.d[j] = drop.key.keep_at(drop.index(b, h, t, j, Tn)) ? w.d[j] * dscale : T(0);
+          }
+          for (int j = 0; j <= t; ++j) D += w.s[j] * w.d[j];
+          T* dqt = dq + static_cast<long>(t) * HS;
+          for (int c = 0; c < HS; ++c) dqt[c] = 0;
+          for (int j = 0; j <= t; ++j) {
+            const T p = w.s[j];
+            T pd = p;
+            if (dropping) pd = drop.key.keep_at(drop.index(b, h, t, j, Tn)) ? p * dscale : T(0);
+            const T ds = maybe_bf16(p * (w.d[j] - D), b16);
+            pd = maybe_bf16(pd, b16);
+            const T* kj = k + static_cast<long>(j) * HS;
+            T *dkj = dk + static_cast<long>(j) * HS, *dvj = dv + static_cast<long>(j) * HS;
+            for (int c = 0; c < HS; ++c) {
+              dqt[c] += ds * kj[c];
+              dkj[c] += ds * qt[c];
+              dvj[c] += pd * dyt[c];
+            }
+          }
+          for (int c = 0; c < HS; ++c) dqt[c] *= scale;
+        }
+        for (long i = 0; i < static_cast<long>(Tn) * HS; ++i) dk[i] *= scale;
+      });
+  unpack_heads<T>(dqkv, ws.dq, 0, B, Tn, HS, NH);
+  unpack_heads<T>(dqkv, ws.dk, C, B, Tn, HS, NH, group);
+  unpack_heads<T>(dqkv, ws.dv, C + Ckv, B, Tn, HS, NH, group);
+}
+
 #define TRIDENT_INST(T)                                                                                       \
   template void attention_forward<T>(View2<T>, View1<T>, View2<const T>, int, int, int, const AttentionDropout&, \
                                      const AttentionScratch<T>&, GemmInputs, int);                                 \
   template void attention_backward<T>(View2<T>, View1<T>, View2<const T>, View2<const T>, View1<const T>, int, \
-                                      int, int, const AttentionDropout&, const AttentionScratch<T>&, GemmInputs, int);
+                                      int, int, const AttentionDropout&, const AttentionScratch<T>&, GemmInputs, int); \
+  template void attention_forward_fused<T>(View2<T>, View1<T>, View2<const T>, int, int, int, const AttentionDropout&, \
+                                           const AttentionScratch<T>&, GemmInputs, int);                            \
+  template void attention_backward_fused<T>(View2<T>, View2<const T>, View2<const T>, View1<const T>,                 \
+                                            int, int, int, const AttentionDropout&, const AttentionScratch<T>&,      \
+                                            GemmInputs, int);
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
 #undef TRIDENT_INST
 

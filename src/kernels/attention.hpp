@@ -11,6 +11,17 @@
 //    are batched GEMMs over all (sequence, head) pairs (kernels/gemm.hpp: one strided-batched
 //    cuBLAS call on CUDA, a loop of sgemm on the host) on head-major packed copies of q, k, v
 //    (AttentionScratch); softmax, masking and dropout are element-wise kernels.
+//  - attention_forward_fused / attention_backward_fused ([model] attention = fused): never store
+//    the (T, T) probabilities. Forward keeps one query row's scores at a time and saves the row's
+//    log-sum-exp; backward recomputes each row's probabilities from it (FlashAttention, Dao et al.
+//    2022, Alg. 1-2; FlashAttention-2, Dao 2023, sec. 3.1), and the softmax backward's row sum
+//    D = sum_j P dP from the row it holds, as the GEMM kernel does (FlashAttention's rowsum(dY o Y)
+//    is the same sum in exact math but rounds other operands with bf16 inputs). The
+//    tiles of FlashAttention are Br = 1 query row by Bc = T keys here: a row of T scores sits in a
+//    CPU's L1 cache, so the softmax is the exact two-pass one over it, not the online rescaling
+//    over key tiles that GPU shared memory needs. Loops are laid out to vectorise (K and V are
+//    transposed per head, so scores run over keys; outputs over the head's channels). Causal
+//    rows skip the masked half of the work.
 //  - attention_forward_ref / attention_backward_ref: one thread per query (or key) row with
 //    explicit loops; simple, allocation-free, used by the tests as the second oracle.
 #pragma once
@@ -45,10 +56,17 @@ struct AttentionDropout {
 template <class T>
 struct AttentionScratch {
   View1<T> q, k, v, y, dq, dk, dv, pdrop;
-  /// Elements needed in all for (B, T, C, NH) with or without dropout.
+  /// The fused kernels' work space: K^T and V^T per head (2 B*T*C) and two rows of T per
+  /// (sequence, head) (2 B*NH*T); empty for the GEMM kernels.
+  View1<T> fused;
+  /// Elements needed in all for (B, T, C, NH) with or without dropout (GEMM kernels).
   static std::int64_t elements(int B, int seq_len, int C, int NH, bool dropout) {
     const std::int64_t btc = static_cast<std::int64_t>(B) * seq_len * C;
     return 7 * btc + (dropout ? static_cast<std::int64_t>(B) * NH * seq_len * seq_len : 0);
+  }
+  /// Elements of `fused` for (B, T, C, NH).
+  static std::int64_t fused_elements(int B, int seq_len, int C, int NH) {
+    return 2 * static_cast<std::int64_t>(B) * seq_len * C + 2 * static_cast<std::int64_t>(B) * NH * seq_len;
   }
 };
 
@@ -67,6 +85,24 @@ template <class T>
 void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
                         int B, int seq_len, int NH, const AttentionDropout& drop, const AttentionScratch<T>& ws,
                         GemmInputs inputs = GemmInputs::native, int NKV = 0);
+
+/// Fused attention (see the file comment). Same contract as attention_forward, except that `lse`
+/// (B*NH*T) receives each query row's log-sum-exp of its scaled scores, log sum_j exp(s_tj),
+/// instead of the probabilities; q, k, v, y of `ws` and ws.fused are used, pdrop is not (the
+/// dropout mask is recomputed from its counter-based key). With GemmInputs::bf16 the operands of
+/// the products the GEMM kernels would run in bf16 (q, k, v, the dropped-out probabilities) are
+/// rounded to bf16 and the products accumulate in T, the math of the bf16 GEMM path. Local.
+template <class T>
+void attention_forward_fused(View2<T> out, View1<T> lse, View2<const T> qkv, int B, int seq_len, int NH,
+                             const AttentionDropout& drop, const AttentionScratch<T>& ws,
+                             GemmInputs inputs = GemmInputs::native, int NKV = 0);
+
+/// Backward of attention_forward_fused: dqkv as attention_backward, from the `lse` forward wrote.
+/// Uses q, k, v, y, dq, dk, dv and fused of `ws`; with GemmInputs::bf16, dY, the probabilities and
+/// dS are rounded where the GEMM path rounds them. Local.
+template <class T>
+void attention_backward_fused(View2<T> dqkv, View2<const T> dout, View2<const T> qkv, View1<const T> lse, int B, int seq_len, int NH, const AttentionDropout& drop,
+                              const AttentionScratch<T>& ws, GemmInputs inputs = GemmInputs::native, int NKV = 0);
 
 /// Reference implementations (same contract, no scratch).
 template <class T>

@@ -112,6 +112,16 @@ std::string onednn_bf16_unavailable_reason() {
          (std::getenv("DNNL_MAX_CPU_ISA") != nullptr ? ", capped by DNNL_MAX_CPU_ISA" : "") + ")";
 }
 
+void round_to_bf16_host(bf16_t* out, const float* in, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, in + i, sizeof u);
+    const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    out[i] = static_cast<bf16_t>(nan ? ((u >> 16) | 0x40u) : rounded);
+  }
+}
+
 void onednn_release_scratch() {
   if (g_onednn == nullptr) return;
   std::lock_guard<std::mutex> lock(g_onednn->mutex);
@@ -142,10 +152,8 @@ void onednn_gemm_bf16(char transA, char transB, std::int64_t batch, std::int64_t
   }
   bf16_t* a16 = d.scratch.data();
   bf16_t* b16 = a16 + a_span;
-  convert_to_bf16<float>(View1<bf16_t>(a16, static_cast<size_t>(a_span)),
-                         View1<const float>(A, static_cast<size_t>(a_span)));
-  convert_to_bf16<float>(View1<bf16_t>(b16, static_cast<size_t>(b_span)),
-                         View1<const float>(B, static_cast<size_t>(b_span)));
+  round_to_bf16_host(a16, A, a_span);
+  round_to_bf16_host(b16, B, b_span);
   const auto positive = [](std::int64_t v) { return v > 1 ? v : std::int64_t{1}; };
   const Key key{transA, transB, batch, M, N, K, positive(lda), positive(ldb), positive(ldc),
                 batch == 1 ? 0 : sa, batch == 1 ? 0 : sb, batch == 1 ? 0 : sc, bits(alpha), bits(beta)};

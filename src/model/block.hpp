@@ -77,6 +77,24 @@ struct BlockEnv {
     a.key = key(dropout_site(layer, kSiteAttn));
     return a;
   }
+  /// Attention forward with the deck's kernel ([model] attention, kernels/attention.hpp): `att`
+  /// receives the probabilities (gemm, B*NHl*T*T) or each row's log-sum-exp (fused, B*NHl*T).
+  /// out (rows, NHl*HS), qkv this rank's packed [q | k | v]. Local.
+  void attention_fwd(View2<T> out, View1<T> att, View2<const T> qkv, int NHl, const AttentionDropout& drop,
+                     int NKVl = 0) const {
+    if (m->attention == AttentionKernel::fused)
+      attention_forward_fused<T>(out, att, qkv, B, seq, NHl, drop, attn, gemm, NKVl);
+    else
+      attention_forward<T>(out, att, qkv, B, seq, NHl, drop, attn, gemm, NKVl);
+  }
+  /// Its backward: dpre is the GEMM kernel's (T, T) scratch (unused by the fused one). Local.
+  void attention_bwd(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2<const T> qkv, View1<const T> att,
+                     int NHl, const AttentionDropout& drop, int NKVl = 0) const {
+    if (m->attention == AttentionKernel::fused)
+      attention_backward_fused<T>(dqkv, dout, qkv, att, B, seq, NHl, drop, attn, gemm, NKVl);
+    else
+      attention_backward<T>(dqkv, dpre, dout, qkv, att, B, seq, NHl, drop, attn, gemm, NKVl);
+  }
   /// (rows, cols) matrix over the first rows * cols elements of v.
   View2<T> mat(const View1<T>& v, std::int64_t cols) const { return as_matrix(v.data(), rows(), cols); }
   /// The first rows * width elements of v.
@@ -90,8 +108,10 @@ inline std::int64_t linear_gemm_operands(std::int64_t BT, std::int64_t in, std::
 }
 
 /// The same for attention (kernels/attention.hpp) with `att` probabilities and Cq = local query
-/// heads * head size: (Q, K) for the scores, (P, V) and (dP, K) for the rest. Local.
-inline std::int64_t attention_gemm_operands(std::int64_t BT, std::int64_t att, std::int64_t Cq) {
+/// heads * head size: (Q, K) for the scores, (P, V) and (dP, K) for the rest; 0 for the fused
+/// kernel (no GEMM). Local.
+inline std::int64_t attention_gemm_operands(const ModelConfig& m, std::int64_t BT, std::int64_t att, std::int64_t Cq) {
+  if (m.attention == AttentionKernel::fused) return 0;
   return std::max(2 * BT * Cq, att + BT * Cq);
 }
 

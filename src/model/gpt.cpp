@@ -35,7 +35,10 @@ Dims dims(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T)
   d.BT = static_cast<std::int64_t>(max_B) * max_T;
   d.C = m.n_embd;
   d.Cl = m.n_embd / tp;  // this rank's query heads * HS (n_embd = n_head * HS)
-  d.att = static_cast<std::int64_t>(max_B) * (m.n_head / tp) * max_T * max_T;
+  // The saved attention state per block: every head's (T, T) probabilities, or (fused kernel) one
+  // log-sum-exp per query row.
+  d.att = static_cast<std::int64_t>(max_B) * (m.n_head / tp) * max_T *
+          (m.attention == AttentionKernel::fused ? 1 : max_T);
   d.n_local = layout.part().n_layers;
   d.head = layout.part().last_stage();
   // The vocabulary partition: rows of the LM head on the last stage, of the token embedding on the
@@ -55,6 +58,7 @@ std::vector<std::int64_t> activation_plan(const ModelConfig& m, const ParamLayou
                                           bool recompute, int stashes) {
   const Dims d = dims(m, layout, max_B, max_T);
   const std::int64_t BT = d.BT, C = d.C, Cl = d.Cl;
+  const bool fused = m.attention == AttentionKernel::fused;
   const auto block = family_of(m.arch).make_block<float>(m, layout);
   const std::vector<std::int64_t> layer = block->saved_sizes(BT, d.att);
   std::vector<std::int64_t> plan;
@@ -67,7 +71,8 @@ std::vector<std::int64_t> activation_plan(const ModelConfig& m, const ParamLayou
   if (recompute) plan.insert(plan.end(), layer.begin(), layer.end());
   plan.insert(plan.end(), {BT * C, BT * C,                                          // dres, dln
                            BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl, BT * Cl,  // attention q k v y dq dk dv
-                           m.dropout > 0.0 ? d.att : 0});                           // attention pdrop
+                           m.dropout > 0.0 && !fused ? d.att : 0,                   // attention pdrop
+                           fused ? 2 * BT * Cl + 2 * d.att : 0});                   // fused: K^T, V^T, two rows
   const std::vector<std::int64_t> scratch = block->scratch_sizes(BT, d.att);
   plan.insert(plan.end(), scratch.begin(), scratch.end());
   return plan;
@@ -197,7 +202,7 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
   }
   if (recompute) layer_views(shared_layer_);
   views.insert(views.end(), {&dres_, &dln_, &attn_ws_.q, &attn_ws_.k, &attn_ws_.v, &attn_ws_.y, &attn_ws_.dq,
-                             &attn_ws_.dk, &attn_ws_.dv, &attn_ws_.pdrop});
+                             &attn_ws_.dk, &attn_ws_.dv, &attn_ws_.pdrop, &attn_ws_.fused});
   block_scratch_.resize(n_scratch);
   for (auto& v : block_scratch_) views.push_back(&v);
   std::int64_t total = 0;

@@ -241,7 +241,29 @@ TEST(ThreeD, LlamaEveryLayout) {
 // forward value: there the fp32 bound holds, Zero.Bf16ComputeEveryStageEqualsSerial.)
 TEST(ThreeD, Bf16ComputeEveryLayout) {
   if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  if (test::runtime().world_size() > 4) GTEST_SKIP() << "2 and 4 ranks cover tp, pp and dp (8 oversubscribed: slow)";
   every_layout([](int, int) { return std::vector<std::string>{"--train.compute_dtype=bf16"}; }, 1e-4, 1e-4);
+}
+
+// The fused attention kernel ([model] attention = fused: no (T, T) probabilities stored): its
+// serial run equals the GEMM kernel's, and every layout equals its serial run, within the fp32
+// tolerance (the kernels differ in summation order only); with dropout, whose mask the fused
+// kernel regenerates from the counter-based key.
+TEST(ThreeD, FusedAttentionEveryLayout) {
+  Runtime& rt = test::runtime();
+  for (const char* dropout : {"--model.dropout=0", "--model.dropout=0.1"}) {
+    const Trace gemm = run(rt.self(), config3d(1, {dropout}), 3);
+    const Trace fused = run(rt.self(), config3d(1, {dropout, "--model.attention=fused"}), 3);
+    EXPECT_LE(rel(fused.norm[0], gemm.norm[0]), 1e-6) << dropout;
+    for (int s = 0; s < 3; ++s) EXPECT_LE(rel(fused.loss[s], gemm.loss[s]), 1e-5) << dropout << " step " << s + 1;
+  }
+  if (rt.world_size() > 4) GTEST_SKIP() << "2 and 4 ranks cover tp, pp and dp (8 oversubscribed: slow)";
+  every_layout([](int, int) { return std::vector<std::string>{"--model.attention=fused"}; });
+  every_layout([](int tp, int) {
+    return std::vector<std::string>{"--model.arch=llama", "--model.bias=false",
+                                    "--model.n_kv_head=" + std::to_string(tp > 2 ? 4 : 2), "--model.ffn_hidden=64",
+                                    "--model.attention=fused"};
+  });
 }
 
 TEST(ThreeD, ShardedAndRecomputedLayouts) {

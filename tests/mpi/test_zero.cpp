@@ -130,8 +130,9 @@ TEST(Zero, Bf16ComputeEveryStageEqualsSerial) {
 TEST(Zero, Bf16GemmScratchPredictionEqualsAllocation) {
   if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
   Runtime& rt = test::runtime();
-  for (const bool llama : {false, true}) {
-    const std::vector<std::string> ov = {"--train.compute_dtype=bf16", "--parallel.zero_stage=1"};
+  for (const bool llama : {false, true})
+  for (const char* attention : {"--model.attention=gemm", "--model.attention=fused"}) {
+    const std::vector<std::string> ov = {"--train.compute_dtype=bf16", "--parallel.zero_stage=1", attention};
     const Config cfg = llama ? llama_config(rt.world_size(), ov) : config(rt.world_size(), ov);
     ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
     TokenDataset data(cfg.data.path, 64.0);
@@ -141,8 +142,8 @@ TEST(Zero, Bf16GemmScratchPredictionEqualsAllocation) {
     t.train_step();
     const std::int64_t got = MemoryLedger::current(MemCategory::activations) - before;
     const std::int64_t want = predict_memory(cfg)[static_cast<size_t>(MemCategory::activations)];
-    if (grid.dp_rank() == 0) EXPECT_EQ(got, want) << (llama ? "llama" : "gpt2");
-    else EXPECT_LE(got, want) << (llama ? "llama" : "gpt2");
+    if (grid.dp_rank() == 0) EXPECT_EQ(got, want) << (llama ? "llama " : "gpt2 ") << attention;
+    else EXPECT_LE(got, want) << (llama ? "llama " : "gpt2 ") << attention;
     EXPECT_GT(want, Gpt<float>::activation_elements(cfg.model, ParamLayout::make(cfg.model),
                                                     static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size,
                                                     false) * 4)
@@ -241,7 +242,9 @@ TEST(Zero, DryRunPredictionEqualsAllocation) {
        {std::vector<std::string>{"--parallel.zero_stage=0"}, {"--parallel.zero_stage=1"}, {"--parallel.zero_stage=2"},
         {"--parallel.zero_stage=3"}, {"--parallel.zero_stage=3", "--train.param_dtype=bf16", "--train.reduce_dtype=bf16"},
         {"--parallel.zero_stage=1", "--train.param_dtype=bf16"}, {"--train.activation_checkpointing=block"},
-        {"--model.arch=llama"}, {"--model.arch=llama", "--parallel.zero_stage=3", "--train.activation_checkpointing=block"}}) {
+        {"--model.arch=llama"}, {"--model.arch=llama", "--parallel.zero_stage=3", "--train.activation_checkpointing=block"},
+        {"--model.attention=fused"}, {"--model.attention=fused", "--model.dropout=0.1"},
+        {"--model.arch=llama", "--model.attention=fused"}}) {
     const bool llama = v[0] == "--model.arch=llama";
     const Config cfg = llama ? llama_config(rt.world_size(), std::vector<std::string>(v.begin() + 1, v.end()))
                              : config(rt.world_size(), v);

@@ -10,6 +10,9 @@
 #include "kernels/convert.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
+#if TRIDENT_HAVE_ONEDNN && !TRIDENT_HAVE_CUDA
+#include "kernels/gemm_onednn.hpp"
+#endif
 #include "kernels/layernorm.hpp"
 #include "kernels/linear.hpp"
 #include "kernels/rmsnorm.hpp"
@@ -371,6 +374,23 @@ TEST(Kernels, GemmBf16AtTrainingSizesMatchesDefinition) {
     }
 }
 
+#if TRIDENT_HAVE_ONEDNN && !TRIDENT_HAVE_CUDA
+// The host GEMM's vectorised rounding is bitwise to_bf16 (kernels/convert.hpp) on every class of
+// input: ties (both parities), carries into the exponent, subnormals, +-0, +-inf, quiet and
+// signalling NaNs, the largest finite float (rounds to inf), and a sweep of bit patterns.
+TEST(Kernels, HostBf16RoundingEqualsToBf16) {
+  std::vector<std::uint32_t> bits = {0x00000000u, 0x80000000u, 0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x3fffffffu,
+                                     0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u,
+                                     0xffbfffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f7f8000u};
+  for (std::uint32_t u = 0; u < 0xffff0000u; u += 0x00010001u * 97u) bits.push_back(u);
+  std::vector<float> in(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) std::memcpy(&in[i], &bits[i], sizeof(float));
+  std::vector<bf16_t> out(in.size());
+  detail::round_to_bf16_host(out.data(), in.data(), static_cast<std::int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], to_bf16(in[i])) << std::hex << "input bits 0x" << bits[i];
+}
+#endif
+
 TEST(Kernels, GemmBatchedEqualsOneGemmPerMatrix) {
   const int batch = 3, M = 4, N = 5, K = 6;
   Buffer<float> A("A", batch * M * K), B("B", batch * N * K), C1("C1", batch * M * N), C2("C2", batch * M * N);
@@ -497,6 +517,88 @@ TEST(Kernels, AttentionGemmEqualsReference) {
   // Rows of 37 scores and heads of 40 channels: more than a 32-lane row of the GPU shape, not a
   // multiple of it (kernels/row_parallel.hpp), for the softmax and the head packing.
   check_attention_equals_reference(2, 37, 2, 80);
+}
+
+/// The fused kernels (never storing (T, T)) against the GEMM kernels, which are checked against the
+/// reference and finite differences above: output and dqkv equal up to summation order (fp32), with
+/// dropout and with grouped-query attention; the saved row log-sum-exp reproduces the GEMM path's
+/// probabilities, P(t, j) = exp(s_tj - lse_t); with bf16 inputs both paths round the same operands
+/// (equal up to summation order as in fp32, measured ~1e-7; the fp32 fused kernel is ~3e-3 away).
+void check_fused_attention(int B, int T, int NH, int NKV, int HS, double p, GemmInputs inputs, double tol) {
+  SCOPED_TRACE(testing::Message() << "B " << B << " T " << T << " NH " << NH << " NKV " << NKV << " HS " << HS
+                                  << " dropout " << p << (inputs == GemmInputs::bf16 ? " bf16" : " fp32"));
+  const int C = NH * HS, W = (NH + 2 * NKV) * HS;
+  Buffer<float> qkv("qkv", B * T * W), dout("dout", B * T * C);
+  fill_normal<float>(View1<float>(qkv.data(), qkv.extent(0)), 1, 2, 0, 1.0);
+  fill_normal<float>(View1<float>(dout.data(), dout.extent(0)), 1, 3, 0, 1.0);
+  Buffer<float> o1("o1", B * T * C), o2("o2", B * T * C), att("att", B * NH * T * T), lse("lse", B * NH * T),
+      d1("d1", B * T * W), d2("d2", B * T * W), pre("pre", B * NH * T * T),
+      ws("ws", 7 * B * T * C + B * NH * T * T + AttentionScratch<float>::fused_elements(B, T, C, NH));
+  AttentionScratch<float> s;
+  View1<float>* parts[] = {&s.q, &s.k, &s.v, &s.y, &s.dq, &s.dk, &s.dv};
+  for (int i = 0; i < 7; ++i) *parts[i] = View1<float>(ws.data() + i * B * T * C, B * T * C);
+  s.pdrop = View1<float>(ws.data() + 7 * B * T * C, B * NH * T * T);
+  s.fused = View1<float>(ws.data() + 7 * B * T * C + B * NH * T * T, AttentionScratch<float>::fused_elements(B, T, C, NH));
+  AttentionDropout drop;
+  drop.key.seed = 11;
+  drop.key.p = p;
+  drop.n_head_total = NH;
+  auto m = [](Buffer<float>& b, int r, int c) { return as_matrix(b.data(), r, c); };
+  auto cm = [](Buffer<float>& b, int r, int c) { return as_matrix<const float>(b.data(), r, c); };
+  auto v = [](Buffer<float>& b) { return View1<float>(b.data(), b.extent(0)); };
+  auto cv = [](Buffer<float>& b) { return View1<const float>(b.data(), b.extent(0)); };
+  attention_forward<float>(m(o1, B * T, C), v(att), cm(qkv, B * T, W), B, T, NH, drop, s, inputs, NKV);
+  attention_backward<float>(m(d1, B * T, W), v(pre), cm(dout, B * T, C), cm(qkv, B * T, W), cv(att), B, T, NH, drop, s,
+                            inputs, NKV);
+  attention_forward_fused<float>(m(o2, B * T, C), v(lse), cm(qkv, B * T, W), B, T, NH, drop, s, inputs, NKV);
+  attention_backward_fused<float>(m(d2, B * T, W), cm(dout, B * T, C), cm(qkv, B * T, W), cv(lse),
+                                  B, T, NH, drop, s, inputs, NKV);
+  auto max_rel = [](const Buffer<float>& x_dev, const Buffer<float>& y_dev) {
+    const auto x = host(x_dev), y = host(y_dev);
+    double d = 0, mx = 0;
+    for (size_t i = 0; i < x.extent(0); ++i) {
+      d = std::max(d, static_cast<double>(std::fabs(x(i) - y(i))));
+      mx = std::max(mx, static_cast<double>(std::fabs(x(i))));
+    }
+    return d / mx;
+  };
+  EXPECT_LE(max_rel(o1, o2), tol) << "attention output";
+  EXPECT_LE(max_rel(d1, d2), tol) << "dqkv";
+  if (inputs == GemmInputs::bf16) {  // the fused kernel really rounds: fp32 fused is further from bf16 GEMM
+    Buffer<float> o3("o3", B * T * C), d3("d3", B * T * W), lse3("lse3", B * NH * T);
+    attention_forward_fused<float>(m(o3, B * T, C), v(lse3), cm(qkv, B * T, W), B, T, NH, drop, s,
+                                   GemmInputs::native, NKV);
+    attention_backward_fused<float>(m(d3, B * T, W), cm(dout, B * T, C), cm(qkv, B * T, W), cv(lse3), B, T, NH, drop, s, GemmInputs::native, NKV);
+    EXPECT_LT(4 * max_rel(o1, o2), max_rel(o1, o3)) << "output";
+    EXPECT_LT(4 * max_rel(d1, d2), max_rel(d1, d3)) << "dqkv";
+  }
+  // P(t, 0) = exp(s_t0 - lse_t): key 0 is visible to every query row. s in double from qkv, with the
+  // bf16 rounding of q and k where the GEMM path has it.
+  const auto qh = host(qkv), ah = host(att), lh = host(lse);
+  const auto r16 = [inputs](float x) {
+    return inputs == GemmInputs::bf16 ? static_cast<double>(from_bf16(to_bf16(x))) : static_cast<double>(x);
+  };
+  const int group = NH / NKV;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        double st0 = 0;
+        for (int c = 0; c < HS; ++c)
+          st0 += r16(qh((b * T + t) * W + h * HS + c)) * r16(qh((b * T + 0) * W + C + (h / group) * HS + c));
+        st0 /= std::sqrt(static_cast<double>(HS));
+        const long r = (static_cast<long>(b) * NH + h) * T + t;
+        EXPECT_NEAR(std::exp(st0 - lh(r)), ah(r * T), 1e-5 * (1 + ah(r * T))) << "row " << r;
+      }
+}
+
+TEST(Kernels, FusedAttentionEqualsGemmAttention) {
+  check_fused_attention(3, 7, 3, 3, 4, 0.0, GemmInputs::native, 1e-5);
+  check_fused_attention(2, 37, 2, 2, 40, 0.2, GemmInputs::native, 1e-5);
+  check_fused_attention(2, 9, 4, 2, 3, 0.1, GemmInputs::native, 1e-5);  // grouped-query attention
+  if (gemm_bf16_supported()) {
+    check_fused_attention(2, 37, 2, 2, 40, 0.2, GemmInputs::bf16, 1e-5);
+    check_fused_attention(2, 9, 4, 2, 8, 0.0, GemmInputs::bf16, 1e-5);
+  }
 }
 
 // ---- the llama family's kernels ----------------------------------------------------------------

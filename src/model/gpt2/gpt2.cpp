@@ -80,7 +80,7 @@ const char* kBlockTensors[12] = {"ln_1.weight",      "ln_1.bias",      "attn.c_a
 template <class T>
 class Gpt2Block final : public Block<T> {
  public:
-  Gpt2Block(const ModelConfig& m, const ParamLayout& layout) : layout_(layout) {
+  Gpt2Block(const ModelConfig& m, const ParamLayout& layout) : m_(m), layout_(layout) {
     const int tp = layout.part().tp_size;
     C_ = m.n_embd;
     Cl_ = m.n_embd / tp;
@@ -104,7 +104,7 @@ class Gpt2Block final : public Block<T> {
 
   std::int64_t gemm_operand_elements(std::int64_t BT, std::int64_t att) const override {
     const std::int64_t C = C_, Cl = Cl_;
-    return std::max({linear_gemm_operands(BT, C, 3 * Cl), attention_gemm_operands(BT, att, Cl),
+    return std::max({linear_gemm_operands(BT, C, 3 * Cl), attention_gemm_operands(m_, BT, att, Cl),
                      linear_gemm_operands(BT, Cl, C), linear_gemm_operands(BT, C, 4 * Cl),
                      linear_gemm_operands(BT, 4 * Cl, C)});
   }
@@ -119,8 +119,7 @@ class Gpt2Block final : public Block<T> {
     View1<T> proj = s[0];
     layernorm_forward<T>(e.mat(a[0], C), a[1], a[2], e.mat(x, C), vec(p, t[0]), vec(p, t[1]));
     linear_forward<T>(e.mat(a[3], 3 * Cl), e.mat(a[0], C), mat(p, t[2]), vec(p, t[3]), e.gemm);
-    attention_forward<T>(e.mat(a[5], Cl), a[4], e.mat(a[3], 3 * Cl), e.B, e.seq, NHl_,
-                         e.attention_dropout(gl, NHl_), e.attn, e.gemm);
+    e.attention_fwd(e.mat(a[5], Cl), a[4], e.mat(a[3], 3 * Cl), NHl_, e.attention_dropout(gl, NHl_));
     linear_forward<T>(e.mat(proj, C), e.mat(a[5], Cl), mat(p, t[4]), View1<const T>(), e.gemm);
     e.tp_sum(e.sub(proj, C));
     add_bias<T>(e.mat(proj, C), vec(p, t[5]));
@@ -158,8 +157,8 @@ class Gpt2Block final : public Block<T> {
     dropout_apply<T>(e.sub(dproj, C), e.key(dropout_site(gl, kSiteAttnResid)));
     linear_backward<T>(e.mat(datty, Cl), mat(g, t[4]), vec(g, t[5]), e.mat(dproj, C), e.mat(a[5], Cl), mat(p, t[4]),
                        /*accumulate_dinp=*/false, e.gemm);
-    attention_backward<T>(e.mat(dqkv, 3 * Cl), dpre, e.mat(datty, Cl), e.mat(a[3], 3 * Cl), a[4], e.B, e.seq, NHl_,
-                          e.attention_dropout(gl, NHl_), e.attn, e.gemm);
+    e.attention_bwd(e.mat(dqkv, 3 * Cl), dpre, e.mat(datty, Cl), e.mat(a[3], 3 * Cl), a[4], NHl_,
+                    e.attention_dropout(gl, NHl_));
     linear_backward<T>(e.mat(dln, C), mat(g, t[2]), vec(g, t[3]), e.mat(dqkv, 3 * Cl), e.mat(a[0], C), mat(p, t[2]),
                        /*accumulate_dinp=*/false, e.gemm);
     e.tp_sum(e.sub(dln, C));
@@ -170,6 +169,7 @@ class Gpt2Block final : public Block<T> {
  private:
   View1<T> vec(const T* base, int tensor) const { return unit_tensor(layout_, base, tensor); }
   View2<T> mat(const T* base, int tensor) const { return unit_matrix(layout_, base, tensor); }
+  ModelConfig m_;
   const ParamLayout& layout_;
   int C_, Cl_, NHl_;
   std::vector<std::array<int, 12>> t_;

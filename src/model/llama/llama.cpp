@@ -101,7 +101,7 @@ class LlamaBlock final : public Block<T> {
 
   std::int64_t gemm_operand_elements(std::int64_t BT, std::int64_t att) const override {
     const std::int64_t C = C_;
-    return std::max({linear_gemm_operands(BT, C, W_), attention_gemm_operands(BT, att, Cq_),
+    return std::max({linear_gemm_operands(BT, C, W_), attention_gemm_operands(m_, BT, att, Cq_),
                      linear_gemm_operands(BT, Cq_, C), linear_gemm_operands(BT, C, 2 * Fl_),
                      linear_gemm_operands(BT, Fl_, C)});
   }
@@ -115,8 +115,7 @@ class LlamaBlock final : public Block<T> {
     rmsnorm_forward<T>(e.mat(a[0], C), a[1], e.mat(x, C), vec(p, t[0]), m_.norm_eps);
     linear_forward<T>(e.mat(a[2], W_), e.mat(a[0], C), rows(p, t[1], W_), View1<const T>(), e.gemm);
     rope_forward<T>(e.mat(a[2], W_), table(e), e.seq, NHl_ + NKVl_, HS_);
-    attention_forward<T>(e.mat(a[4], Cq_), a[3], e.mat(a[2], W_), e.B, e.seq, NHl_, e.attention_dropout(gl, NHl_),
-                         e.attn, e.gemm, NKVl_);
+    e.attention_fwd(e.mat(a[4], Cq_), a[3], e.mat(a[2], W_), NHl_, e.attention_dropout(gl, NHl_), NKVl_);
     linear_forward<T>(e.mat(proj, C), e.mat(a[4], Cq_), mat(p, t[2]), View1<const T>(), e.gemm);
     e.tp_sum(e.sub(proj, C));
     dropout_apply<T>(e.sub(proj, C), e.key(dropout_site(gl, kSiteAttnResid)));
@@ -151,8 +150,8 @@ class LlamaBlock final : public Block<T> {
     dropout_apply<T>(e.sub(dproj, C), e.key(dropout_site(gl, kSiteAttnResid)));
     linear_backward<T>(e.mat(datty, Cq_), mat(g, t[2]), View1<T>(), e.mat(dproj, C), e.mat(a[4], Cq_), mat(p, t[2]),
                        /*accumulate_dinp=*/false, e.gemm);
-    attention_backward<T>(e.mat(dqkv, W_), dpre, e.mat(datty, Cq_), e.mat(a[2], W_), a[3], e.B, e.seq, NHl_,
-                          e.attention_dropout(gl, NHl_), e.attn, e.gemm, NKVl_);
+    e.attention_bwd(e.mat(dqkv, W_), dpre, e.mat(datty, Cq_), e.mat(a[2], W_), a[3], NHl_,
+                    e.attention_dropout(gl, NHl_), NKVl_);
     rope_backward<T>(e.mat(dqkv, W_), table(e), e.seq, NHl_ + NKVl_, HS_);
     linear_backward<T>(e.mat(dln, C), rows(g, t[1], W_), View1<T>(), e.mat(dqkv, W_), e.mat(a[0], C),
                        rows(p, t[1], W_), /*accumulate_dinp=*/false, e.gemm);
