@@ -102,7 +102,7 @@ for s in "${shape_list[@]}"; do
           perf record -F 499 -g -o "$dir/perf.data" -- "$trident" "${args[@]/--train.out_dir=*/--train.out_dir=$dir/prof}" \
             > "$dir/prof_log.txt" 2>&1 || die "perf record failed: see $dir/prof_log.txt"
           perf report -i "$dir/perf.data" --stdio --no-children --sort symbol --percent-limit 1.5 2>/dev/null \
-            | grep -E "^ +[0-9.]+%" > "$dir/profile.txt" || true
+            | grep -E "^ +[0-9.]+%" | sed -E 's/ +- +- *$//; s/ +$//' | cut -c1-110 > "$dir/profile.txt" || true
         fi
         ;;
       torch_*)
@@ -140,7 +140,7 @@ for run in ("trident_fp32", "trident_bf16", "trident_bf16_fused", "torch_fp32", 
         tps = j["tokens_per_sec_mean"]
         rows = list(csv.DictReader(open(os.path.join(d, run, "peer.csv"))))
         loss = float(rows[-1]["train_loss"])
-    pk = peaks["bf16" if run.endswith("bf16") else "fp32"]
+    pk = peaks["bf16" if "bf16" in run else "fp32"]
     g = tps * fpt / 1e9
     print("%s,%s,%.2f,%d,%d,%.1f,%.2f,%.2f,%.3f,%.4f,%s" % (shape, run, params / 1e6, B * T, S, tps, g, pk, g / pk, loss, act))
 EOF

@@ -924,6 +924,9 @@ void validate(Config& c, int world_size, BuildTarget target) {
                  "[train] compute_dtype = bf16: this host build has no oneDNN, the library of its bf16 GEMMs "
                  "(OpenBLAS has no bf16 path; Debian: libdnnl-dev, then configure again; docs/performance.md). "
                  "Use compute_dtype = float here");
+  require_config(c.model.attention == AttentionKernel::gemm || !cuda_build,
+                 "[model] attention = fused is a CPU kernel (one thread per sequence and head on a GPU would be "
+                 "far slower than cuBLAS): use attention = gemm in a CUDA build");
   validate_representable(c);
   allowed_changes(t);  // every name a deck key
 

@@ -50,6 +50,10 @@ std::int64_t MemoryLedger::peak_total() {
   std::lock_guard<std::mutex> lock(g_mutex);
   return g_total_peak;
 }
+void MemoryLedger::reset_peak(MemCategory c) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_peak[static_cast<int>(c)] = g_current[static_cast<int>(c)];
+}
 void MemoryLedger::reset_peaks() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_peak = g_current;

@@ -45,6 +45,10 @@ class MemoryLedger {
   /// Lowers every peak to the current bytes, so that the next peaks measure one phase (e.g. the
   /// extra memory of one save). Local.
   static void reset_peaks();
+  /// Lowers the peak of category c to its current bytes: after a one-off buffer that is not part
+  /// of the run (the bf16 GEMM probe's scratch), so the logged peak stays what --dry-run
+  /// predicts. Local.
+  static void reset_peak(MemCategory c);
 };
 
 /// A std::allocator that counts what it allocates against category Cat and leaves new elements

@@ -10,6 +10,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -61,11 +62,14 @@ struct OneDnn {
   std::mutex mutex;
 };
 OneDnn* g_onednn = nullptr;
+std::mutex g_create;  // guards g_onednn's creation and release
 
 OneDnn& onednn() {
+  std::lock_guard<std::mutex> lock(g_create);
   if (g_onednn == nullptr) {
     g_onednn = new OneDnn();
     Kokkos::push_finalize_hook([] {
+      std::lock_guard<std::mutex> lock(g_create);
       delete g_onednn;
       g_onednn = nullptr;
     });
@@ -105,11 +109,15 @@ Cached make_primitive(OneDnn& d, const Key& key) {
 }  // namespace
 
 std::string onednn_bf16_unavailable_reason() {
-  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-  if ((static_cast<unsigned>(isa) & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16) return "";
-  return std::string("this CPU has no AVX512-BF16 dot-product instructions (oneDNN's effective ISA is ") +
-         isa_name(isa) +
-         (std::getenv("DNNL_MAX_CPU_ISA") != nullptr ? ", capped by DNNL_MAX_CPU_ISA" : "") + ")";
+  // Asked once: oneDNN fixes its effective ISA at its first use (DNNL_MAX_CPU_ISA is read then).
+  static const std::string reason = [] {
+    const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    if ((static_cast<unsigned>(isa) & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
+      return std::string();
+    return std::string("this CPU has no AVX512-BF16 dot-product instructions (oneDNN's effective ISA is ") +
+           isa_name(isa) + (std::getenv("DNNL_MAX_CPU_ISA") != nullptr ? ", capped by DNNL_MAX_CPU_ISA" : "") + ")";
+  }();
+  return reason;
 }
 
 void round_to_bf16_host(bf16_t* out, const float* in, std::int64_t n) {
@@ -123,6 +131,7 @@ void round_to_bf16_host(bf16_t* out, const float* in, std::int64_t n) {
 }
 
 void onednn_release_scratch() {
+  std::lock_guard<std::mutex> create(g_create);
   if (g_onednn == nullptr) return;
   std::lock_guard<std::mutex> lock(g_onednn->mutex);
   g_onednn->scratch = TrackedBuffer<bf16_t>();

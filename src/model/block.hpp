@@ -15,11 +15,10 @@
 #include "kernels/attention.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/gemm.hpp"
-
-#include <algorithm>
 #include "model/param_layout.hpp"
 #include "parallel/communicator.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 extern "C" int openblas_get_num_threads() __attribute__((weak));  // absent without OpenBLAS
+extern "C" int omp_get_max_threads() __attribute__((weak));       // OpenMP (oneDNN's bf16 GEMMs)
 
 namespace trident {
 
@@ -30,7 +31,10 @@ std::string peak_cache_path() {
 }
 
 std::string peak_cache_key(Precision compute) {
-  const int blas_threads = openblas_get_num_threads != nullptr ? openblas_get_num_threads() : 1;
+  // The threads of the library the probe times: OpenBLAS for float, oneDNN (OpenMP) for bf16.
+  const int blas_threads = compute == Precision::bf16 && omp_get_max_threads != nullptr ? omp_get_max_threads()
+                           : openblas_get_num_threads != nullptr                      ? openblas_get_num_threads()
+                                                                                      : 1;
   std::string model = "unknown CPU";
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)

@@ -24,8 +24,8 @@ struct PeakFlops {
 /// $HOME/.cache/trident/gemm_peak.tsv; "" when TRIDENT_PEAK_CACHE=off (always measure). Local.
 std::string peak_cache_path();
 
-/// The key of this machine in the cache: CPU model (/proc/cpuinfo), the BLAS threads of this
-/// process (OpenBLAS's own count; 1 without OpenBLAS) and the build's backend, e.g.
+/// The key of this machine in the cache: CPU model (/proc/cpuinfo), the GEMM threads of this
+/// process (OpenBLAS's own count, OpenMP's for bf16; 1 without them) and the build's backend, e.g.
 /// "Intel(R) Xeon(R) ... | 1 thread | Serial"; with compute = bf16, " | bf16" after it (a
 /// separate probe of the bf16 GEMMs). Local.
 std::string peak_cache_key(Precision compute = Precision::f32);

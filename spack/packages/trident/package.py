@@ -51,7 +51,7 @@ class Trident(CMakePackage, CudaPackage):
     depends_on("random123")
     depends_on("xxhash")
     depends_on("sentencepiece")  # the bpe tokenizer (trainer and processor libraries)
-    depends_on("onednn", when="~cuda+onednn")  # host bf16 GEMMs (oneDNN's matmul primitive)
+    depends_on("onednn@2.0:2", when="~cuda+onednn")  # host bf16 GEMMs (matmul; the 2.x API)
     depends_on("nccl", when="+nccl")
     depends_on("googletest@1.10:", when="+tests")
     depends_on("benchmark", when="+benchmarks")
