@@ -48,6 +48,9 @@ const char* name_of(OffloadKind v) {
 }
 const char* name_of(ModelArch v) { return v == ModelArch::llama ? "llama" : "gpt2"; }
 const char* name_of(AttentionKernel v) { return v == AttentionKernel::fused ? "fused" : "gemm"; }
+const char* name_of(HostGemmChoice v) {
+  return v == HostGemmChoice::openblas ? "openblas" : v == HostGemmChoice::onednn ? "onednn" : "auto";
+}
 const std::vector<ModelArch>& all_model_archs() {
   static const std::vector<ModelArch> all = {ModelArch::gpt2, ModelArch::llama};
   return all;
@@ -220,6 +223,12 @@ class Schema {
                "input type of every GEMM: float, or bf16 (inputs rounded to bf16, fp32 accumulation and output, "
                "tensor cores on a GPU, oneDNN's AVX512-BF16 kernels on a CPU; needs dtype = float, and a CUDA build or a host "
                "build with oneDNN on a CPU with AVX512-BF16)");
+    add_choice("train", "host_gemm", &t.host_gemm,
+               {HostGemmChoice::auto_, HostGemmChoice::openblas, HostGemmChoice::onednn},
+               "library of the fp32 GEMMs in a host build: openblas (sgemm through KokkosBlas), onednn (oneDNN's fp32 "
+               "matmul; needs a build with oneDNN), or auto: the faster of the two by a GEMM probe of this CPU, "
+               "measured once and recorded in the peak cache (so a resume on the same machine takes the same one). "
+               "double GEMMs and CUDA builds ignore it");
     add_choice("train", "activation_checkpointing", &t.activation_checkpointing, {Recompute::none, Recompute::block},
                "none, or block: keep only each block's input and recompute its forward during backward");
     add("train", "peak_tflops", &t.peak_tflops,
@@ -924,6 +933,9 @@ void validate(Config& c, int world_size, BuildTarget target) {
                  "[train] compute_dtype = bf16: this host build has no oneDNN, the library of its bf16 GEMMs "
                  "(OpenBLAS has no bf16 path; Debian: libdnnl-dev, then configure again; docs/performance.md). "
                  "Use compute_dtype = float here");
+  require_config(t.host_gemm != HostGemmChoice::onednn || TRIDENT_HAVE_ONEDNN,
+                 "[train] host_gemm = onednn: this build has no oneDNN (Debian: libdnnl-dev, then configure again); "
+                 "use auto or openblas");
   require_config(c.model.attention == AttentionKernel::gemm || !cuda_build,
                  "[model] attention = fused is a CPU kernel (one thread per sequence and head on a GPU would be "
                  "far slower than cuBLAS): use attention = gemm in a CUDA build");

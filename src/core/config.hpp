@@ -63,6 +63,10 @@ enum class ModelArch { gpt2, llama };
 /// log-sum-exp saved instead, as FlashAttention; Dao et al. 2022).
 enum class AttentionKernel { gemm, fused };
 
+/// The library of fp32 GEMMs in a host build ([train] host_gemm; kernels/gemm.hpp HostGemm): auto
+/// picks the faster of the two by a probe recorded per CPU (train/peak.hpp).
+enum class HostGemmChoice { auto_, openblas, onednn };
+
 /// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
 const char* name_of(PipelineScheduleKind v);
 const char* name_of(Precision v);
@@ -75,6 +79,7 @@ const char* name_of(TimerMode v);
 const char* name_of(OffloadKind v);
 const char* name_of(ModelArch v);
 const char* name_of(AttentionKernel v);
+const char* name_of(HostGemmChoice v);
 /// Every ModelArch value, in declaration order (the deck's choices, the checkpoint attribute's).
 const std::vector<ModelArch>& all_model_archs();
 
@@ -155,6 +160,7 @@ struct TrainConfig {
   Precision param_dtype = Precision::f32;   ///< float | bf16 | fp16: storage/communication type of the working parameters
   Precision reduce_dtype = Precision::f32;  ///< float | bf16 | fp16: type in which gradients are reduced over dp
   Precision compute_dtype = Precision::f32; ///< float | bf16: GEMM inputs (bf16: fp32 accumulation; CUDA, or oneDNN on the host)
+  HostGemmChoice host_gemm = HostGemmChoice::auto_;  ///< fp32 GEMM library of a host build
   Recompute activation_checkpointing = Recompute::none;  ///< none | block: recompute each block's forward in backward
   double peak_tflops = 0.0;     ///< per-rank peak for MFU; 0: measure with a GEMM probe
   std::string init_from;        ///< a checkpoint whose weights start a new run (fresh optimizer and schedule)

@@ -36,6 +36,20 @@ bool gemm_bf16_supported();
 /// this build, or the CPU's instructions), for error messages. Local.
 std::string gemm_bf16_unavailable_reason();
 
+/// The library of native float GEMMs in a host build: OpenBLAS's sgemm (through KokkosBlas), or
+/// oneDNN's fp32 matmul (AVX-512 kernels where OpenBLAS 0.3.21 has only AVX2 ones, e.g. on AMD Zen 4:
+/// about 2x sgemm there). The process-wide choice is the trainer's ([train] host_gemm, train/peak.hpp
+/// resolves auto from a probe); double GEMMs and CUDA builds ignore it. Default openblas.
+enum class HostGemm { openblas, onednn };
+
+/// Sets the library of native float GEMMs. Local (process-wide). Throws Error for onednn in a
+/// build without oneDNN.
+void set_host_gemm(HostGemm lib);
+/// The library set last (openblas until set). Local.
+HostGemm host_gemm();
+/// True where set_host_gemm(lib) is accepted. Local.
+bool host_gemm_available(HostGemm lib);
+
 /// Frees the bf16 input scratch that GemmInputs::bf16 GEMMs keep between calls (it grows again at
 /// the next one): after a one-off large GEMM such as the peak probe. Local; fences.
 void gemm_release_scratch();

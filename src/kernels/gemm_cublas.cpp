@@ -33,6 +33,12 @@ static_assert(std::is_same_v<ExecSpace, Kokkos::Cuda>, "kernels/gemm_cublas.cpp 
 
 bool gemm_bf16_supported() { return true; }
 std::string gemm_bf16_unavailable_reason() { return ""; }
+// A CUDA build's GEMMs are cuBLAS's: the host library choice does not apply.
+bool host_gemm_available(HostGemm lib) { return lib == HostGemm::openblas; }
+void set_host_gemm(HostGemm lib) {
+  if (lib != HostGemm::openblas) throw Error("gemm: a CUDA build's GEMMs are cuBLAS's: [train] host_gemm does not apply");
+}
+HostGemm host_gemm() { return HostGemm::openblas; }
 
 namespace {
 

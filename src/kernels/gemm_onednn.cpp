@@ -44,7 +44,7 @@ std::uint32_t bits(float f) {
 
 /// What a cached primitive depends on.
 using Key = std::tuple<char, char, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t, std::uint32_t>;
+                       std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::uint32_t, std::uint32_t, bool>;
 
 /// A primitive and the memory descriptors of its operands.
 struct Cached {
@@ -88,13 +88,14 @@ dnnl::memory::desc operand(dnnl::memory::data_type dt, char trans, std::int64_t 
 }
 
 Cached make_primitive(OneDnn& d, const Key& key) {
-  const auto [ta, tb, batch, M, N, K, lda, ldb, ldc, sa, sb, sc, alpha_bits, beta_bits] = key;
+  const auto [ta, tb, batch, M, N, K, lda, ldb, ldc, sa, sb, sc, alpha_bits, beta_bits, bf16_inputs] = key;
   float alpha, beta;
   std::memcpy(&alpha, &alpha_bits, sizeof alpha);
   std::memcpy(&beta, &beta_bits, sizeof beta);
   using dt = dnnl::memory::data_type;
-  const auto a = operand(dt::bf16, ta, batch, M, K, lda, sa);
-  const auto b = operand(dt::bf16, tb, batch, K, N, ldb, sb);
+  const dt in = bf16_inputs ? dt::bf16 : dt::f32;
+  const auto a = operand(in, ta, batch, M, K, lda, sa);
+  const auto b = operand(in, tb, batch, K, N, ldb, sb);
   const auto c = operand(dt::f32, 'N', batch, M, N, ldc, sc);
   dnnl::primitive_attr attr;
   if (alpha != 1.f) attr.set_output_scales(0, {alpha});
@@ -137,10 +138,10 @@ void onednn_release_scratch() {
   g_onednn->scratch = TrackedBuffer<bf16_t>();
 }
 
-void onednn_gemm_bf16(char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
-                      float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
-                      const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,
-                      std::int64_t ldc, std::int64_t sc) {
+void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N,
+                 std::int64_t K, float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
+                 const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,
+                 std::int64_t ldc, std::int64_t sc) {
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) {  // C = beta C (oneDNN has no empty reduction)
     for (std::int64_t i = 0; i < batch; ++i)
@@ -151,30 +152,38 @@ void onednn_gemm_bf16(char transA, char transB, std::int64_t batch, std::int64_t
         }
     return;
   }
-  const std::string why = onednn_bf16_unavailable_reason();
-  if (!why.empty()) throw Error("gemm: bf16 inputs: " + why);
+  if (bf16_inputs) {
+    const std::string why = onednn_bf16_unavailable_reason();
+    if (!why.empty()) throw Error("gemm: bf16 inputs: " + why);
+  }
   OneDnn& d = onednn();
   std::lock_guard<std::mutex> lock(d.mutex);
-  if (d.scratch.size() < a_span + b_span) {
-    d.scratch = TrackedBuffer<bf16_t>();
-    d.scratch = TrackedBuffer<bf16_t>("trident::gemm::bf16_inputs", a_span + b_span, MemCategory::activations);
+  void* a_in = const_cast<float*>(A);  // oneDNN's memory takes a non-const handle; it only reads
+  void* b_in = const_cast<float*>(B);
+  if (bf16_inputs) {
+    if (d.scratch.size() < a_span + b_span) {
+      d.scratch = TrackedBuffer<bf16_t>();
+      d.scratch = TrackedBuffer<bf16_t>("trident::gemm::bf16_inputs", a_span + b_span, MemCategory::activations);
+    }
+    bf16_t* a16 = d.scratch.data();
+    bf16_t* b16 = a16 + a_span;
+    round_to_bf16_host(a16, A, a_span);
+    round_to_bf16_host(b16, B, b_span);
+    a_in = a16;
+    b_in = b16;
   }
-  bf16_t* a16 = d.scratch.data();
-  bf16_t* b16 = a16 + a_span;
-  round_to_bf16_host(a16, A, a_span);
-  round_to_bf16_host(b16, B, b_span);
   const auto positive = [](std::int64_t v) { return v > 1 ? v : std::int64_t{1}; };
   const Key key{transA, transB, batch, M, N, K, positive(lda), positive(ldb), positive(ldc),
-                batch == 1 ? 0 : sa, batch == 1 ? 0 : sb, batch == 1 ? 0 : sc, bits(alpha), bits(beta)};
+                batch == 1 ? 0 : sa, batch == 1 ? 0 : sb, batch == 1 ? 0 : sc, bits(alpha), bits(beta), bf16_inputs};
   try {
     auto it = d.primitives.find(key);
     if (it == d.primitives.end()) it = d.primitives.emplace(key, make_primitive(d, key)).first;
     const Cached& p = it->second;
-    dnnl::memory a(p.a, d.engine, a16), b(p.b, d.engine, b16), c(p.c, d.engine, C);
+    dnnl::memory a(p.a, d.engine, a_in), b(p.b, d.engine, b_in), c(p.c, d.engine, C);
     p.matmul.execute(d.stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
     d.stream.wait();
   } catch (const dnnl::error& e) {
-    throw Error("oneDNN: bf16 matmul (trans " + std::string{transA, transB} + ", batch " + std::to_string(batch) +
+    throw Error(std::string("oneDNN: ") + (bf16_inputs ? "bf16" : "fp32") + " matmul (trans " + std::string{transA, transB} + ", batch " + std::to_string(batch) +
                 ", M " + std::to_string(M) + ", N " + std::to_string(N) + ", K " + std::to_string(K) +
                 ") failed: " + e.what() + " (status " + std::to_string(static_cast<int>(e.status)) + ")");
   }

@@ -12,7 +12,7 @@
 
 namespace trident::detail {
 
-/// Empty where onednn_gemm_bf16() runs at full bf16 speed: a build with oneDNN on a CPU whose
+/// Empty where onednn_gemm() runs bf16 inputs at full speed: a build with oneDNN on a CPU whose
 /// effective oneDNN ISA has the AVX512-BF16 dot product (VDPBF16PS; AVX512_CORE_BF16 or
 /// AVX512_CORE_AMX). Otherwise one sentence saying what is missing (DNNL_MAX_CPU_ISA, oneDNN's
 /// own environment variable, lowers the effective ISA, so the refusal can be tested anywhere).
@@ -23,21 +23,22 @@ std::string onednn_bf16_unavailable_reason();
 /// 8% of a bf16 step at the 10.7M shape). Bitwise equal to to_bf16 for every input. Local.
 void round_to_bf16_host(bf16_t* out, const float* in, std::int64_t n);
 
-/// Frees the bf16 scratch of onednn_gemm_bf16() (kernels/gemm.hpp: gemm_release_scratch()). Local.
+/// Frees the bf16 scratch of onednn_gemm() (kernels/gemm.hpp: gemm_release_scratch()). Local.
 void onednn_release_scratch();
 
-/// One bf16 GEMM, or a batch of equal ones, on row-major float operands:
+/// One GEMM, or a batch of equal ones, on row-major float operands through oneDNN's matmul:
 ///   C_i = alpha op(A_i) op(B_i) + beta C_i,  i < batch,
 /// op(A_i) (M, K), op(B_i) (K, N), C_i (M, N); lda/ldb/ldc are row strides, sa/sb/sc the strides
 /// between the matrices of a batch; a_span/b_span the elements A and B cover from their first.
-/// A and B are rounded to bf16 (nearest even, kernels/convert.hpp) into a scratch buffer that
-/// grows to the largest A + B seen (MemCategory::activations); the matmul accumulates in fp32 and
-/// writes C in fp32. Primitives are cached by shape, strides, alpha and beta (the shapes of a run
-/// are few and fixed). Synchronous. Throws Error when onednn_bf16_unavailable_reason() is not
-/// empty or oneDNN fails (naming the status and the shape).
-void onednn_gemm_bf16(char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N, std::int64_t K,
-                      float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
-                      const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,
-                      std::int64_t ldc, std::int64_t sc);
+/// bf16_inputs: A and B are rounded to bf16 (nearest even, kernels/convert.hpp) into a scratch
+/// buffer that grows to the largest A + B seen (MemCategory::activations); else the matmul reads
+/// them as fp32 (HostGemm::onednn, kernels/gemm.hpp). It accumulates in fp32 and writes C in fp32.
+/// Primitives are cached by shape, strides, alpha, beta and input type (the shapes of a run are
+/// few and fixed). Synchronous. Throws Error for bf16 inputs when onednn_bf16_unavailable_reason()
+/// is not empty, and when oneDNN fails (naming the status and the shape).
+void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N,
+                 std::int64_t K, float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
+                 const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,
+                 std::int64_t ldc, std::int64_t sc);
 
 }  // namespace trident::detail

@@ -1,4 +1,5 @@
 #include "train/eval_run.hpp"
+#include "train/peak.hpp"
 
 #include "train/hf_import.hpp"
 
@@ -114,6 +115,7 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
                         std::to_string(cfg.model.block_size + 1));
   });
   ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}, cfg.parallel.comm_backend);
+  resolve_host_gemm(cfg.train, world);  // the training run's GEMM library, so its losses are reproduced
   const EvalResult e = cfg.train.dtype == Precision::f64
                            ? run_evaluation<double>(cfg, grid, *data, path, opt.split)
                            : run_evaluation<float>(cfg, grid, *data, path, opt.split);

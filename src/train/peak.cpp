@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/types.hpp"
+#include "kernels/gemm.hpp"
 #include "parallel/agree.hpp"
 #include "train/perf.hpp"
 
@@ -45,7 +46,8 @@ std::string peak_cache_key(Precision compute) {
     }
   const int threads = std::max(1, blas_threads);
   return model + " | " + std::to_string(threads) + (threads == 1 ? " thread" : " threads") + " | " +
-         ExecSpace::name() + (compute == Precision::bf16 ? " | bf16" : "");
+         ExecSpace::name() + (compute == Precision::bf16 ? " | bf16" : "") +
+         (compute != Precision::bf16 && host_gemm() == HostGemm::onednn ? " | onednn" : "");
 }
 
 namespace {
@@ -88,6 +90,58 @@ void record(const std::string& path, const std::string& key, double flops) {
 }
 
 }  // namespace
+
+std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
+  const char* why = nullptr;
+  HostGemm lib = HostGemm::openblas;
+  std::string detail;
+  if (cfg.host_gemm == HostGemmChoice::openblas) {
+    why = "[train] host_gemm = openblas";
+  } else if (cfg.host_gemm == HostGemmChoice::onednn) {
+    lib = HostGemm::onednn;
+    why = "[train] host_gemm = onednn";
+  } else if (!host_gemm_available(HostGemm::onednn)) {
+    why = "auto: this build has no oneDNN";
+  } else if (cfg.dtype == Precision::f64) {
+    why = "auto: double GEMMs are OpenBLAS's";
+  } else {
+    // auto: rank 0 compares the recorded (or now measured) probe of both libraries.
+    int choice = 0;
+    if (world.rank() == 0) {
+      const std::string path = peak_cache_path();
+      set_host_gemm(HostGemm::openblas);
+      const std::string base = peak_cache_key(Precision::f32);
+      double rate[2] = {0, 0};
+      bool measured = false;
+      for (int i = 0; i < 2; ++i) {
+        const HostGemm l = i == 0 ? HostGemm::openblas : HostGemm::onednn;
+        const std::string key = base + (i == 0 ? " | openblas" : " | onednn");
+        std::string date;
+        if (!path.empty() && lookup(path, key, rate[i], date)) continue;
+        set_host_gemm(l);
+        for (int r = 0; r < 4; ++r) rate[i] = std::max(rate[i], measure_gemm_flops());
+        measured = true;
+        if (!path.empty()) {
+          try {
+            record(path, key, rate[i]);
+          } catch (const std::exception& e) {
+            log::warn("cannot record the GEMM library probe in %s (%s): later runs will measure again", path.c_str(),
+                      e.what());
+          }
+        }
+      }
+      choice = rate[1] > rate[0] ? 1 : 0;
+      detail = log::format("auto: oneDNN fp32 matmul %.0f GFLOP/s, OpenBLAS sgemm %.0f GFLOP/s in the 512^3 probe (%s)",
+                           rate[1] / 1e9, rate[0] / 1e9, measured ? "measured now" : ("recorded in " + path).c_str());
+    }
+    world.broadcast(&choice, 1, 0);
+    broadcast_string(world, detail);
+    lib = choice == 1 ? HostGemm::onednn : HostGemm::openblas;
+  }
+  set_host_gemm(lib);
+  if (why != nullptr) detail = why;
+  return std::string(lib == HostGemm::onednn ? "oneDNN" : "OpenBLAS") + " (" + detail + ")";
+}
 
 PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world) {
   PeakFlops p;

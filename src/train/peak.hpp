@@ -30,7 +30,16 @@ std::string peak_cache_path();
 /// separate probe of the bf16 GEMMs). Local.
 std::string peak_cache_key(Precision compute = Precision::f32);
 
-/// The peak as described above, for the GEMM inputs of cfg.compute_dtype. Collective over world (rank 0 decides; the value and its source
+/// The library of this run's fp32 GEMMs ([train] host_gemm; kernels/gemm.hpp HostGemm), set
+/// process-wide with set_host_gemm() on every rank, and one sentence for the log. auto: OpenBLAS
+/// without oneDNN or with dtype = double; else the faster of both in the 512^3 probe, whose rates
+/// rank 0 reads from the peak cache (key peak_cache_key() + " | openblas" / " | onednn") or
+/// measures and records, so runs and resumes on one machine choose alike. Collective over world.
+/// Call before the first training GEMM and before resolve_peak_flops() (whose probe it changes).
+std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world);
+
+/// The peak as described above, for the GEMM inputs of cfg.compute_dtype (and, for fp32, the
+/// library resolve_host_gemm() chose: its own cache line). Collective over world (rank 0 decides; the value and its source
 /// are broadcast). A cache that cannot be read or written is only warned about.
 PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world);
 

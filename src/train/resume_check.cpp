@@ -39,7 +39,7 @@ std::optional<ChangeClass> change_class(const std::string& name) {
   // a key that spells the same shape differently changes nothing.
   if (is_any(name, {"model.n_kv_head", "model.ffn_hidden", "model.ffn_multiple_of"})) return ChangeClass::same_math;
   // The attention kernel: the same math in another summation order (as a layout change).
-  if (name == "model.attention") return ChangeClass::same_math;
+  if (name == "model.attention" || name == "train.host_gemm") return ChangeClass::same_math;
   if (is_any(name, {"model.dropout", "model.norm_eps", "model.rope_theta", "train.global_batch_size", "train.weight_decay", "train.beta1", "train.beta2",
                     "train.eps", "train.grad_clip", "train.dtype", "train.param_dtype", "train.reduce_dtype",
                     "train.compute_dtype"}))

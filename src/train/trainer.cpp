@@ -755,6 +755,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
 
   trainer.begin_leg(leg);
   const ModelConfig& m = cfg.model;
+  const std::string host_gemm_text = resolve_host_gemm(cfg.train, world);  // before the peak probe and any step
   const PeakFlops peak_info = resolve_peak_flops(cfg.train, world);
   const double peak = peak_info.flops;
   const double tokens_per_step = static_cast<double>(cfg.train.global_batch_size) * m.block_size;
@@ -775,6 +776,8 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
             static_cast<long long>(cfg.train.global_batch_size), m.block_size, human(tokens_per_step).c_str(),
             static_cast<long long>(cfg.train.micro_batch_size),
             static_cast<long long>(cfg.train.global_batch_size / (cfg.train.micro_batch_size * grid.dp_size())));
+  if (!TRIDENT_HAVE_CUDA && cfg.train.dtype == Precision::f32)
+    log::info("fp32 GEMMs: %s", host_gemm_text.c_str());
   log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
             peak_info.source.c_str(),
             static_cast<long long>(cfg.train.max_steps), cfg.train.out_dir.c_str());

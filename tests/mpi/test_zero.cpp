@@ -150,6 +150,29 @@ TEST(Zero, Bf16GemmScratchPredictionEqualsAllocation) {
   }
 }
 
+// oneDNN's fp32 matmul as the GEMM library ([train] host_gemm = onednn, what auto picks where it is
+// faster): every ZeRO stage and the Llama family equal the OpenBLAS serial run within the tolerance
+// of a layout change (the two libraries sum in other orders); recompute stays bitwise.
+TEST(Zero, OneDnnFp32GemmsEqualOpenBlas) {
+  if (!host_gemm_available(HostGemm::onednn)) GTEST_SKIP() << "this build has no oneDNN";
+  Runtime& rt = test::runtime();
+  const Trace& ref = serial();  // OpenBLAS
+  const Trace lref = run(rt.self(), llama_config(1, {}), 3);
+  set_host_gemm(HostGemm::onednn);
+  for (const char* stage : {"--parallel.zero_stage=0", "--parallel.zero_stage=3"}) {
+    const Trace par = run(rt.world(), config(rt.world_size(), {stage}), 5);
+    for (int s = 0; s < 5; ++s) EXPECT_LE(rel(par.loss[s], ref.loss[s]), 1e-5) << stage << " step " << s + 1;
+  }
+  const Trace a = run(rt.world(), config(rt.world_size(), {"--parallel.zero_stage=1"}), 3);
+  const Trace b = run(rt.world(), config(rt.world_size(), {"--parallel.zero_stage=1", "--train.activation_checkpointing=block"}), 3);
+  EXPECT_EQ(a.loss, b.loss);
+  const Trace l = run(rt.world(), llama_config(rt.world_size(), {"--parallel.zero_stage=2"}), 3);
+  for (int s = 0; s < 3; ++s) EXPECT_LE(rel(l.loss[s], lref.loss[s]), 1e-5) << "llama step " << s + 1;
+  set_host_gemm(HostGemm::openblas);
+  EXPECT_NE(a.loss, run(rt.world(), config(rt.world_size(), {"--parallel.zero_stage=1"}), 3).loss)
+      << "the oneDNN path was not taken";
+}
+
 TEST(Zero, Stage0) { expect_matches_serial({"--parallel.zero_stage=0"}); }
 TEST(Zero, Stage1) { expect_matches_serial({"--parallel.zero_stage=1"}); }
 TEST(Zero, Stage2) { expect_matches_serial({"--parallel.zero_stage=2"}); }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# [train] host_gemm = auto | openblas | onednn (the library of a host build's fp32 GEMMs):
+#  - a bad value is refused by name; forced choices are logged as such;
+#  - auto measures both libraries once, records the rates in the peak cache and picks the faster;
+#    later runs read the record (so a resume on the same machine picks the same library), and a
+#    record that says otherwise changes the pick;
+#  - both libraries train to the same losses within 1e-4 relative (another summation order);
+#  - a resume may switch the library (a change that keeps the training math).
+# Skipped (77) in a build without oneDNN.
+set -u
+source "$(dirname "$0")/cli_lib.sh"
+
+make_text "$WORK/text.txt"
+"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
+tiny_deck "$WORK/deck.ini" "$WORK/unused" "$WORK/tok.h5"
+export TRIDENT_PEAK_CACHE="$WORK/peak.tsv"
+run1() { timeout 300 "$TRIDENT" train --config "$WORK/deck.ini" --train.max_steps=6 "$@"; }
+
+if run1 --train.host_gemm=onednn --train.out_dir="$WORK/probe" 2>&1 | grep -q "has no oneDNN"; then
+  echo "skip: this build has no oneDNN"
+  exit 77
+fi
+expect_exit 2 "\[train\] host_gemm = mkl: expected auto, openblas or onednn" -- run1 --train.host_gemm=mkl
+expect_exit 0 "fp32 GEMMs: OpenBLAS \(\[train\] host_gemm = openblas\)" -- run1 --train.host_gemm=openblas --train.out_dir="$WORK/ob"
+expect_exit 0 "fp32 GEMMs: oneDNN \(\[train\] host_gemm = onednn\)" -- run1 --train.host_gemm=onednn --train.out_dir="$WORK/od"
+close() {  # close A B: train loss and grad norm within 1e-4 relative, row by row
+  paste -d, <(cut -d, -f2,5 "$1") <(cut -d, -f2,5 "$2") | tail -n +2 |
+    awk -F, '{for (i = 1; i <= 2; i++) {d = $i - $(i + 2); if (d < 0) d = -d; if (d > 1e-4 * ($i < 0 ? -$i : $i)) bad = 1}} END {exit bad}'
+}
+check "oneDNN and OpenBLAS train to the same losses within 1e-4" close "$WORK/ob/metrics.csv" "$WORK/od/metrics.csv"
+
+# ---- auto: measured once, recorded, then read ----------------------------------------------------------
+expect_exit 0 "fp32 GEMMs: (oneDNN|OpenBLAS) \(auto: oneDNN fp32 matmul [0-9]+ GFLOP/s, OpenBLAS sgemm [0-9]+ GFLOP/s in the 512\^3 probe \(measured now\)\)" -- \
+  run1 --train.out_dir="$WORK/a1"
+check "the probe of both libraries is recorded" test "$(grep -cE '\| (openblas|onednn)	' "$WORK/peak.tsv")" -eq 2
+expect_exit 0 "fp32 GEMMs: .*\(recorded in $WORK/peak.tsv\)" -- run1 --train.out_dir="$WORK/a2"
+# A record that makes OpenBLAS the faster one (and then oneDNN) decides the pick.
+sed -i -E 's/(\| openblas\t)[0-9.]+/\1999999/; s/(\| onednn\t)[0-9.]+/\11/' "$WORK/peak.tsv"
+expect_exit 0 "fp32 GEMMs: OpenBLAS \(auto: oneDNN fp32 matmul 1 GFLOP/s, OpenBLAS sgemm 999999" -- run1 --train.out_dir="$WORK/a3"
+sed -i -E 's/(\| openblas\t)[0-9.]+/\11/; s/(\| onednn\t)[0-9.]+/\1999999/' "$WORK/peak.tsv"
+expect_exit 0 "fp32 GEMMs: oneDNN \(auto: oneDNN fp32 matmul 999999" -- run1 --train.out_dir="$WORK/a4"
+
+# ---- a resume may switch the library -----------------------------------------------------------------
+expect_exit 0 "without changing the training math: \[train\] host_gemm onednn -> openblas" -- \
+  run1 --train.host_gemm=openblas --train.out_dir="$WORK/od" --resume --train.max_steps=8 --train.allow_changed=max_steps
+
+exit "$FAILED"
