@@ -225,7 +225,7 @@ class Schema {
                "build with oneDNN on a CPU with AVX512-BF16)");
     add_choice("train", "host_gemm", &t.host_gemm,
                {HostGemmChoice::auto_, HostGemmChoice::openblas, HostGemmChoice::onednn},
-               "library of the fp32 GEMMs in a host build: openblas (sgemm through KokkosBlas), onednn (oneDNN's fp32 "
+               "library of the fp32 GEMMs in a host build: openblas (its sgemm), onednn (oneDNN's fp32 "
                "matmul; needs a build with oneDNN), or auto: the faster of the two by a GEMM probe of this CPU, "
                "measured once and recorded in the peak cache (so a resume on the same machine takes the same one). "
                "double GEMMs and CUDA builds ignore it");

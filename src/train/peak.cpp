@@ -8,6 +8,7 @@
 #include "train/perf.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -33,9 +34,10 @@ std::string peak_cache_path() {
 
 std::string peak_cache_key(Precision compute) {
   // The threads of the library the probe times: OpenBLAS for float, oneDNN (OpenMP) for bf16.
-  const int blas_threads = compute == Precision::bf16 && omp_get_max_threads != nullptr ? omp_get_max_threads()
-                           : openblas_get_num_threads != nullptr                      ? openblas_get_num_threads()
-                                                                                      : 1;
+  const bool omp = (compute == Precision::bf16 || host_gemm() == HostGemm::onednn) && omp_get_max_threads != nullptr;
+  const int blas_threads = omp                                  ? omp_get_max_threads()
+                           : openblas_get_num_threads != nullptr ? openblas_get_num_threads()
+                                                                 : 1;
   std::string model = "unknown CPU";
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);)
@@ -52,28 +54,53 @@ std::string peak_cache_key(Precision compute) {
 
 namespace {
 
-/// The recorded value and date for `key`, if any.
-bool lookup(const std::string& path, const std::string& key, double& flops, std::string& date) {
+/// The cache is a small regular file (or absent): a FIFO, a device, a directory or a file past
+/// 1 MiB is neither read nor replaced (a FIFO would block, a device read forever).
+constexpr std::uintmax_t kMaxCacheBytes = 1 << 20;
+bool usable_cache(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);  // follows symlinks
+  if (st.type() == fs::file_type::not_found) return true;
+  return st.type() == fs::file_type::regular && fs::file_size(path, ec) <= kMaxCacheBytes && !ec;
+}
+
+/// The cache's lines, each at most 1 KiB; none when it is absent or not usable_cache().
+std::vector<std::string> cache_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  if (!usable_cache(path)) return lines;
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
+  for (std::string line; std::getline(in, line) && lines.size() < 4096;)
+    if (!line.empty() && line.size() <= 1024) lines.push_back(line);
+  return lines;
+}
+
+/// The recorded value and date for `key`, if any: a finite rate in (0, 1e6] GFLOP/s, the whole
+/// field a number (a damaged line is measured again and replaced).
+bool lookup(const std::string& path, const std::string& key, double& flops, std::string& date) {
+  for (const std::string& line : cache_lines(path)) {
     std::stringstream ss(line);
     std::string k, v, d;
     if (std::getline(ss, k, '\t') && std::getline(ss, v, '\t') && std::getline(ss, d) && k == key) {
-      flops = std::atof(v.c_str()) * 1e9;
+      char* end = nullptr;
+      const double g = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !std::isfinite(g) || g <= 0 || g > 1e6) return false;
+      flops = g * 1e9;
       date = d;
-      return flops > 0;
+      return true;
     }
   }
   return false;
 }
 
-void record(const std::string& path, const std::string& key, double flops) {
+void record(const std::string& path_in, const std::string& key, double flops) {
+  if (!usable_cache(path_in))
+    throw IoError("'" + path_in + "' is not a regular file of at most 1 MiB (a peak cache is one)");
+  // Through a symlink: replace the file it names, not the link.
+  std::error_code ec;
+  const std::string path = fs::is_symlink(path_in, ec) ? fs::canonical(path_in).string() : path_in;
   std::vector<std::string> keep;
-  {
-    std::ifstream in(path);
-    for (std::string line; std::getline(in, line);)
-      if (line.rfind(key + "\t", 0) != 0 && !line.empty()) keep.push_back(line);
-  }
+  for (const std::string& line : cache_lines(path))
+    if (line.rfind(key + "\t", 0) != 0) keep.push_back(line);
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -109,16 +136,16 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
     int choice = 0;
     if (world.rank() == 0) {
       const std::string path = peak_cache_path();
-      set_host_gemm(HostGemm::openblas);
-      const std::string base = peak_cache_key(Precision::f32);
       double rate[2] = {0, 0};
       bool measured = false;
       for (int i = 0; i < 2; ++i) {
         const HostGemm l = i == 0 ? HostGemm::openblas : HostGemm::onednn;
-        const std::string key = base + (i == 0 ? " | openblas" : " | onednn");
+        // Each library's key counts its own threads (OpenBLAS's, OpenMP's); oneDNN's is also the
+        // key of its fp32 MFU peak (the same 512^3 probe).
+        set_host_gemm(l);
+        const std::string key = peak_cache_key(Precision::f32) + (i == 0 ? " | openblas" : "");
         std::string date;
         if (!path.empty() && lookup(path, key, rate[i], date)) continue;
-        set_host_gemm(l);
         for (int r = 0; r < 4; ++r) rate[i] = std::max(rate[i], measure_gemm_flops());
         measured = true;
         if (!path.empty()) {

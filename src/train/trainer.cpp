@@ -776,7 +776,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
             static_cast<long long>(cfg.train.global_batch_size), m.block_size, human(tokens_per_step).c_str(),
             static_cast<long long>(cfg.train.micro_batch_size),
             static_cast<long long>(cfg.train.global_batch_size / (cfg.train.micro_batch_size * grid.dp_size())));
-  if (!TRIDENT_HAVE_CUDA && cfg.train.dtype == Precision::f32)
+  if (!TRIDENT_HAVE_CUDA && cfg.train.dtype == Precision::f32 && cfg.train.compute_dtype == Precision::f32)
     log::info("fp32 GEMMs: %s", host_gemm_text.c_str());
   log::info("peak: %.1f GFLOP/s per rank (%s) | run to step %lld, out_dir %s", peak / 1e9,
             peak_info.source.c_str(),
