@@ -57,6 +57,17 @@ void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len
       });
 }
 
+/// q, k and v of qkv ([q | k | v], NH query and NKV key/value heads of HS channels) head-major
+/// into ws.q, ws.k, ws.v, each key/value head repeated for its NH / NKV query heads: what all
+/// four attention kernels start from.
+template <class T>
+void pack_qkv(const AttentionScratch<T>& ws, View2<const T> qkv, int B, int seq_len, int HS, int NH, int NKV) {
+  const int C = NH * HS, Ckv = NKV * HS, group = NH / NKV;
+  pack_heads<T>(ws.q, qkv, 0, B, seq_len, HS, NH);
+  pack_heads<T>(ws.k, qkv, C, B, seq_len, HS, NH, group);
+  pack_heads<T>(ws.v, qkv, C + Ckv, B, seq_len, HS, NH, group);
+}
+
 /// A flat array of `heads` equal row-major (rows, cols) blocks as a batch of matrices.
 template <class T>
 View3<T> batch(const View1<T>& v, long heads, std::int64_t rows, std::int64_t cols) {
@@ -74,12 +85,9 @@ void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, in
                        const AttentionDropout& drop, const AttentionScratch<T>& ws, GemmInputs inputs, int NKV) {
   const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
   if (NKV <= 0) NKV = NH;
-  const int group = NH / NKV, Ckv = NKV * HS;
   const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
-  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
-  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
-  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
+  pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
   // S = scale Q K^T, all (sequence, head) pairs in one batched GEMM
   gemm_batched<T>('N', 'T', scale, cbatch(ws.q, heads, Tn, HS), cbatch(ws.k, heads, Tn, HS), T(0),
                   batch(att, heads, Tn, Tn), inputs);
@@ -140,9 +148,7 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
   const bool dropping = drop.key.active();
   const T dscale = static_cast<T>(drop.key.scale());
-  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
-  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
-  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
+  pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
   pack_heads<T>(ws.y, dout, 0, B, Tn, HS, NH);  // y holds dY
   View1<const T> p = att;
   if (dropping) {
@@ -246,14 +252,11 @@ void attention_forward_fused(View2<T> out, View1<T> lse, View2<const T> qkv, int
                              int NKV) {
   const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
   if (NKV <= 0) NKV = NH;
-  const int group = NH / NKV, Ckv = NKV * HS;
   const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
   const bool b16 = inputs == GemmInputs::bf16, dropping = drop.key.active();
   const T dscale = static_cast<T>(drop.key.scale());
-  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
-  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
-  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
+  pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
   if (b16) {
     const auto n = static_cast<size_t>(heads * Tn * HS);
     for (const View1<T>& x : {ws.q, ws.k, ws.v}) round_through_bf16<T>(View1<T>(x.data(), n));
@@ -305,9 +308,7 @@ void attention_backward_fused(View2<T> dqkv, View2<const T> dout, View2<const T>
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
   const bool b16 = inputs == GemmInputs::bf16, dropping = drop.key.active();
   const T dscale = static_cast<T>(drop.key.scale());
-  pack_heads<T>(ws.q, qkv, 0, B, Tn, HS, NH);
-  pack_heads<T>(ws.k, qkv, C, B, Tn, HS, NH, group);
-  pack_heads<T>(ws.v, qkv, C + Ckv, B, Tn, HS, NH, group);
+  pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
   pack_heads<T>(ws.y, dout, 0, B, Tn, HS, NH);  // y holds dY
   if (b16) {
     const auto n = static_cast<size_t>(heads * Tn * HS);
