@@ -37,8 +37,34 @@ endif()
 option(TRIDENT_ENABLE_ONEDNN "host builds: bf16 GEMMs through oneDNN when it is found" ON)
 set(TRIDENT_HAVE_ONEDNN OFF)
 if(NOT TRIDENT_HAVE_CUDA AND TRIDENT_ENABLE_ONEDNN)
-  find_package(dnnl 2.0 CONFIG QUIET)
-  if(dnnl_FOUND AND TARGET DNNL::dnnl AND dnnl_VERSION VERSION_GREATER_EQUAL 3)
+  # Debian's oneDNN is built with its OpenCL GPU runtime: its dnnl-config.cmake calls
+  # find_package(OpenCL REQUIRED) and links OpenCL::OpenCL, so without the OpenCL development files
+  # (Debian: ocl-icd-opencl-dev, which tools/install_deps.sh installs) the optional search would stop
+  # the configure step. Look for OpenCL first and leave oneDNN out, with a message, when it is missing.
+  find_file(TRIDENT_DNNL_CONFIG dnnl-config.cmake HINTS "${dnnl_DIR}" "${dnnl_ROOT}" ENV dnnl_ROOT
+            PATH_SUFFIXES lib/cmake/dnnl lib64/cmake/dnnl lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/dnnl)
+  mark_as_advanced(TRIDENT_DNNL_CONFIG)
+  set(_trident_dnnl_ocl OFF)
+  if(TRIDENT_DNNL_CONFIG)
+    file(STRINGS "${TRIDENT_DNNL_CONFIG}" _trident_dnnl_gpu REGEX "set\\(DNNL_GPU_RUNTIME \"OCL\"\\)")
+    if(_trident_dnnl_gpu)
+      set(_trident_dnnl_ocl ON)
+    endif()
+  endif()
+  set(_trident_dnnl_search ON)
+  if(_trident_dnnl_ocl)
+    find_package(OpenCL QUIET)
+    if(NOT OpenCL_FOUND)
+      set(_trident_dnnl_search OFF)
+      message(STATUS "Trident: oneDNN (${TRIDENT_DNNL_CONFIG}) needs the OpenCL development files, which are missing "
+                     "(Debian: ocl-icd-opencl-dev): oneDNN left out, compute_dtype = bf16 is refused on this build")
+    endif()
+  endif()
+  if(_trident_dnnl_search)
+    find_package(dnnl 2.0 CONFIG QUIET)
+  endif()
+  if(NOT _trident_dnnl_search)
+  elseif(dnnl_FOUND AND TARGET DNNL::dnnl AND dnnl_VERSION VERSION_GREATER_EQUAL 3)
     # kernels/gemm_onednn.cpp uses the 2.x API (matmul::desc, set_output_scales), which 3.0 removed.
     message(STATUS "Trident: oneDNN ${dnnl_VERSION} found, but Trident needs a 2.x: compute_dtype = bf16 is "
                    "refused on this build")

@@ -32,7 +32,7 @@ fi
 build_pkgs=(cmake g++ make pkg-config mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
   libboost-program-options-dev libbenchmark-dev libgtest-dev librandom123-dev libxxhash-dev
-  libsentencepiece-dev libdnnl-dev)
+  libsentencepiece-dev libdnnl-dev ocl-icd-opencl-dev)
 test_pkgs=(slurm-wlm munge lmod python3-torch python3-numpy python3-h5py python3-matplotlib)
 
 pkgs=("${build_pkgs[@]}")
