@@ -48,7 +48,7 @@ for C in $sizes; do
       --train.max_steps="$steps" --train.warmup_steps=2 --train.eval_interval=0 --train.log_interval=10 \
       --checkpoint.interval=0 --checkpoint.save_final=false "${extra[@]}" > "$run.log" 2>&1 ||
       { echo "bench_families.sh: $family C=$C failed, see $run.log" >&2; exit 1; }
-    params=$(sed -n 's/.* | \([0-9.]*[kMG]*\) parameters$/\1/p' "$run.log" | head -n 1)
+    params=$(sed -n 's/.* | \([0-9.]*[kMG]*\) parameters\( |.*\)\{0,1\}$/\1/p' "$run.log" | head -n 1)
     read -r ms tok mfu < <(awk -F, 'NR > 1 && $1 >= 6 {print $7, $6, $8}' "$run/metrics.csv" | sort -g |
       awk '{a[NR] = $0} END {print a[int((NR + 1) / 2)]}')
     tps[$family]=$tok

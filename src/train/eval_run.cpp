@@ -9,6 +9,7 @@
 #include "core/error.hpp"
 #include "data/token_dataset.hpp"
 #include "io/checkpoint_file.hpp"
+#include "kernels/gemm.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/process_grid.hpp"
 #include "train/model_schema.hpp"
@@ -80,7 +81,19 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
       meta = CheckpointMeta::read(rd);
       meta.require_complete(path);
       if (!meta.model_error.empty()) throw CheckpointError(meta.model_error);
+      std::vector<std::string> overrides;
+      if (!opt.compute_dtype.empty()) overrides.push_back("train.compute_dtype=" + opt.compute_dtype);
+      if (!opt.attention.empty()) overrides.push_back("model.attention=" + opt.attention);
+      if (!opt.host_gemm.empty()) overrides.push_back("train.host_gemm=" + opt.host_gemm);
       cfg = meta.deck();
+      if (!overrides.empty()) {
+        try {
+          cfg = parse_deck_text(meta.config_text, meta.deck_name.empty() ? "checkpoint" : meta.deck_name, overrides);
+        } catch (const ConfigError& e) {
+          throw ConfigError(std::string(e.what()) + " (from --compute-dtype / --attention / --host-gemm)");
+        }
+        cfg.model.vocab_size = meta.model.vocab_size;
+      }
     });
   }
   // The checkpoint's deck on this evaluation's layout: whole split, no offload scratch files.
@@ -95,6 +108,14 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
   cfg.train.micro_batch_size = opt.micro_batch;
   cfg.train.global_batch_size = opt.micro_batch * dp * opt.pp;  // one micro-batch per stage and dp rank
   if (!opt.data.empty()) cfg.data.path = opt.data;
+  // A bf16-trained checkpoint on a CPU without bf16 dot products: say how to evaluate it anyway.
+  if (cfg.train.compute_dtype == Precision::bf16)
+    run_agreed(world, "cannot evaluate with compute_dtype = bf16 here", [] {
+      if (!gemm_bf16_supported())
+        throw ConfigError(gemm_bf16_unavailable_reason() +
+                          ". `trident eval --compute-dtype float` evaluates the checkpoint with fp32 GEMMs (the loss "
+                          "then differs from the run's in its last digits)");
+    });
   run_agreed(world, "", [&] {
     if (opt.data.empty() && cfg.data.path.rfind(kImportedDataPath, 0) == 0)
       throw ConfigError("the checkpoint was imported (`trident ckpt import`) and records no token file: give --data FILE");

@@ -137,20 +137,36 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
     if (world.rank() == 0) {
       const std::string path = peak_cache_path();
       double rate[2] = {0, 0};
-      bool measured = false;
+      // Each library's key counts its own threads (OpenBLAS's, OpenMP's); oneDNN's is also the
+      // key of its fp32 MFU peak (the same 512^3 probe).
+      std::string key[2];
       for (int i = 0; i < 2; ++i) {
-        const HostGemm l = i == 0 ? HostGemm::openblas : HostGemm::onednn;
-        // Each library's key counts its own threads (OpenBLAS's, OpenMP's); oneDNN's is also the
-        // key of its fp32 MFU peak (the same 512^3 probe).
-        set_host_gemm(l);
-        const std::string key = peak_cache_key(Precision::f32) + (i == 0 ? " | openblas" : "");
-        std::string date;
-        if (!path.empty() && lookup(path, key, rate[i], date)) continue;
-        for (int r = 0; r < 4; ++r) rate[i] = std::max(rate[i], measure_gemm_flops());
+        set_host_gemm(i == 0 ? HostGemm::openblas : HostGemm::onednn);
+        key[i] = peak_cache_key(Precision::f32) + (i == 0 ? " | openblas" : "");
+      }
+      std::string date;
+      const bool recorded = !path.empty() && lookup(path, key[0], rate[0], date) && lookup(path, key[1], rate[1], date);
+      bool measured = false, steady = true;
+      if (!recorded) {
+        // Rounds alternate between the libraries, so a load that comes and goes touches both
+        // alike; a library's rate is its best round. Only a steady probe (each library's two best
+        // rounds within 10%) is recorded: a reading taken on a busy machine would otherwise decide
+        // every later run on this CPU.
+        std::vector<double> rounds[2];
+        for (int r = 0; r < 4; ++r)
+          for (int i = 0; i < 2; ++i) {
+            set_host_gemm(i == 0 ? HostGemm::openblas : HostGemm::onednn);
+            rounds[i].push_back(measure_gemm_flops());
+          }
         measured = true;
-        if (!path.empty()) {
+        for (int i = 0; i < 2; ++i) {
+          std::sort(rounds[i].begin(), rounds[i].end(), std::greater<>());
+          rate[i] = rounds[i][0];
+          steady = steady && rounds[i][1] >= 0.9 * rounds[i][0];
+        }
+        if (!path.empty() && steady) {
           try {
-            record(path, key, rate[i]);
+            for (int i = 0; i < 2; ++i) record(path, key[i], rate[i]);
           } catch (const std::exception& e) {
             log::warn("cannot record the GEMM library probe in %s (%s): later runs will measure again", path.c_str(),
                       e.what());
@@ -159,7 +175,9 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
       }
       choice = rate[1] > rate[0] ? 1 : 0;
       detail = log::format("auto: oneDNN fp32 matmul %.0f GFLOP/s, OpenBLAS sgemm %.0f GFLOP/s in the 512^3 probe (%s)",
-                           rate[1] / 1e9, rate[0] / 1e9, measured ? "measured now" : ("recorded in " + path).c_str());
+                           rate[1] / 1e9, rate[0] / 1e9, !measured ? ("recorded in " + path).c_str()
+                           : steady ? "measured now"
+                                    : "measured now; unsteady (a busy machine?), so not recorded: later runs measure again");
     }
     world.broadcast(&choice, 1, 0);
     broadcast_string(world, detail);

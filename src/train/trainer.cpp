@@ -569,9 +569,10 @@ void print_memory_prediction(const Config& cfg) {
   std::printf("predicted memory per rank for %s: dp=%d (shard groups of %d) tp=%d pp=%d, ZeRO stage %d, %s params\n",
               cfg.deck_name.c_str(), cfg.parallel.dp, S, cfg.parallel.tp, cfg.parallel.pp, z,
               name_of(cfg.train.param_dtype));
-  std::printf("model: %.0f parameters (%.2fM), micro-batch %lld x %d tokens, activation checkpointing %s\n", psi,
-              psi / 1e6, static_cast<long long>(cfg.train.micro_batch_size), cfg.model.block_size,
-              name_of(cfg.train.activation_checkpointing));
+  std::printf("model: %.0f parameters (%.2fM), micro-batch %lld x %d tokens, activation checkpointing %s, "
+              "attention %s, compute_dtype %s\n",
+              psi, psi / 1e6, static_cast<long long>(cfg.train.micro_batch_size), cfg.model.block_size,
+              name_of(cfg.train.activation_checkpointing), name_of(cfg.model.attention), name_of(cfg.train.compute_dtype));
   std::int64_t total = 0;
   for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
     std::printf("  %-12s %12.2f MiB%s\n", mem_category_name(static_cast<MemCategory>(c)),
@@ -767,9 +768,11 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
           ? std::string("gpt2")
           : log::format("%s (%d kv heads, SwiGLU %d, rope_theta %g, norm_eps %g, %s head)", name_of(m.arch),
                         m.kv_heads(), m.ffn_width(), m.rope_theta, m.norm_eps, m.tie_embeddings ? "tied" : "untied");
-  log::info("model: %s, %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters",
+  log::info("model: %s, %d layers, %d heads, %d embd, block %d, vocab %d, bias %s, dropout %g | %s parameters | "
+            "attention %s, compute_dtype %s",
             family.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size, m.bias ? "on" : "off", m.dropout,
-            human(static_cast<double>(ParamLayout::make(m).numel())).c_str());
+            human(static_cast<double>(ParamLayout::make(m).numel())).c_str(), name_of(m.attention),
+            name_of(cfg.train.compute_dtype));
   log::info("data: %s (%s tokenizer, %lld train / %lld val tokens)", data.path().c_str(), data.info().tokenizer.c_str(),
             static_cast<long long>(data.size("train")), static_cast<long long>(data.size("val")));
   log::info("batch: %lld sequences x %d tokens = %s tokens/step; micro-batch %lld, %lld per rank per step",

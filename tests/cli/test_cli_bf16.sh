@@ -6,6 +6,8 @@
 #    also when only one rank lacks it;
 #  - resume mid-run: losses, norms and the final state bitwise those of the uninterrupted bf16 run;
 #    switching compute_dtype at a resume (bf16 -> float) is accepted;
+#  - trident eval of a bf16 checkpoint; on a CPU without bf16 it is refused with the way out
+#    (--compute-dtype float), which evaluates it within the stated tolerance (0.02);
 #  - --dry-run predicts the bf16 copy of the GEMM operands (activations grow);
 #  - bf16 against float on the example deck (shortened), final validation losses within 0.02.
 # Skipped (77) where this build or CPU has no bf16 GEMM.
@@ -56,6 +58,20 @@ done
 expect_exit 0 "resumed from .*step_00000008.h5 at step 8" -- run2 --checkpoint.interval=4 --train.out_dir="$WORK/straight" \
   --resume --train.max_steps=12 --train.allow_changed=max_steps --train.compute_dtype=float
 check "float after bf16: the run went on" test -f "$WORK/straight/checkpoints/step_00000012.h5"
+
+# ---- trident eval of a bf16 checkpoint, also on a CPU without bf16 -------------------------------------
+ev() { timeout -k 10 120 "$TRIDENT" eval --checkpoint "$WORK/cut/checkpoints/step_00000008.h5" "$@"; }
+loss_of() { sed -n 's/.*val loss \([0-9.e+-]*\) |.*/\1/p' <<<"$1" | head -n 1; }
+l16="$(loss_of "$(ev 2>&1)")"
+expect_exit 2 "cannot evaluate with compute_dtype = bf16 here: this CPU has no AVX512-BF16.*trident eval --compute-dtype float" -- \
+  env DNNL_MAX_CPU_ISA=AVX512_CORE timeout -k 10 120 "$TRIDENT" eval --checkpoint "$WORK/cut/checkpoints/step_00000008.h5"
+l32="$(loss_of "$(env DNNL_MAX_CPU_ISA=AVX512_CORE timeout -k 10 120 "$TRIDENT" eval \
+  --checkpoint "$WORK/cut/checkpoints/step_00000008.h5" --compute-dtype float 2>&1)")"
+echo "     eval of the bf16 checkpoint: bf16 $l16, float on a CPU without bf16 $l32"
+check "eval --compute-dtype float: the bf16 checkpoint's loss within 0.02" \
+  awk -v a="$l16" -v b="$l32" 'BEGIN {d = a - b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= 0.02)}'
+expect_exit 2 "\[train\] compute_dtype = half.*--compute-dtype" -- ev --compute-dtype half
+expect_exit 2 "\[model\] attention = flash.*--attention" -- ev --attention flash
 
 # ---- the dry run counts the bf16 copy ----------------------------------------------------------------
 act() { grep -Eo "activations +[0-9.]+" | head -1 | awk '{print $2}'; }

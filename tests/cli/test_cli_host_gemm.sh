@@ -29,16 +29,36 @@ close() {  # close A B: train loss and grad norm within 1e-4 relative, row by ro
 }
 check "oneDNN and OpenBLAS train to the same losses within 1e-4" close "$WORK/ob/metrics.csv" "$WORK/od/metrics.csv"
 
-# ---- auto: measured once, recorded, then read ----------------------------------------------------------
-expect_exit 0 "fp32 GEMMs: (oneDNN|OpenBLAS) \(auto: oneDNN fp32 matmul [0-9]+ GFLOP/s, OpenBLAS sgemm [0-9]+ GFLOP/s in the 512\^3 probe \(measured now\)\)" -- \
-  run1 --train.out_dir="$WORK/a1"
-check "the probe of both libraries is recorded" test "$(grep -cE '\| (openblas|onednn)	' "$WORK/peak.tsv")" -eq 2
-expect_exit 0 "fp32 GEMMs: .*\(recorded in $WORK/peak.tsv\)" -- run1 --train.out_dir="$WORK/a2"
-# A record that makes OpenBLAS the faster one (and then oneDNN) decides the pick.
-sed -i -E 's/(\| openblas\t)[0-9.]+/\1999999/; s/(\| onednn\t)[0-9.]+/\11/' "$WORK/peak.tsv"
-expect_exit 0 "fp32 GEMMs: OpenBLAS \(auto: oneDNN fp32 matmul 1 GFLOP/s, OpenBLAS sgemm 999999" -- run1 --train.out_dir="$WORK/a3"
-sed -i -E 's/(\| openblas\t)[0-9.]+/\11/; s/(\| onednn\t)[0-9.]+/\1999999/' "$WORK/peak.tsv"
-expect_exit 0 "fp32 GEMMs: oneDNN \(auto: oneDNN fp32 matmul 999999" -- run1 --train.out_dir="$WORK/a4"
+# ---- auto: measured once, recorded when steady, then read ------------------------------------------------
+# A probe taken on a busy machine (the libraries' best rounds more than 10% apart) is used but not
+# recorded, so it cannot decide later runs; a steady one is recorded. On a busy CI machine up to four
+# tries.
+steady=0
+for try in 1 2 3 4; do
+  out="$(run1 --train.out_dir="$WORK/a1_$try" 2>&1)"; rc=$?
+  check "auto, try $try: exit 0 and the probe of both libraries named" bash -c "test $rc -eq 0 && grep -Eq \
+'fp32 GEMMs: (oneDNN|OpenBLAS) \(auto: oneDNN fp32 matmul [0-9]+ GFLOP/s, OpenBLAS sgemm [0-9]+ GFLOP/s in the 512\^3 probe \(measured now' \
+<<<\"\$1\"" _ "$out"
+  lines="$(grep -cE '\| (openblas|onednn)	' "$WORK/peak.tsv" 2>/dev/null)"
+  if grep -q "so not recorded: later runs measure again))" <<<"$out"; then
+    # (oneDNN's fp32 line may be there: it is also the MFU peak's, which the run records itself)
+    check "an unsteady probe is not recorded" test "$(grep -cE '\| openblas	' "$WORK/peak.tsv" 2>/dev/null)" -eq 0
+  else
+    check "a steady probe of both libraries is recorded" bash -c "grep -q 'measured now))' <<<\"\$1\" && test ${lines:-0} -eq 2" _ "$out"
+    steady=1
+    break
+  fi
+done
+if [ "$steady" = 1 ]; then
+  expect_exit 0 "fp32 GEMMs: .*\(recorded in $WORK/peak.tsv\)" -- run1 --train.out_dir="$WORK/a2"
+  # A record that makes OpenBLAS the faster one (and then oneDNN) decides the pick.
+  sed -i -E 's/(\| openblas\t)[0-9.]+/\1999999/; s/(\| onednn\t)[0-9.]+/\11/' "$WORK/peak.tsv"
+  expect_exit 0 "fp32 GEMMs: OpenBLAS \(auto: oneDNN fp32 matmul 1 GFLOP/s, OpenBLAS sgemm 999999" -- run1 --train.out_dir="$WORK/a3"
+  sed -i -E 's/(\| openblas\t)[0-9.]+/\11/; s/(\| onednn\t)[0-9.]+/\1999999/' "$WORK/peak.tsv"
+  expect_exit 0 "fp32 GEMMs: oneDNN \(auto: oneDNN fp32 matmul 999999" -- run1 --train.out_dir="$WORK/a4"
+else
+  echo "skip: the reading of a recorded probe (the machine stayed too busy for a steady probe in four tries)"
+fi
 
 # ---- a resume may switch the library -----------------------------------------------------------------
 expect_exit 0 "without changing the training math: \[train\] host_gemm onednn -> openblas" -- \
