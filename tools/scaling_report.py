@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """scaling_report.py: a scaling study's results.csv as PNG plots and a markdown summary.
 
-usage: /usr/bin/python3 tools/scaling_report.py [-o DIR] RESULTS.csv
+usage: /usr/bin/python3 tools/scaling_report.py [-o DIR] [--machine FILE [--trident EXE]] RESULTS.csv
 
 RESULTS.csv is what jobscripts/scaling/scaling.sh (through point.sbatch) writes: one row per
 point (study, mode, layout, ranks, ... tokens_per_s, mfu, mem_ledger_mib, exposed_comm_share,
@@ -15,6 +15,10 @@ status). Points are grouped into series by (study, mode, layout), drawn against 
   - memory per rank (the sum of trident's mem_* ledger columns, solid; peak RSS, dashed);
   - the share of the step spent in exposed (not overlapped) communication, and in the pipeline
     bubble (dashed; pp layouts).
+With --machine FILE every point is also predicted: `trident plan` (the performance model,
+docs/scaling.md) for exactly the point's layout, from the resolved deck its run wrote
+(RUN_DIR/deck.ini), on that machine file; the table gets the predicted ms/step and its error, and
+the tokens/s panel the predicted tokens/s (dashed, x markers).
 Writes DIR/scaling.png and DIR/scaling.md (DIR: the CSV's folder by default) and prints the
 markdown. Rows whose status is not "ok" are listed as failed points, not drawn. When the same
 point (study, mode, layout, ranks) appears more than once, the last row counts.
@@ -26,7 +30,10 @@ import argparse
 import csv
 import math
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 
 REQUIRED = ["study", "mode", "layout", "ranks", "tokens_per_s", "status"]
 
@@ -89,19 +96,66 @@ def series_of(points):
     return series
 
 
+def find_trident(given):
+    """The trident executable: --trident, else TRIDENT_BIN, else build/bin/trident of this checkout, else PATH."""
+    for c in (given, os.environ.get("TRIDENT_BIN"),
+              os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin", "trident")):
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return shutil.which("trident")
+
+
+def predict(points, machine, trident):
+    """Adds predicted_ms (and predicted_tokens_per_s) to every point whose run folder holds its
+    resolved deck: `trident plan` for exactly that layout. Returns the points it could not predict,
+    each with the reason (shown in the report, never fatal)."""
+    missed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in points.values():
+            deck = os.path.join(r.get("run_dir", ""), "deck.ini")
+            if not os.path.isfile(deck):
+                missed.append((r, f"no {deck}"))
+                continue
+            csv_path = os.path.join(tmp, "plan.csv")
+            cmd = [trident, "plan", "--config", deck, "--machine", machine, "--ranks", r["ranks"],
+                   "--tp", r.get("tp") or "1", "--pp", r.get("pp") or "1", "--zero-stages", r.get("zero_stage") or "0",
+                   "--fixed-micro-batch", "--fixed-recompute", "--fixed-schedule", "--csv", csv_path]
+            p = subprocess.run(cmd, capture_output=True, text=True)  # exit 1: over memory, still predicted
+            rows = []
+            if os.path.isfile(csv_path):
+                with open(csv_path, newline="") as f:
+                    rows = list(csv.DictReader(f))
+                os.remove(csv_path)
+            ms = number(rows[0].get("step_ms")) if rows else None
+            if ms is None or ms <= 0:
+                last = (p.stderr or p.stdout).strip().splitlines()
+                missed.append((r, last[-1] if last else f"trident plan exited {p.returncode}"))
+                continue
+            r["predicted_ms"] = ms
+            tps, meas = number(r.get("tokens_per_step")), number(r.get("ms_per_step"))
+            if tps:
+                r["predicted_tokens_per_s"] = tps / (ms / 1e3)
+            if meas:
+                r["prediction_error"] = (ms - meas) / meas
+    return missed
+
+
 def fmt(v, spec):
     return "" if v is None else format(v, spec)
 
 
-def markdown(series, failed, csv_path):
+def markdown(series, failed, csv_path, machine=None, missed=()):
     studies = ", ".join(sorted({k[0] for k in series}))
     out = [f"# Scaling study: {studies}", "",
            f"From `{csv_path}`. Efficiency: tokens/s per rank against the baseline of the same study and mode.", ""]
+    if machine:
+        out += [f"Predicted: `trident plan` for each point's layout and resolved deck on `{machine}` (the performance "
+                f"model, docs/scaling.md); error = (predicted - measured) / measured ms/step.", ""]
     for (study, mode, layout), rows in sorted(series.items()):
         out += [f"## {study}: {mode} scaling, layout {layout}", "", f"Efficiency baseline: {rows[0]['baseline']}.", "",
                 "| ranks | nodes | dp x tp x pp | ZeRO | global batch | ms/step | tokens/s | efficiency | MFU | "
-                "mem/rank MiB (RSS) | exposed comm | bubble |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                "mem/rank MiB (RSS) | exposed comm | bubble |" + (" predicted ms/step | error |" if machine else ""),
+                "|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if machine else "")]
         for r in rows:
             share = number(r.get("exposed_comm_share"))
             bubble = number(r.get("bubble_share"))
@@ -113,7 +167,14 @@ def markdown(series, failed, csv_path):
                 f"{'' if mfu is None else format(100 * mfu, '.1f') + '%'} | "
                 f"{fmt(number(r.get('mem_ledger_mib')), '.1f')} ({fmt(number(r.get('rss_mib')), '.0f')}) | "
                 f"{'' if share is None else format(100 * share, '.0f') + '%'} | "
-                f"{'' if bubble is None else format(100 * bubble, '.0f') + '%'} |")
+                f"{'' if bubble is None else format(100 * bubble, '.0f') + '%'} |" +
+                (f" {fmt(r.get('predicted_ms'), '.3g')} | "
+                 f"{'' if r.get('prediction_error') is None else format(100 * r['prediction_error'], '+.0f') + '%'} |"
+                 if machine else ""))
+        out.append("")
+    if missed:
+        out += ["## Points not predicted", ""]
+        out += [f"- {r['study']} {r['mode']} {r['layout']}, {r['ranks']} ranks: {why}" for r, why in missed]
         out.append("")
     if failed:
         out += ["## Failed points", ""]
@@ -143,6 +204,9 @@ def plot(series, png):
                 if key == "tokens_per_s":  # ideal: the baseline's tokens/s per rank, times ranks
                     t0 = pts[0][1] / pts[0][0] / rows[0]["efficiency"]
                     ax.plot(x, [t0 * v for v in x], ":", color=line.get_color(), alpha=0.6)
+                    pred = [(a, r["predicted_tokens_per_s"]) for a, r in zip(x, rows) if r.get("predicted_tokens_per_s")]
+                    if pred:
+                        ax.plot([p[0] for p in pred], [p[1] for p in pred], "x--", color=line.get_color(), alpha=0.6)
                 if key == "exposed_comm_share":
                     bub = [(a, 100.0 * number(r.get("bubble_share"))) for a, r in zip(x, rows)
                            if number(r.get("bubble_share")) is not None]
@@ -166,7 +230,7 @@ def plot(series, png):
             ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=8)
     axes[0].set_yscale("log")
-    fig.suptitle("Trident scaling study (dotted: ideal; dashed: peak RSS)")
+    fig.suptitle("Trident scaling study (dotted: ideal; dashed: predicted tokens/s, peak RSS)")
     fig.tight_layout()
     fig.savefig(png, dpi=90)
 
@@ -176,7 +240,19 @@ def main():
                                              "PNG plots and a markdown summary.")
     ap.add_argument("results", help="results.csv of a study")
     ap.add_argument("-o", "--out", help="output folder (default: the CSV's folder)")
+    ap.add_argument("--machine", help="machine file (input/machines/*.ini): predict every point with trident plan")
+    ap.add_argument("--trident", help="trident executable for --machine (default: TRIDENT_BIN, build/bin/trident, PATH)")
     a = ap.parse_args()
+    trident = None
+    if a.machine:
+        if not os.path.isfile(a.machine):
+            print(f"scaling_report: --machine {a.machine}: no such file", file=sys.stderr)
+            return 2
+        trident = find_trident(a.trident)
+        if not trident:
+            print("scaling_report: --machine needs a trident executable (give --trident EXE or set TRIDENT_BIN)",
+                  file=sys.stderr)
+            return 2
     try:
         points, failed = load(a.results)
     except OSError as e:
@@ -191,9 +267,10 @@ def main():
     if not points:
         print(f"scaling_report: {a.results}: no point ran successfully ({len(failed)} failed)", file=sys.stderr)
         return 2
+    missed = predict(points, a.machine, trident) if a.machine else []
     series = series_of(points)
     out = a.out or os.path.dirname(os.path.abspath(a.results))
-    md = markdown(series, failed, a.results)
+    md = markdown(series, failed, a.results, a.machine, missed)
     try:
         os.makedirs(out, exist_ok=True)
         with open(os.path.join(out, "scaling.md"), "w") as f:

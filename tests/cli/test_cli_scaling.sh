@@ -69,6 +69,26 @@ check "report: 2 ranks dp efficiency = tokens/s per rank over the baseline's ($e
   grep -Eq "^\| 2 \| 1 \| 2 x 1 x 1 \| .* \| $eff \|" "$WORK/strong/scaling.md"
 check "report: scaling.png is a PNG" bash -c "head -c 8 '$WORK/strong/scaling.png' | od -An -tx1 | grep -q '89 50 4e 47 0d 0a 1a 0a'"
 
+# ---- the report with predictions: trident plan for each point's layout and resolved deck -------------
+mach="$repo/input/machines/devbox-2core-quiet.ini"
+expect_exit 0 "predicted ms/step" -- /usr/bin/python3 "$report" --machine "$mach" --trident "$TRIDENT" -o "$WORK/pred" \
+  "$WORK/strong/results.csv"
+run_of() { awk -F, -v l="$1" -v r="$2" 'NR > 1 && $3 == l && $4 == r {print $NF}' "$WORK/strong/results.csv"; }
+"$TRIDENT" plan --config "$(run_of dp 2)/deck.ini" --machine "$mach" --ranks 2 --tp 1 --pp 1 --zero-stages 0 \
+  --fixed-micro-batch --fixed-recompute --fixed-schedule --csv "$WORK/plan_dp2.csv" > /dev/null 2>&1
+want="$(awk -F, 'NR == 2 {printf "%.3g", $9}' "$WORK/plan_dp2.csv")"
+check "report: 2 ranks dp predicted = trident plan's step_ms for that layout ($want)" \
+  grep -Eq "^\| 2 \| 1 \| 2 x 1 x 1 \| .* \| $want \| [+-][0-9]+% \|$" "$WORK/pred/scaling.md"
+check "report: every point of the strong study predicted" \
+  test "$(grep -cE '\| [0-9.e+]+ \| [+-][0-9]+% \|$' "$WORK/pred/scaling.md")" -eq 4
+mv "$(run_of tp2 2)/deck.ini" "$WORK/tp2_deck.ini"
+expect_exit 0 "Points not predicted" -- /usr/bin/python3 "$report" --machine "$mach" --trident "$TRIDENT" -o "$WORK/pred2" \
+  "$WORK/strong/results.csv"
+check "report: a point without its deck.ini is listed, not fatal" grep -q "tp2, 2 ranks: no .*deck.ini" "$WORK/pred2/scaling.md"
+mv "$WORK/tp2_deck.ini" "$(run_of tp2 2)/deck.ini"
+expect_exit 2 "--machine $WORK/nope.ini: no such file" -- /usr/bin/python3 "$report" --machine "$WORK/nope.ini" \
+  "$WORK/strong/results.csv"
+
 # ---- weak scaling: the global batch grows with dp ----------------------------------------------
 # 64 sequences of 16 tokens: trident logs "1.0k tokens/step"; the row has the exact count.
 expect_exit 0 "weak scaling" -- "$driver" --config "$WORK/deck.ini" --mode weak --ranks 1,2 --steps 4 --out "$WORK/weak" \
