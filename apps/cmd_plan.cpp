@@ -157,19 +157,23 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     std::ofstream f(csv);
     require_config(static_cast<bool>(f), "--csv " + csv + ": cannot be written");
     f << "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
-         "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib,tflops_per_device\n";
+         "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib,tflops_per_device,"
+         "offload_ms,offload_hidden_ms,offload_read_mib,offload_write_mib\n";
     for (const auto* list : {&res.fitting, &res.too_big})
       for (const PlanCandidate& c : *list) {
         const StepPrediction& p = c.pred;
         char line[512];
         std::snprintf(line, sizeof line,
-                      "%d,%d,%d,%d,%lld,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.6g\n",
+                      "%d,%d,%d,%d,%lld,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.6g,%.4f,%.4f,"
+                      "%.6g,%.6g\n",
                       c.cfg.parallel.dp, c.cfg.parallel.tp, c.cfg.parallel.pp, c.cfg.parallel.zero_stage,
                       static_cast<long long>(c.cfg.train.micro_batch_size), name_of(c.cfg.train.activation_checkpointing),
                       name_of(c.cfg.parallel.pp_schedule), c.fits ? 1 : 0, p.total_s * 1e3, p.forward_s * 1e3,
                       p.backward_s * 1e3, p.recompute_s * 1e3, p.tp_comm_s * 1e3, p.pp_comm_s * 1e3, p.bubble_s * 1e3,
                       p.dp_comm_s * 1e3, p.dp_hidden_s * 1e3, p.optimizer_s * 1e3, p.other_s * 1e3,
-                      p.memory_total_bytes / (1024.0 * 1024.0), p.model_flops / (p.total_s * opt.ranks) / 1e12);
+                      p.memory_total_bytes / (1024.0 * 1024.0), p.model_flops / (p.total_s * opt.ranks) / 1e12,
+                      p.offload_io_s * 1e3, p.offload_hidden_s * 1e3, p.offload_read_bytes / (1024.0 * 1024.0),
+                      p.offload_write_bytes / (1024.0 * 1024.0));
         f << line;
       }
   }

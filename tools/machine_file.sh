@@ -7,7 +7,11 @@
 #     norm + AdamW (BM_AdamW);
 #   - bench_collectives at --ranks ranks (one node): alpha and bus bandwidth per operation from its
 #     alpha-beta fits on the dp axis (all ranks), and the generic link as the all-reduce's;
-#   - memory per device: MemTotal / --ranks; devices per node: --ranks.
+#   - memory per device: MemTotal / --ranks; devices per node: --ranks;
+#   - bench_offload_io at --ranks ranks (the offload device, [storage], for decks with
+#     offload_optimizer = nvme): every rank writes and reads 512 MiB of its own offload file in 16
+#     MiB records through Trident's OffloadFile (O_DIRECT where allowed), in --offload-dir, all at
+#     once (a rank's share of the disk).
 # Usage: tools/machine_file.sh [--name NAME] [--ranks N] [--max-bytes B] [--build DIR] [--out FILE]
 #                              [--note TEXT] [--min-time S]
 #   --name NAME      machine name (default: the host name); file input/machines/NAME.ini
@@ -20,12 +24,13 @@
 #   --clock wall|cpu rates per wall-clock second (default: what a rank gets on this machine as it is,
 #                    load included) or per CPU second (Google Benchmark's counters: the core alone)
 #   --reuse          write the file from the raw results of an earlier run (no benchmarks)
+#   --offload-dir D  directory on the offload device to measure (default: runs/machine/NAME)
 # Raw results stay in runs/machine/<name>/ (kernels.json, collectives.csv/json).
 source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0
+name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0; offload_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) name=$2; shift 2 ;;
@@ -37,11 +42,12 @@ while [ $# -gt 0 ]; do
     --min-time) min_time=$2; shift 2 ;;
     --clock) clock=$2; shift 2 ;;
     --reuse) reuse=1; shift ;;
+    --offload-dir) offload_dir=$2; shift 2 ;;
     *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
 [ -n "$out" ] || out="input/machines/$name.ini"
-for b in bench_kernels bench_collectives; do
+for b in bench_kernels bench_collectives bench_offload_io; do
   [ -x "$build/bin/$b" ] || { echo "machine_file.sh: $build/bin/$b not built (cmake --build $build --target $b)" >&2; exit 2; }
 done
 raw="runs/machine/$name"
@@ -57,12 +63,19 @@ OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" \
 echo "== bench_collectives at $ranks ranks" >&2
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$build/bin/bench_collectives" --dp "$ranks" --axes dp \
   --backend mpi --max-bytes "$max_bytes" --csv "$raw/collectives.csv" --json "$raw/collectives.json" --quiet >&2
+echo "== bench_offload_io at $ranks ranks in ${offload_dir:-$raw}" >&2
+mkdir -p "${offload_dir:-$raw}" || { echo "machine_file.sh: --offload-dir ${offload_dir:-$raw} cannot be created" >&2; exit 2; }
+mpiexec -n "$ranks" "$build/bin/bench_offload_io" --dir "${offload_dir:-$raw}" --mib 512 --json "$raw/storage.json" >&2
+"$PY" -c "import json; j = json.load(open('$raw/storage.json')); print('read=%g write=%g' % (j['read_gbs'], j['write_gbs']))" \
+  > "$raw/storage.txt"
 fi
+storage=$(cat "$raw/storage.txt" 2>/dev/null || true)
 
 mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
-"$PY" - "$raw" "$out" "$name" "$ranks" "$mem_kib" "$note" "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$clock" <<'PY'
+"$PY" - "$raw" "$out" "$name" "$ranks" "$mem_kib" "$note" "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$clock" "$storage" <<'PY'
 import json, sys
-raw, out, name, ranks, mem_kib, note, date, commit, clock = sys.argv[1:]
+raw, out, name, ranks, mem_kib, note, date, commit, clock, storage = sys.argv[1:]
+storage = dict(kv.split("=") for kv in storage.split())
 ranks = int(ranks)
 k = json.load(open(f"{raw}/kernels.json"))
 cpu = k.get("context", {})
@@ -122,7 +135,12 @@ for op, key in (("all_reduce", "all_reduce"), ("reduce_scatter", "reduce_scatter
     if f and busbw(f):
         lines += [f"# {op}: fit over {f['points']} sizes, worst point off by {100 * f['max_rel_error']:.0f}%",
                   f"{key}_alpha_us = {f['alpha_s'] * 1e6:.6g}", f"{key}_busbw_gbs = {busbw(f):.6g}"]
-lines += ["# one node only: [link.inter] is absent, so the model uses [link.intra] for it", ""]
+lines += ["# one node only: [link.inter] is absent, so the model uses [link.intra] for it"]
+if "read" in storage and "write" in storage:
+    lines += ["[storage]",
+              f"# bench_offload_io: 512 MiB per rank in 16 MiB records (Trident's OffloadFile), {ranks} ranks at once: one rank's share",
+              f"read_gbs = {float(storage['read']):.6g}", f"write_gbs = {float(storage['write']):.6g}"]
+lines += [""]
 open(out, "w").write("\n".join(lines))
 print(f"wrote {out}")
 PY

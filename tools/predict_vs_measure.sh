@@ -2,7 +2,11 @@
 # Compares the performance model with real runs: for each case (deck, ranks, layout overrides) runs
 # `trident train` for a few steps, takes the median ms_per_step of the steps after the first two
 # from metrics.csv, asks `trident plan` for the prediction of exactly that layout, and prints one
-# markdown row (measured, predicted, error) per case; the same rows go to a CSV.
+# markdown row (measured, predicted, error) per case; the same rows go to a CSV, with the offload
+# traffic and wait per step (metrics.csv) next to the model's (decks with offload_optimizer = nvme),
+# and the step's breakdown (forward, backward, optimizer, exposed dp communication) next to the model's.
+# fp32 GEMMs go through OpenBLAS (host_gemm = openblas), whose rate bench_kernels measures for the
+# machine file (tools/machine_file.sh).
 # Usage: tools/predict_vs_measure.sh --machine FILE [--build DIR] [--steps N] [--cases FILE] [--out CSV]
 #   --machine FILE  machine file (input/machines/*.ini) the predictions use (required)
 #   --build DIR     build directory with bin/trident (default build)
@@ -51,9 +55,16 @@ input/bench_zero_50m.ini 2 --parallel.zero_stage=0
 input/bench_zero_50m.ini 2 --parallel.zero_stage=3
 C
 fi
-echo "deck,ranks,overrides,measured_ms,predicted_ms,error_pct" > "$out"
+echo "deck,ranks,overrides,measured_ms,predicted_ms,error_pct,offload_read_mib,predicted_offload_read_mib,offload_write_mib,predicted_offload_write_mib,offload_wait_ms,predicted_offload_exposed_ms,fwd_ms,predicted_fwd_ms,bwd_ms,predicted_bwd_ms,opt_ms,predicted_opt_ms,dp_exposed_ms,predicted_dp_exposed_ms" > "$out"
 echo "| deck | ranks | layout | measured ms/step | predicted ms/step | error |"
 echo "|---|---|---|---|---|---|"
+# median over the timed steps (after the first two) of metrics.csv's column named $2
+median_of() {
+  awk -F, -v col="$2" 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == col) c = i; next} NR > 3 && c {print $c}' "$1" |
+    sort -g | awk '{a[NR] = $1} END {if (NR == 0) print ""; else print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+# the column named $2 of the plan CSV's first row
+plan_col() { awk -F, -v col="$2" 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == col) c = i; next} NR == 2 && c {print $c}' "$1"; }
 i=0
 while read -r deck ranks overrides; do
   [ -n "$deck" ] && [ "${deck:0:1}" != "#" ] || continue
@@ -65,6 +76,7 @@ while read -r deck ranks overrides; do
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$trainer" train --config "$deck" $overrides \
       --train.max_steps="$steps" --train.eval_interval=0 --train.eval_iters=1 --train.log_interval=100 \
       --train.warmup_steps=0 --checkpoint.interval=0 --checkpoint.save_final=false --train.peak_tflops=0.1 \
+      --train.host_gemm=openblas \
       --train.out_dir="$run" < /dev/null > "$work/run$i.log" 2>&1 || { echo "case $i failed: see $work/run$i.log" >&2; continue; }
   fi
   measured=$(awk -F, 'NR > 3 {print $7}' "$run/metrics.csv" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
@@ -81,7 +93,20 @@ while read -r deck ranks overrides; do
     { echo "plan for case $i failed: see $work/plan$i.txt" >&2; continue; }
   predicted=$(awk -F, 'NR == 2 {print $9}' "$work/plan$i.csv")
   err=$(awk -v m="$measured" -v p="$predicted" 'BEGIN {printf "%+.0f", 100 * (p - m) / m}')
-  echo "$(basename "$deck" .ini),$ranks,\"$overrides\",$measured,$predicted,$err" >> "$out"
+  off="$(median_of "$run/metrics.csv" offload_read_mib),$(plan_col "$work/plan$i.csv" offload_read_mib)"
+  off="$off,$(median_of "$run/metrics.csv" offload_write_mib),$(plan_col "$work/plan$i.csv" offload_write_mib)"
+  exposed=$(awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) {if ($i == "offload_ms") a = i; if ($i == "offload_hidden_ms") b = i}; next}
+                     NR == 2 && a {printf "%.4f", $a - $b}' "$work/plan$i.csv")
+  off="$off,$(median_of "$run/metrics.csv" offload_wait_ms),$exposed"
+  # The breakdown side by side (metrics.csv's t_* columns, docs/scaling.md sec. 6, against the model's
+  # components): forward, backward (with activation checkpointing's recompute, which runs in the
+  # backward pass), optimizer, exposed dp communication.
+  pc() { plan_col "$work/plan$i.csv" "$1"; }
+  bwd=$(awk -v a="$(pc backward_ms)" -v b="$(pc recompute_ms)" 'BEGIN {printf "%.4f", a + b}')
+  dpx=$(awk -v a="$(pc dp_ms)" -v b="$(pc dp_hidden_ms)" 'BEGIN {printf "%.4f", a - b}')
+  brk="$(median_of "$run/metrics.csv" t_fwd),$(pc forward_ms),$(median_of "$run/metrics.csv" t_bwd),$bwd"
+  brk="$brk,$(median_of "$run/metrics.csv" t_opt),$(pc optimizer_ms),$(median_of "$run/metrics.csv" t_comm_dp_exposed),$dpx"
+  echo "$(basename "$deck" .ini),$ranks,\"$overrides\",$measured,$predicted,$err,$off,$brk" >> "$out"
   echo "| $(basename "$deck" .ini) | $ranks | ${overrides:-deck} | $measured | $predicted | ${err}% |"
 done < "$cases"
 echo "results in $out" >&2

@@ -108,7 +108,7 @@ while read -r src params L C H tp pp gpus batch mb zero pub deck_extra; do
   [ "$rc" -le 1 ] || { echo "published_runs.sh: trident plan failed (exit $rc) for $src $params B on $gpus GPUs: see $txt" >&2; exit 1; }
   row=$(awk -F, 'NR == 2' "$csv" 2>/dev/null || true)
   [ -n "$row" ] || { echo "published_runs.sh: no prediction for $src $params B on $gpus GPUs: see $txt" >&2; exit 1; }
-  IFS=, read -r _ _ _ _ _ _ _ fits step _ _ _ _ _ _ _ _ _ _ mem tfl <<<"$row"
+  IFS=, read -r _ _ _ _ _ _ _ fits step _ _ _ _ _ _ _ _ _ _ mem tfl _ <<<"$row"
   ratio=$(awk -v p="$tfl" -v q="$pub" 'BEGIN {printf "%.3f", p / q}')
   worst=$(awk -v r="$ratio" -v w="$worst" 'BEGIN {e = r > 1 ? r - 1 : 1 - r; print (e > w ? e : w)}')
   memg=$(awk -v m="$mem" 'BEGIN {printf "%.1f", m / 1024}')

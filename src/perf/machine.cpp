@@ -60,6 +60,11 @@ std::vector<KeyDef> key_defs() {
   k.push_back({"compute", "overlap_efficiency",
                "share of overlappable communication (ZeRO prefetch, overlap_reduce) that is hidden, [0, 1] (default 1)",
                false, [](MachineSpec& m, double v) { m.overlap_efficiency = v; }});
+  k.push_back({"storage", "read_gbs",
+               "offload device read bandwidth per rank, GB/s (needed by decks with offload_optimizer = nvme)", false,
+               [](MachineSpec& m, double v) { m.storage_read_bw = v * 1e9; }});
+  k.push_back({"storage", "write_gbs", "offload device write bandwidth per rank, GB/s (likewise)", false,
+               [](MachineSpec& m, double v) { m.storage_write_bw = v * 1e9; }});
   for (const char* link : {"intra", "inter"}) {
     const bool intra = std::string(link) == "intra";
     auto L = [intra](MachineSpec& m) -> LinkSpec& { return intra ? m.intra : m.inter; };
@@ -137,7 +142,8 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
                    where + ": " + dotted + " = " + value + " is not a number");
     require_config(v >= 0, where + ": " + dotted + " = " + value + " must not be negative");
     const bool rate = key.find("busbw") != std::string::npos || key == "memory_gbs" || key.rfind("peak_", 0) == 0 ||
-                      key == "attention_tflops" || key == "gelu_gelems" || key == "optimizer_gparams";
+                      key == "attention_tflops" || key == "gelu_gelems" || key == "optimizer_gparams" ||
+                      section == "storage";
     require_config(!(rate && v == 0 && key != "peak_tflops_bf16"), where + ": " + dotted + " must be > 0");
     if (key == "devices_per_node")
       require_config(v >= 1 && v == std::floor(v), where + ": " + dotted + " must be a whole number >= 1");

@@ -58,6 +58,9 @@ struct MachineSpec {
   double gelu_elements_per_s = 0;     ///< GELU fwd+bwd elements/s (0: memory-bound at memory_bw)
   double optimizer_params_per_s = 0;  ///< gradient norm + AdamW parameters/s
   double overlap_efficiency = 1.0;    ///< share of overlappable communication actually hidden (0: none)
+  /// [storage] read_gbs / write_gbs: the offload device's bandwidth as one rank sees it (its share
+  /// when the ranks of a node share a disk), bytes/s; 0: not given (decks with offload cannot be modelled).
+  double storage_read_bw = 0, storage_write_bw = 0;
   LinkSpec intra, inter;
 
   /// GEMM rate (FLOP/s) for compute type `t` (f32, bf16 or f64), times gemm_efficiency. Local.

@@ -240,12 +240,14 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
       else block_ag += ag;
     }
   }
+  double block_gathers_per_unit = 1.0;  // gathers of each block unit per step (stage 3)
   if (par.zero_stage == 3 && n_block_units > 0) {
     // Blocks share two alternating slots: the two blocks resident at each turn of the schedule
     // (forward -> backward of a micro-batch, backward -> next forward) are not gathered again, so a
     // step gathers 2 M (n_b - 2) + 2 block units for n_b > 2, and each block once for n_b <= 2.
     const double nb = static_cast<double>(n_block_units);
     const double count = nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0;
+    block_gathers_per_unit = count / nb;
     const double gathered = block_ag * count / nb;
     dp_total += gathered;
     // With prefetch, every gather but the first of each pass can run under the previous unit's compute.
@@ -274,11 +276,43 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   // ---- optimizer and small collectives -----------------------------------------------------
   const double opt_rate = mach.optimizer_params_per_s > 0 ? mach.optimizer_params_per_s : mach.memory_bw / (7.0 * db);
   // norm + AdamW on the owned pieces; zeroing the gradient (full below stage 2) at memory speed.
-  p.optimizer_s = local_owned / opt_rate + (par.zero_stage < 2 ? n_total : local_owned) * db / mach.memory_bw;
+  const double adamw_s = local_owned / opt_rate;
+  p.optimizer_s = adamw_s + (par.zero_stage < 2 ? n_total : local_owned) * db / mach.memory_bw;
+
+  // ---- offload (docs/offload.md): the engine's own records, at the machine's disk rates ---------
+  if (par.offload_optimizer == OffloadKind::nvme) {
+    require_config(mach.storage_read_bw > 0 && mach.storage_write_bw > 0,
+                   "machine file " + mach.name + " has no [storage] read_gbs and write_gbs, which a deck with "
+                   "[parallel] offload_optimizer = nvme needs (tools/machine_file.sh --offload-dir DIR measures them)");
+    const ZeroOptions zo = ZeroOptions::from(cfg);
+    const auto rec = tr.dtype == Precision::f64 ? ZeroEngine<double>::plan_offload_records(layout, sched, zo, S, 0)
+                                                : ZeroEngine<float>::plan_offload_records(layout, sched, zo, S, 0);
+    // The step streams every optimizer chunk record in and out once (read -> AdamW -> write, the
+    // I/O thread reading ahead and writing behind, so AdamW runs under the transfers); with
+    // offload_params each unit's parameter record is written once and read at every gather.
+    double param_reads = 0, param_writes = 0, first_reads = 0;
+    for (size_t u = 0; u < rec.param_records.size(); ++u) {
+      const double r = static_cast<double>(rec.param_records[u]);
+      param_writes += r;
+      param_reads += r * (is_special(u) ? 1.0 : block_gathers_per_unit);
+      first_reads = std::max(first_reads, r);
+    }
+    const double chunks = static_cast<double>(rec.chunks);
+    p.offload_read_bytes = chunks + param_reads;
+    p.offload_write_bytes = chunks + param_writes;
+    const double stream_s = chunks / mach.storage_read_bw + (chunks + param_writes) / mach.storage_write_bw;
+    const double read_s = param_reads / mach.storage_read_bw;
+    p.offload_io_s = stream_s + read_s;
+    // Hidden: AdamW under the stream; with prefetch, a parameter read under the previous unit's
+    // compute, except the first read of each forward and backward pass (2 M of them).
+    const double unhidden_reads = par.prefetch ? std::min(read_s, 2.0 * M * first_reads / mach.storage_read_bw) : read_s;
+    p.offload_hidden_s = std::min(stream_s, adamw_s) + std::min(read_s - unhidden_reads, pipeline_compute);
+    p.offload_exposed_s = p.offload_io_s - p.offload_hidden_s;
+  }
   p.other_s = coll(mach, CommOp::all_reduce, dp, 8, dp_intra) + coll(mach, CommOp::broadcast, pp, 8, pp_intra) +
               (par.zero_stage >= 1 ? coll(mach, CommOp::all_reduce, S, 8, shard_intra) : 0.0) +
               (tp * pp > 1 ? coll(mach, CommOp::all_reduce, tp * pp, 8, intra_node(tp * pp, 1, dpn) && world_intra) : 0.0);
-  p.total_s = p.pipeline_s + p.dp_exposed_s + p.optimizer_s + p.other_s;
+  p.total_s = p.pipeline_s + p.dp_exposed_s + p.optimizer_s + p.other_s + p.offload_exposed_s;
 
   p.memory = predict_memory(cfg);
   p.memory_total_bytes = mach.runtime_overhead_bytes;
@@ -290,9 +324,15 @@ std::string describe(const StepPrediction& p) {
   auto ms = [](double s) { return s * 1e3; };
   return log::format(
       "step %.2f ms = fwd %.2f + bwd %.2f + recompute %.2f + tp %.2f + pp %.2f + bubble %.2f + dp exposed %.2f "
-      "(of %.2f, %.2f hidden) + optimizer %.2f + other %.2f | M=%d | mem %.1f MiB",
+      "(of %.2f, %.2f hidden) + optimizer %.2f + other %.2f%s | M=%d | mem %.1f MiB",
       ms(p.total_s), ms(p.forward_s), ms(p.backward_s), ms(p.recompute_s), ms(p.tp_comm_s), ms(p.pp_comm_s),
       ms(p.bubble_s), ms(p.dp_exposed_s), ms(p.dp_comm_s), ms(p.dp_hidden_s), ms(p.optimizer_s), ms(p.other_s),
+      p.offload_io_s > 0
+          ? log::format(" + offload exposed %.2f (of %.2f, %.2f hidden; %.1f MiB read, %.1f MiB written)",
+                        ms(p.offload_exposed_s), ms(p.offload_io_s), ms(p.offload_hidden_s),
+                        p.offload_read_bytes / (1024.0 * 1024.0), p.offload_write_bytes / (1024.0 * 1024.0))
+                .c_str()
+          : "",
       p.num_micro_batches, p.memory_total_bytes / (1024.0 * 1024.0));
 }
 

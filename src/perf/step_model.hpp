@@ -38,6 +38,12 @@
 //    machine's overlap_efficiency). HSDP adds an all-reduce of the gradient shard across replicas;
 //    pp > 1 an all-reduce of the tied embedding's gradient between first and last stage; every step
 //    has the loss all-reduce, the loss broadcast over pp and the gradient-norm all-reduces.
+//  - Offload (offload_optimizer = nvme, docs/offload.md): the engine's own records
+//    (ZeroEngine::plan_offload_records): every optimizer chunk read and written once per step,
+//    with AdamW running under the transfers; with offload_params each unit's parameter record
+//    written once and read at each of its gathers, hidden under compute with prefetch except the
+//    first read of each pass; at the machine's [storage] read and write bandwidth per rank
+//    (ZeRO-Infinity, Rajbhandari et al. 2021, sec. 5-6). A deck that offloads needs them.
 //  - Each collective: perf/collective_model.hpp, on the intra-node link when every rank of its group
 //    sits on one node (ranks placed node by node; tp fastest, then dp, then pp:
 //    parallel/process_grid.hpp), else inter-node.
@@ -53,7 +59,7 @@
 namespace trident {
 
 /// Predicted time of one optimizer step, seconds, split by cause (see the header comment).
-/// total_s = pipeline_s + dp_exposed_s + optimizer_s + other_s, where pipeline_s holds compute,
+/// total_s = pipeline_s + dp_exposed_s + optimizer_s + other_s + offload_exposed_s, where pipeline_s holds compute,
 /// tp and pp communication and the bubble of the slowest stage.
 struct StepPrediction {
   int num_micro_batches = 1;   ///< M: micro-batches per dp rank per step
@@ -69,6 +75,11 @@ struct StepPrediction {
   double dp_exposed_s = 0;     ///< dp_comm_s - dp_hidden_s
   double optimizer_s = 0;      ///< gradient norm + AdamW on this rank's pieces, plus zeroing
   double other_s = 0;          ///< loss and norm all-reduces, loss broadcast
+  /// Offload (offload_optimizer = nvme): the transfers of the offload file per step at the
+  /// machine's [storage] rates, the part hidden (AdamW under the streamed chunks; with prefetch,
+  /// parameter reads under compute) and the rest, which is in total_s.
+  double offload_io_s = 0, offload_hidden_s = 0, offload_exposed_s = 0;
+  double offload_read_bytes = 0, offload_write_bytes = 0;  ///< per step, what metrics.csv's offload_read/write_mib count
   double total_s = 0;
   double model_flops = 0;      ///< model FLOPs of the step (narayanan_flops), all ranks
   double tokens = 0;           ///< tokens per step (global batch x T)

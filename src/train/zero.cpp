@@ -189,14 +189,23 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
 }
 
 template <class T>
+OffloadRecordBytes ZeroEngine<T>::plan_offload_records(const ParamLayout& layout, const GptSchedule& sched,
+                                                       const ZeroOptions& opt, int shard_size, int shard_rank) {
+  OffloadRecordBytes b;
+  if (!opt.offload_nvme) return b;
+  const Geometry g(layout, sched, opt, shard_size, shard_rank);
+  for (const auto& c : offload_chunks(g.s_u, g.l_u, opt, sizeof(T)))
+    b.chunks += OffloadFile::aligned(offload_kinds(opt) * c.count * static_cast<std::int64_t>(sizeof(T)));
+  for (auto r : param_record_bytes(g.s_u, opt, sizeof(T))) b.param_records.push_back(OffloadFile::aligned(r));
+  return b;
+}
+
+template <class T>
 std::int64_t ZeroEngine<T>::plan_offload_bytes(const ParamLayout& layout, const GptSchedule& sched,
                                                const ZeroOptions& opt, int shard_size, int shard_rank) {
-  if (!opt.offload_nvme) return 0;
-  const Geometry g(layout, sched, opt, shard_size, shard_rank);
-  std::int64_t b = 0;
-  for (const auto& c : offload_chunks(g.s_u, g.l_u, opt, sizeof(T)))
-    b += OffloadFile::aligned(offload_kinds(opt) * c.count * static_cast<std::int64_t>(sizeof(T)));
-  for (auto r : param_record_bytes(g.s_u, opt, sizeof(T))) b += OffloadFile::aligned(r);
+  const OffloadRecordBytes r = plan_offload_records(layout, sched, opt, shard_size, shard_rank);
+  std::int64_t b = r.chunks;
+  for (auto p : r.param_records) b += p;
   return b;
 }
 

@@ -113,6 +113,12 @@ struct ZeroComms {
   Communicator* tied = nullptr;       ///< first and last pipeline stage: sums the tied embedding's gradient
 };
 
+/// The records of one rank's offload file as the engine transfers them (ZeroEngine::plan_offload_records).
+struct OffloadRecordBytes {
+  std::int64_t chunks = 0;                  ///< the optimizer chunk records together, bytes
+  std::vector<std::int64_t> param_records;  ///< per unit, its parameter record's bytes (offload_params)
+};
+
 /// Bytes per MemCategory (index = static_cast<int>(MemCategory)).
 using MemoryBytes = std::array<std::int64_t, static_cast<size_t>(MemCategory::count_)>;
 
@@ -135,6 +141,13 @@ class ZeroEngine final : public UnitProvider<T> {
   /// aligned(s_u * bytes of a working param) more. Local, pure.
   static std::int64_t plan_offload_bytes(const ParamLayout& layout, const GptSchedule& sched, const ZeroOptions& opt,
                                          int shard_size, int shard_rank);
+  /// The records of shard rank `shard_rank`'s offload file as the engine transfers them (bytes,
+  /// each aligned as OffloadFile stores it): `chunks`, the optimizer chunk records together (a
+  /// step reads and writes each once); `param_records`, per unit, its parameter record
+  /// (offload_params: written once per step, read at each gather of the unit; empty otherwise).
+  /// Both zero without offload. Local, pure.
+  static OffloadRecordBytes plan_offload_records(const ParamLayout& layout, const GptSchedule& sched,
+                                                 const ZeroOptions& opt, int shard_size, int shard_rank);
   /// Host bytes of the offload staging: two buffers of the largest record (counted as optimizer in
   /// plan()), and with offload_params three of the largest parameter record (one read, two
   /// written behind; counted as params).

@@ -19,6 +19,7 @@
 #    the dry run reports the bytes by device.
 set -u
 source "$(dirname "$0")/cli_lib.sh"
+SRC="$(cd "$(dirname "$0")/../.." && pwd)"
 
 make_text "$WORK/text.txt"
 "$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
@@ -188,5 +189,29 @@ expect_exit 0 "by device: accelerator 0.00 MiB, host [0-9.]+ MiB, nvme 0.00 MiB"
   "$TRIDENT" train --config "$WORK/d.ini" --dry-run 1
 expect_exit 0 "offload_optimizer = nvme: [0-9.]+ MiB per rank in $WORK/off/trident-offload.0.bin" -- \
   "$TRIDENT" train --config "$WORK/d.ini" --dry-run 2 --parallel.zero_stage=1 "${OFF[@]}"
+
+# ---- the performance model's offload traffic is the run's -------------------------------------------
+# trident plan predicts the bytes a step reads and writes on the offload device from the engine's own
+# record plan (perf/step_model.cpp); metrics.csv counts what the run moved. Equal, per rank, in a
+# plain step: the run's median step (a step with a save reads the offloaded state again; the step
+# after an evaluation may find a unit still gathered and read less).
+{ cat "$SRC/input/machines/devbox-2core-quiet.ini"; printf '[storage]\nread_gbs = 1\nwrite_gbs = 1\n'; } > "$WORK/m.ini"
+traffic_check() {  # traffic_check RUN RANKS ZERO: plan's offload bytes = the run's median step
+  local run="$1" n="$2" z="$3"
+  "$TRIDENT" plan --config "$run/deck.ini" --machine "$WORK/m.ini" --ranks "$n" --tp 1 --pp 1 --zero-stages "$z" \
+    --fixed-micro-batch --fixed-recompute --fixed-schedule --csv "$run.plan.csv" > "$run.plan.txt" 2>&1
+  for kind in read write; do
+    local want got
+    want=$(awk -F, -v c="offload_${kind}_mib" 'NR == 1 {for (i = 1; i <= NF; i++) h[$i] = i} NR == 2 {print $h[c]}' "$run.plan.csv")
+    got=$(awk -F, -v c="offload_${kind}_mib" 'NR == 1 {for (i = 1; i <= NF; i++) h[$i] = i; next} {print $h[c]}' \
+            "$run/metrics.csv" | sort -g | awk '{a[NR] = $1} END {print a[int((NR + 1) / 2)]}')
+    check "$(basename "$run"): predicted offload $kind ${want:-none} MiB/step = the run's $got" \
+      awk -v a="$want" -v b="$got" 'BEGIN {exit !(a > 0 && (a - b) ^ 2 <= (1e-5 * b) ^ 2)}'
+  done
+}
+traffic_check "$WORK/np1_z0.off" 1 0
+traffic_check "$WORK/np1_z1_bf16.off" 1 1
+traffic_check "$WORK/np2_z3.off" 2 3
+traffic_check "$WORK/np2_z3_params.off" 2 3
 
 exit "$FAILED"

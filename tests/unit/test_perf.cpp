@@ -257,6 +257,75 @@ TEST(StepModel, DataParallelHandComputed) {
               (2 + 10 + 2 * 6) * 1e-5 + 0.5 * 4 * 1e-9 * (special + block * 10.0 / 4 + 2 * (special + block)), 1e-12);
 }
 
+TEST(StepModel, OffloadHandComputed) {
+  // The offload records at the [storage] rates: read 0.1 GB/s, write 0.05 GB/s.
+  const MachineSpec bare = parse_machine_text(kMachine, "test");
+  const MachineSpec mach = parse_machine_text(std::string(kMachine) + "[storage]\nread_gbs = 0.1\nwrite_gbs = 0.05\n", "test");
+  EXPECT_DOUBLE_EQ(mach.storage_read_bw, 1e8);
+  EXPECT_DOUBLE_EQ(mach.storage_write_bw, 5e7);
+  const auto aligned = [](double b) { return std::ceil(b / 4096.0) * 4096.0; };
+  // One rank, stage 0, fp32: the working params are the master, so each unit's chunk holds the two
+  // moments (8 bytes per parameter; every unit is below the 16 MiB chunk), read and written once.
+  Config c = small_deck(1, 1, 1, 4, 4);
+  const StepPrediction none = predict_step(c, bare);
+  EXPECT_DOUBLE_EQ(none.offload_io_s, 0.0);
+  c.parallel.offload_optimizer = OffloadKind::nvme;
+  c.parallel.offload_path = "/scratch";
+  validate(c, 1);
+  EXPECT_THROW(predict_step(c, bare), ConfigError);  // a deck that offloads needs [storage]
+  double chunks = 0;
+  const ParamLayout layout = ParamLayout::make(c.model, 1);
+  for (const auto& u : layout.units()) chunks += aligned(8.0 * u.numel);
+  const StepPrediction p = predict_step(c, mach);
+  EXPECT_DOUBLE_EQ(p.offload_read_bytes, chunks);
+  EXPECT_DOUBLE_EQ(p.offload_write_bytes, chunks);
+  EXPECT_NEAR(p.offload_io_s, chunks / 1e8 + chunks / 5e7, 1e-12);
+  // AdamW (kPsi at 1e7/s) runs under the stream; the rest of the transfers is exposed and in the step.
+  EXPECT_NEAR(p.offload_hidden_s, kPsi / 1e7, 1e-12);
+  EXPECT_NEAR(p.offload_exposed_s, chunks / 1e8 + chunks / 5e7 - kPsi / 1e7, 1e-12);
+  EXPECT_NEAR(p.total_s, none.total_s + p.offload_exposed_s, 1e-12);
+
+  // dp 2, ZeRO-3 with offload_params, 4 blocks of one unit, 2 micro-batches: the master and both
+  // moments of each piece (12 bytes), and a parameter record per unit (4 bytes per element of its
+  // piece) written once, read at each gather: embedding and head once, the blocks 2 M (4 - 2) + 2 = 10
+  // times among 4. With prefetch, all but the first read of each of the 2 M passes run under compute.
+  Config z = small_deck(2, 1, 1, 16, 4);
+  z.model.n_layer = 4;
+  z.parallel.zero_stage = 3;
+  z.parallel.offload_optimizer = OffloadKind::nvme;
+  z.parallel.offload_params = OffloadKind::nvme;
+  z.parallel.offload_path = "/scratch";
+  validate(z, 2);
+  const ParamLayout zlayout = ParamLayout::make(z.model, 1);
+  const auto& units = zlayout.units();
+  ASSERT_EQ(units.size(), 6u);
+  double zchunks = 0, writes = 0, reads = 0, largest = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const double s_u = std::ceil(units[u].numel / 2.0), rec = aligned(4.0 * s_u);
+    zchunks += aligned(12.0 * s_u);
+    writes += rec;
+    reads += rec * (u == 0 || u == 5 ? 1.0 : 10.0 / 4.0);
+    largest = std::max(largest, rec);
+  }
+  const StepPrediction q = predict_step(z, mach);
+  EXPECT_NEAR(q.offload_read_bytes, zchunks + reads, 1e-6);
+  EXPECT_DOUBLE_EQ(q.offload_write_bytes, zchunks + writes);
+  const double stream = zchunks / 1e8 + (zchunks + writes) / 5e7, read = reads / 1e8;
+  EXPECT_NEAR(q.offload_io_s, stream + read, 1e-12);
+  const double owned = [&] {
+    double o = 0;
+    for (const auto& u : units) o += std::ceil(u.numel / 2.0);
+    return o;
+  }();
+  const double unhidden = std::min(read, 2.0 * 2 * largest / 1e8);
+  EXPECT_NEAR(q.offload_hidden_s, std::min(stream, owned / 1e7) + (read - unhidden), 1e-12);
+  // Without prefetch no read is hidden.
+  z.parallel.prefetch = false;
+  EXPECT_NEAR(predict_step(z, mach).offload_hidden_s, std::min(stream, owned / 1e7), 1e-12);
+  // A negative or zero storage rate is refused.
+  EXPECT_THROW(parse_machine_text(std::string(kMachine) + "[storage]\nread_gbs = 0\nwrite_gbs = 1\n", "t"), ConfigError);
+}
+
 TEST(StepModel, TensorParallelHandComputed) {
   const MachineSpec mach = parse_machine_text(kMachine, "test");
   const StepPrediction p = predict_step(small_deck(1, 2, 1, 4, 4), mach);
