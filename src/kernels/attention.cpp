@@ -5,6 +5,9 @@
 #include "kernels/gemm.hpp"
 #include "kernels/instantiate.hpp"
 #include "kernels/row_parallel.hpp"
+#include "kernels/vmath.hpp"
+
+#include <type_traits>
 
 namespace trident {
 
@@ -19,6 +22,20 @@ namespace {
 template <class T>
 void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, int HS, int NH, int group = 1) {
   const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NH;
+#if defined(KOKKOS_ENABLE_SERIAL)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
+    // One thread: loops without the per-item divisions, writing each head's (T, HS) block in order.
+    const std::int64_t ld = static_cast<std::int64_t>(src.stride(0));
+    for (std::int64_t b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        T* d = dst.data() + (b * NH + h) * seq_len * HS;
+        const T* s = &src(b * seq_len, col0 + (h / group) * HS);
+        for (int t = 0; t < seq_len; ++t, d += HS, s += ld)
+          for (int k = 0; k < HS; ++k) d[k] = s[k];
+      }
+    return;
+  }
+#endif
   Kokkos::parallel_for(
       "trident::attention_pack", short_row_policy(items), KOKKOS_LAMBDA(const TeamMember& team) {
         for_each_row(team, items, [&](const std::int64_t i) {
@@ -39,6 +56,25 @@ template <class T>
 void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len, int HS, int NH, int group = 1) {
   const int NKV = NH / group;
   const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NKV;
+#if defined(KOKKOS_ENABLE_SERIAL)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
+    // One thread: loops without the per-item divisions; the same sums in the same head order.
+    const std::int64_t ld = static_cast<std::int64_t>(dst.stride(0));
+    const std::int64_t head_stride = static_cast<std::int64_t>(seq_len) * HS;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (int j = 0; j < NKV; ++j) {
+        T* d = &dst(b * seq_len, col0 + j * HS);
+        const T* s0 = src.data() + (b * NH + j * group) * head_stride;
+        for (int t = 0; t < seq_len; ++t, d += ld, s0 += HS)
+          for (int k = 0; k < HS; ++k) {
+            T acc = s0[k];
+            for (int g = 1; g < group; ++g) acc += s0[g * head_stride + k];
+            d[k] = acc;
+          }
+      }
+    return;
+  }
+#endif
   Kokkos::parallel_for(
       "trident::attention_unpack", short_row_policy(items), KOKKOS_LAMBDA(const TeamMember& team) {
         for_each_row(team, items, [&](const std::int64_t i) {
@@ -95,6 +131,23 @@ void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, in
   // T scores are short rows (kernels/row_parallel.hpp): a team thread per row, vector lanes over
   // the row's scores, max and sum as vector reductions (in index order on the host).
   const std::int64_t rows = heads * Tn;
+  if constexpr (kKernelsOnHost) {
+    // The host: the row's exponentials as one vector call (libmvec, kernels/vmath.hpp), then the
+    // sum in index order as below; the max is exact in any order.
+    Kokkos::parallel_for(
+        "trident::attention_softmax", Kokkos::RangePolicy<ExecSpace>(0, rows), [=](const std::int64_t r) {
+          const int t = static_cast<int>(r % Tn);
+          T* a = att.data() + r * Tn;
+          T maxv = a[0];
+          for (int t2 = 1; t2 <= t; ++t2) maxv = a[t2] > maxv ? a[t2] : maxv;
+          detail::exp_shifted_inplace(a, t + 1, maxv);
+          T sum = 0;
+          for (int t2 = 0; t2 <= t; ++t2) sum += a[t2];
+          const T inv = T(1) / sum;
+          for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
+          for (int t2 = t + 1; t2 < Tn; ++t2) a[t2] = 0;
+        });
+  } else
   Kokkos::parallel_for(
       "trident::attention_softmax", short_row_policy(rows), KOKKOS_LAMBDA(const TeamMember& team) {
         for_each_row(team, rows, [&](const std::int64_t r) {

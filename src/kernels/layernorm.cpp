@@ -1,21 +1,69 @@
 #include "kernels/layernorm.hpp"
 
+#include <type_traits>
+#include <vector>
+
 #include "core/kmath.hpp"
 #include "kernels/instantiate.hpp"
 #include "kernels/row_parallel.hpp"
 
 namespace trident {
 
+namespace {
+/// Sum over c in [0, C) of f(c) on the host: 16 interleaved partial sums (element c goes to partial
+/// c % 16), added in partial order at the end. A fixed order for a given C, so deterministic and
+/// the same on every layout (a LayerNorm row is never split across ranks), and one the compiler
+/// vectorises (a scalar chain of dependent adds runs at one add per FP latency).
+template <class T, class F>
+inline T lane_sum(int C, const F& f) {
+  constexpr int L = 16;
+  T p[L] = {};
+  int c = 0;
+  for (; c + L <= C; c += L)
+    for (int l = 0; l < L; ++l) p[l] += f(c + l);
+  for (int l = 0; c < C; ++c, ++l) p[l] += f(c);
+  T sum = 0;
+  for (int l = 0; l < L; ++l) sum += p[l];
+  return sum;
+}
+}  // namespace
+
 // Forward and the input gradient are short-row kernels (kernels/row_parallel.hpp): a team thread
 // per row, its vector lanes over the C channels, so a GPU warp reads a row's consecutive floats and
 // reduces the row's mean, variance and backward dot products by a shuffle tree. The expressions
-// are those of the former one-thread-per-row loops; on the host they run in the same order.
+// are those of the former one-thread-per-row loops. With the Serial backend the host paths below
+// run instead: the same expressions, row sums in 16 interleaved lanes (lane_sum), so their last bits
+// differ from the team kernels' (docs/design.md, Kernels).
 template <class T>
 void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T> inp, View1<const T> weight,
                        View1<const T> bias) {
   const int C = static_cast<int>(inp.extent(1));
   const std::int64_t N = static_cast<std::int64_t>(inp.extent(0));
   const bool has_bias = bias.extent(0) > 0;
+#if defined(KOKKOS_ENABLE_SERIAL)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
+    // One thread: the row's mean and variance as vectorised sums (lane_sum), the same expressions.
+    const T* const w = weight.data();
+    const T* const b = has_bias ? bias.data() : nullptr;
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T* const x = &inp(n, 0);
+      T* const y = &out(n, 0);
+      const T m = lane_sum<T>(C, [&](int c) { return x[c]; }) / C;
+      const T v = lane_sum<T>(C, [&](int c) {
+                    const T d = x[c] - m;
+                    return d * d;
+                  }) / C;
+      const T s = T(1) / kmath::sqrt(v + T(1e-5));
+      for (int c = 0; c < C; ++c) {
+        const T yc = (x[c] - m) * s * w[c];
+        y[c] = b != nullptr ? yc + b[c] : yc;
+      }
+      mean(n) = m;
+      rstd(n) = s;
+    }
+    return;
+  }
+#endif
   Kokkos::parallel_for(
       "trident::layernorm_forward", short_row_policy(N), KOKKOS_LAMBDA(const TeamMember& team) {
         for_each_row(team, N, [&](const std::int64_t n) {
@@ -50,6 +98,41 @@ void layernorm_backward(View2<T> dinp, View1<T> dweight, View1<T> dbias, View2<c
                         View1<const T> weight, View1<const T> mean, View1<const T> rstd) {
   const int C = static_cast<int>(inp.extent(1));
   const std::int64_t N = static_cast<std::int64_t>(inp.extent(0));
+#if defined(KOKKOS_ENABLE_SERIAL)
+  if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
+    // One thread: one pass over the rows does all three; the row means as vectorised sums
+    // (lane_sum). The parameter gradients accumulate row by
+    // row into per-column sums, vectorised across the columns, each column still summed over the
+    // rows in order (a column-at-a-time loop reads a row's elements C apart: 4% of a bf16 step at
+    // the 10.7M shape, docs/performance.md). The same expressions as the team kernels below.
+    const bool has_bias = dbias.extent(0) > 0;
+    std::vector<T> dw(static_cast<size_t>(C), T(0)), db(static_cast<size_t>(C), T(0));
+    T* const dwp = dw.data();
+    T* const dbp = db.data();
+    const T* const w = weight.data();
+    for (std::int64_t n = 0; n < N; ++n) {
+      const T m = mean(n), s = rstd(n);
+      const T* const x = &inp(n, 0);
+      const T* const dy = &dout(n, 0);
+      T* const dx = &dinp(n, 0);
+      const T a = lane_sum<T>(C, [&](int c) { return dy[c] * w[c]; });
+      const T b = lane_sum<T>(C, [&](int c) { return dy[c] * w[c] * ((x[c] - m) * s); });
+      const T dnorm_mean = a / C, dnorm_norm_mean = b / C;
+      for (int c = 0; c < C; ++c) {
+        const T xhat = (x[c] - m) * s;
+        const T dnorm = dy[c] * w[c];
+        dx[c] += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
+        dwp[c] += dy[c] * (x[c] - m) * s;
+        dbp[c] += dy[c];
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      dweight(c) += dwp[c];
+      if (has_bias) dbias(c) += dbp[c];
+    }
+    return;
+  }
+#endif
   Kokkos::parallel_for(
       "trident::layernorm_backward_dinp", short_row_policy(N), KOKKOS_LAMBDA(const TeamMember& team) {
         for_each_row(team, N, [&](const std::int64_t n) {

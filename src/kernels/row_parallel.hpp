@@ -28,7 +28,9 @@
 // host, and attention's softmax backward keeps its mask and dot product as separate loops. Host
 // results were compared bitwise with the former kernels (every kernel on ragged shapes, and the
 // losses, gradient norms and checkpoints of training runs; docs/design.md, Kernels); a change
-// here needs that comparison again.
+// here needs that comparison again. (LayerNorm with the Serial backend, the host softmax's
+// exponentials and pack/unpack heads have had host paths of their own since issue 17: see
+// docs/design.md, Kernels.)
 #pragma once
 
 #include "core/types.hpp"

@@ -18,6 +18,7 @@
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
 #include "kernels/swiglu.hpp"
+#include "kernels/vmath.hpp"
 
 #include <gtest/gtest.h>
 
@@ -83,6 +84,35 @@ TEST(Kernels, LayerNormForwardNormalises) {
 // vocabulary), so a row, column or lane that a team misses or takes twice shows. The oracle is the
 // definition in serial double loops; only summation order differs (a few ulps of double), hence 1e-12.
 constexpr int kRaggedRows = 70, kRaggedCols = 37;
+
+TEST(Kernels, VectorExpMatchesStdExp) {
+  // kernels/vmath.cpp (-ffast-math, libmvec): within 4 ulp of std::exp on softmax-like inputs
+  // (every element minus the row's max, so <= 0), on every vector-tail length; -inf gives 0, and a
+  // NaN stays NaN (a diverged run must still show its NaN loss).
+  for (int n : {1, 7, 16, 17, 33, 257}) {
+    std::vector<float> a(static_cast<size_t>(n)), want(a.size());
+    std::vector<double> d(a.size());
+    for (int i = 0; i < n; ++i) {
+      a[static_cast<size_t>(i)] = 40.0f * std::sin(0.37f * static_cast<float>(i)) - 3.0f;
+      d[static_cast<size_t>(i)] = a[static_cast<size_t>(i)];
+      want[static_cast<size_t>(i)] = std::exp(a[static_cast<size_t>(i)] - 37.0f);
+    }
+    detail::exp_shifted_inplace(a.data(), n, 37.0f);
+    detail::exp_shifted_inplace(d.data(), n, 37.0);
+    for (int i = 0; i < n; ++i) {
+      const float w = want[static_cast<size_t>(i)];
+      EXPECT_NEAR(a[static_cast<size_t>(i)], w, 4 * std::numeric_limits<float>::epsilon() * w) << n << " " << i;
+      const double wd = std::exp(static_cast<double>(40.0f * std::sin(0.37f * static_cast<float>(i)) - 3.0f) - 37.0);
+      EXPECT_NEAR(d[static_cast<size_t>(i)], wd, 4 * std::numeric_limits<double>::epsilon() * wd) << n << " " << i;
+    }
+  }
+  std::vector<float> special{-std::numeric_limits<float>::infinity(), 0.0f, std::numeric_limits<float>::quiet_NaN(), -1.0f};
+  detail::exp_shifted_inplace(special.data(), 4, 0.0f);
+  EXPECT_EQ(special[0], 0.0f);
+  EXPECT_EQ(special[1], 1.0f);
+  EXPECT_TRUE(std::isnan(special[2]));
+  EXPECT_NEAR(special[3], std::exp(-1.0f), 4 * std::numeric_limits<float>::epsilon());
+}
 
 TEST(Kernels, LayerNormMatchesDefinitionOnRaggedShapes) {
   const int N = kRaggedRows, C = kRaggedCols;

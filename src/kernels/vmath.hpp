@@ -1,0 +1,21 @@
+// kernels/vmath.hpp: element-wise math over a contiguous host array, vectorised through glibc's
+// vector math library (internal to the kernels layer; host code only).
+//
+// Layer: kernels. kernels/vmath.cpp is compiled with -ffast-math (GCC; src/CMakeLists.txt), as
+// gelu.cpp is, so that GCC calls libmvec's expf/exp (<= 4 ulp) for whole vectors instead of the
+// scalar function per element. The functions have no reductions: the flag changes no summation
+// order, and each element's result depends on that element alone (the same on every layout).
+#pragma once
+
+#include <cstdint>
+
+namespace trident::detail {
+
+/// a[i] = exp(a[i] - shift) for i in [0, n). Local; host memory. Within 4 ulp of std::exp; a NaN
+/// element stays NaN and -inf gives 0 (libmvec handles both at run time; the loop has nothing the
+/// compiler could fold under -ffinite-math-only): unit_kernels' VectorExpMatchesStdExp checks this,
+/// since a diverged run must still show its NaN loss.
+void exp_shifted_inplace(float* a, std::int64_t n, float shift);
+void exp_shifted_inplace(double* a, std::int64_t n, double shift);
+
+}  // namespace trident::detail
