@@ -254,8 +254,8 @@ void CheckpointMeta::require_complete(const std::string& path) const {
                         missing.front() + more);
 }
 
-Config CheckpointMeta::deck() const {
-  Config cfg = parse_deck_text(config_text, deck_name.empty() ? "checkpoint" : deck_name);
+Config CheckpointMeta::deck(const std::vector<std::string>& overrides) const {
+  Config cfg = parse_deck_text(config_text, deck_name.empty() ? "checkpoint" : deck_name, overrides);
   cfg.model.vocab_size = model.vocab_size;
   return cfg;
 }

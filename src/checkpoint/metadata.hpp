@@ -96,9 +96,10 @@ struct CheckpointMeta {
   /// not empty. Local.
   void require_complete(const std::string& path) const;
 
-  /// The deck stored in the checkpoint, parsed (parse_deck_text), with vocab_size resolved to the
-  /// fingerprint's. Local. Throws ConfigError when it does not parse.
-  Config deck() const;
+  /// The deck stored in the checkpoint, parsed (parse_deck_text) with `overrides` applied
+  /// ("section.key=value", as on a command line), with vocab_size resolved to the fingerprint's.
+  /// Local. Throws ConfigError when it does not parse or an override is unknown or invalid.
+  Config deck(const std::vector<std::string>& overrides = {}) const;
 
   /// True when read() found every field of the model fingerprint. Local.
   bool has_model() const;

@@ -43,7 +43,9 @@
 //    with AdamW running under the transfers; with offload_params each unit's parameter record
 //    written once and read at each of its gathers, hidden under compute with prefetch except the
 //    first read of each pass; at the machine's [storage] read and write bandwidth per rank
-//    (ZeRO-Infinity, Rajbhandari et al. 2021, sec. 5-6). A deck that offloads needs them.
+//    (ZeRO-Infinity, Rajbhandari et al. 2021, sec. 5-6). A deck that offloads needs them. The disk
+//    is a resource of its own (the offload I/O thread), so its hidden time is capped by the compute
+//    separately from the dp collectives' (which share the network link and one cap).
 //  - Each collective: perf/collective_model.hpp, on the intra-node link when every rank of its group
 //    sits on one node (ranks placed node by node; tp fastest, then dp, then pp:
 //    parallel/process_grid.hpp), else inter-node.
@@ -129,7 +131,8 @@ double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute
 
 /// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on
 /// machine `mach`, with the pipeline run as `peer` says (default: as Trident runs it). Local, pure.
-/// Throws what predict_memory throws for a layout it cannot build, and ConfigError when `peer`
+/// Throws what predict_memory throws for a layout it cannot build, ConfigError when the deck has
+/// offload_optimizer = nvme and `mach` has no [storage] read_gbs / write_gbs, and ConfigError when `peer`
 /// does not apply to the layout (virtual_stages < 1, a stage's layers not divisible by it, or the
 /// micro-batches not a multiple of pp with virtual_stages > 1).
 StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const PeerSchedule& peer = {});

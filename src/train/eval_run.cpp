@@ -85,14 +85,11 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
       if (!opt.compute_dtype.empty()) overrides.push_back("train.compute_dtype=" + opt.compute_dtype);
       if (!opt.attention.empty()) overrides.push_back("model.attention=" + opt.attention);
       if (!opt.host_gemm.empty()) overrides.push_back("train.host_gemm=" + opt.host_gemm);
-      cfg = meta.deck();
-      if (!overrides.empty()) {
-        try {
-          cfg = parse_deck_text(meta.config_text, meta.deck_name.empty() ? "checkpoint" : meta.deck_name, overrides);
-        } catch (const ConfigError& e) {
-          throw ConfigError(std::string(e.what()) + " (from --compute-dtype / --attention / --host-gemm)");
-        }
-        cfg.model.vocab_size = meta.model.vocab_size;
+      try {
+        cfg = meta.deck(overrides);
+      } catch (const ConfigError& e) {
+        if (overrides.empty()) throw;
+        throw ConfigError(std::string(e.what()) + " (from --compute-dtype / --attention / --host-gemm)");
       }
     });
   }

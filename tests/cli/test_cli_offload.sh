@@ -195,7 +195,9 @@ expect_exit 0 "offload_optimizer = nvme: [0-9.]+ MiB per rank in $WORK/off/tride
 # record plan (perf/step_model.cpp); metrics.csv counts what the run moved. Equal, per rank, in a
 # plain step: the run's median step (a step with a save reads the offloaded state again; the step
 # after an evaluation may find a unit still gathered and read less).
-{ cat "$SRC/input/machines/devbox-2core-quiet.ini"; printf '[storage]\nread_gbs = 1\nwrite_gbs = 1\n'; } > "$WORK/m.ini"
+# (the machine file's own [storage] section, if it has one, is replaced)
+{ awk '/^\[/ {skip = ($0 == "[storage]")} !skip' "$SRC/input/machines/devbox-2core-quiet.ini"
+  printf '[storage]\nread_gbs = 1\nwrite_gbs = 1\n'; } > "$WORK/m.ini"
 traffic_check() {  # traffic_check RUN RANKS ZERO: plan's offload bytes = the run's median step
   local run="$1" n="$2" z="$3"
   "$TRIDENT" plan --config "$run/deck.ini" --machine "$WORK/m.ini" --ranks "$n" --tp 1 --pp 1 --zero-stages "$z" \

@@ -33,7 +33,9 @@ CMAKE_TO_SPACK = {
 }
 # Looked for but not a dependency, with the reason.
 NOT_DEPENDENCIES = {"Git": "optional (QUIET): the commit in `trident --version`",
-                    "Threads": "the C library's POSIX threads (the offload I/O thread), no Spack package"}
+                    "Threads": "the C library's POSIX threads (the offload I/O thread), no Spack package",
+                    "OpenCL": "QUIET, only to tell whether a oneDNN built with its OpenCL GPU runtime (Debian's) "
+                              "can be loaded; Spack's onednn brings what it needs"}
 # Dependencies of the recipe that no find_* call names.
 BUILD_TOOLS = {"cmake": "cmake_minimum_required"}
 # CMake variables of an if() -> Spack variant.
