@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -343,6 +344,25 @@ TEST(Kernels, GemmMatchesDefinition) {
   check_gemm<float>(GemmInputs::native, 1e-5);  // |C| < 10: a few float ulps
 }
 
+/// gemm_batched of a random batch (C1) against one gemm() per matrix (C2): op 'N', 'T', alpha 0.5,
+/// beta 1.5 on the same random C; equal within 1e-5 relative. `between` runs after the batched call
+/// (e.g. to switch the host GEMM library for the per-matrix ones).
+void expect_batched_equals_per_matrix(int batch, int M, int N, int K, const std::function<void()>& between = [] {}) {
+  Buffer<float> A("A", batch * M * K), B("B", batch * N * K), C1("C1", batch * M * N), C2("C2", batch * M * N);
+  fill_normal<float>(v1(A), 3, 1, 0, 1.0);
+  fill_normal<float>(v1(B), 3, 2, 0, 1.0);
+  fill_normal<float>(v1(C1), 3, 3, 0, 1.0);
+  Kokkos::deep_copy(C2, C1);
+  gemm_batched<float>('N', 'T', 0.5f, View3<const float>(A.data(), batch, M, K), View3<const float>(B.data(), batch, N, K),
+                      1.5f, View3<float>(C1.data(), batch, M, N));
+  between();
+  for (int i = 0; i < batch; ++i)
+    gemm<float>('N', 'T', 0.5f, as_matrix<const float>(A.data() + i * M * K, M, K),
+                as_matrix<const float>(B.data() + i * N * K, N, K), 1.5f, as_matrix(C2.data() + i * M * N, M, N));
+  const std::vector<float> c1 = to_host_vector(v1(C1)), c2 = to_host_vector(v1(C2));
+  for (size_t i = 0; i < c1.size(); ++i) EXPECT_NEAR(c1[i], c2[i], 1e-5f * (1 + std::fabs(c2[i]))) << i;
+}
+
 // oneDNN's fp32 matmul as the float GEMM library (HostGemm::onednn, what [train] host_gemm = auto
 // picks where it is faster): every trans combination against the definition, and a batch against
 // one GEMM per matrix; double GEMMs stay OpenBLAS's.
@@ -351,20 +371,8 @@ TEST(Kernels, GemmThroughOneDnnMatchesDefinition) {
   set_host_gemm(HostGemm::onednn);
   check_gemm<float>(GemmInputs::native, 1e-5);
   check_gemm<double>(GemmInputs::native, 1e-13);
-  const int batch = 3, M = 40, N = 24, K = 36;
-  Buffer<float> A("A", batch * M * K), B("B", batch * N * K), C1("C1", batch * M * N), C2("C2", batch * M * N);
-  fill_normal<float>(v1(A), 3, 1, 0, 1.0);
-  fill_normal<float>(v1(B), 3, 2, 0, 1.0);
-  fill_normal<float>(v1(C1), 3, 3, 0, 1.0);
-  Kokkos::deep_copy(C2, C1);
-  gemm_batched<float>('N', 'T', 0.5f, View3<const float>(A.data(), batch, M, K), View3<const float>(B.data(), batch, N, K),
-                      1.5f, View3<float>(C1.data(), batch, M, N));
-  set_host_gemm(HostGemm::openblas);
-  for (int i = 0; i < batch; ++i)
-    gemm<float>('N', 'T', 0.5f, as_matrix<const float>(A.data() + i * M * K, M, K),
-                as_matrix<const float>(B.data() + i * N * K, N, K), 1.5f, as_matrix(C2.data() + i * M * N, M, N));
-  const std::vector<float> c1 = to_host_vector(v1(C1)), c2 = to_host_vector(v1(C2));
-  for (size_t i = 0; i < c1.size(); ++i) EXPECT_NEAR(c1[i], c2[i], 1e-5f * (1 + std::fabs(c2[i]))) << i;
+  // the batch through oneDNN, each matrix through OpenBLAS
+  expect_batched_equals_per_matrix(3, 40, 24, 36, [] { set_host_gemm(HostGemm::openblas); });
   EXPECT_EQ(host_gemm(), HostGemm::openblas);
 }
 
@@ -451,21 +459,7 @@ TEST(Kernels, HostBf16RoundingEqualsToBf16) {
 }
 #endif
 
-TEST(Kernels, GemmBatchedEqualsOneGemmPerMatrix) {
-  const int batch = 3, M = 4, N = 5, K = 6;
-  Buffer<float> A("A", batch * M * K), B("B", batch * N * K), C1("C1", batch * M * N), C2("C2", batch * M * N);
-  fill_normal<float>(v1(A), 3, 1, 0, 1.0);
-  fill_normal<float>(v1(B), 3, 2, 0, 1.0);
-  fill_normal<float>(v1(C1), 3, 3, 0, 1.0);
-  Kokkos::deep_copy(C2, C1);
-  gemm_batched<float>('N', 'T', 0.5f, View3<const float>(A.data(), batch, M, K), View3<const float>(B.data(), batch, N, K),
-                      1.5f, View3<float>(C1.data(), batch, M, N));
-  for (int i = 0; i < batch; ++i)
-    gemm<float>('N', 'T', 0.5f, as_matrix<const float>(A.data() + i * M * K, M, K),
-                as_matrix<const float>(B.data() + i * N * K, N, K), 1.5f, as_matrix(C2.data() + i * M * N, M, N));
-  const std::vector<float> c1 = to_host_vector(v1(C1)), c2 = to_host_vector(v1(C2));
-  for (size_t i = 0; i < c1.size(); ++i) EXPECT_NEAR(c1[i], c2[i], 1e-5f * (1 + std::fabs(c2[i]))) << i;
-}
+TEST(Kernels, GemmBatchedEqualsOneGemmPerMatrix) { expect_batched_equals_per_matrix(3, 4, 5, 6); }
 
 struct AttentionCase {
   static constexpr int B = 2, T = 5, NH = 2, C = 8;
