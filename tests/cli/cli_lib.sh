@@ -29,6 +29,9 @@ check() {
   if "$@"; then echo "ok   $what"; else echo "FAIL $what"; FAILED=$((FAILED + 1)); fi
 }
 
+# loss_of OUTPUT: the loss of `trident eval`'s result line ("val loss X | ..." or "train loss X | ...").
+loss_of() { sed -n 's/.*\(val\|train\) loss \([0-9.e+-]*\) |.*/\2/p' <<<"$1" | head -n 1; }
+
 # make_text FILE: a deterministic text corpus (~100 KB) built from the repository's own sources,
 # so the tests need no external data.
 make_text() {

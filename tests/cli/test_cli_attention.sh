@@ -58,7 +58,6 @@ expect_exit 0 "without changing the training math: \[model\] attention fused -> 
 expect_exit 0 "ROMEO|." -- timeout 120 "$TRIDENT" sample --checkpoint "$WORK/cut" --prompt "int" --tokens 20
 expect_exit 0 "val loss" -- timeout 120 "$TRIDENT" eval --checkpoint "$WORK/cut"
 # `trident eval --attention` evaluates a checkpoint with the other kernel: the same loss to rounding.
-loss_of() { sed -n 's/.*val loss \([0-9.e+-]*\) |.*/\1/p' <<<"$1" | head -n 1; }
 lf="$(loss_of "$(timeout 120 "$TRIDENT" eval --checkpoint "$WORK/cut" 2>&1)")"
 lg="$(loss_of "$(timeout 120 "$TRIDENT" eval --checkpoint "$WORK/cut" --attention gemm 2>&1)")"
 echo "     eval of the fused run's checkpoint: fused $lf, --attention gemm $lg"

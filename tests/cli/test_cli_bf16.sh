@@ -61,7 +61,6 @@ check "float after bf16: the run went on" test -f "$WORK/straight/checkpoints/st
 
 # ---- trident eval of a bf16 checkpoint, also on a CPU without bf16 -------------------------------------
 ev() { timeout -k 10 120 "$TRIDENT" eval --checkpoint "$WORK/cut/checkpoints/step_00000008.h5" "$@"; }
-loss_of() { sed -n 's/.*val loss \([0-9.e+-]*\) |.*/\1/p' <<<"$1" | head -n 1; }
 l16="$(loss_of "$(ev 2>&1)")"
 expect_exit 2 "cannot evaluate with compute_dtype = bf16 here: this CPU has no AVX512-BF16.*trident eval --compute-dtype float" -- \
   env DNNL_MAX_CPU_ISA=AVX512_CORE timeout -k 10 120 "$TRIDENT" eval --checkpoint "$WORK/cut/checkpoints/step_00000008.h5"

@@ -20,7 +20,6 @@ n_val="$(sed -n 's/.* \([0-9]*\) train \/ \([0-9]*\) val tokens.*/\2/p' "$WORK/t
 n_train="$(sed -n 's/.* \([0-9]*\) train \/ \([0-9]*\) val tokens.*/\1/p' "$WORK/train.out" | head -n 1)"
 echo "     the run's whole-split val loss at step 6: $want ($n_val val tokens)"
 ev() { timeout -k 10 120 "$MPIEXEC" -n "$1" "$TRIDENT" eval "${@:2}"; }
-loss_of() { sed -n 's/.*\(val\|train\) loss \([0-9.e+-]*\) |.*/\2/p' <<<"$1" | head -n 1; }
 close() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 <= (1e-6 * b) ^ 2) }'; }
 
 # ---- the layout that trained it (dp 2, micro-batch 4): bitwise ----------------------------------

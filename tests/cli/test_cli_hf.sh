@@ -15,7 +15,6 @@ PY=/usr/bin/python3
 make_text "$WORK/text.txt"
 "$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || { echo "prep failed"; exit 1; }
 
-loss_of() { sed -n 's/.*val loss \([0-9.e+-]*\) |.*/\1/p' <<<"$1" | head -n 1; }
 # same_tensors A B: the two safetensors files hold the same tensors, byte for byte.
 same_tensors() {
   $PY - "$1" "$2" <<'PYEOF'
