@@ -79,7 +79,7 @@ while read -r deck ranks overrides; do
       --train.host_gemm=openblas \
       --train.out_dir="$run" < /dev/null > "$work/run$i.log" 2>&1 || { echo "case $i failed: see $work/run$i.log" >&2; continue; }
   fi
-  measured=$(awk -F, 'NR > 3 {print $7}' "$run/metrics.csv" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}')
+  measured=$(median_of "$run/metrics.csv" ms_per_step)
   # The layout of this case only: the deck's keys with the overrides, nothing varied.
   tp=$(grep -o -- '--parallel.tp=[0-9]*' <<<"$overrides" | cut -d= -f2 || true)
   pp=$(grep -o -- '--parallel.pp=[0-9]*' <<<"$overrides" | cut -d= -f2 || true)
