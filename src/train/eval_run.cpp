@@ -9,7 +9,6 @@
 #include "core/error.hpp"
 #include "data/token_dataset.hpp"
 #include "io/checkpoint_file.hpp"
-#include "kernels/gemm.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/process_grid.hpp"
 #include "train/model_schema.hpp"
@@ -106,13 +105,9 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
   cfg.train.global_batch_size = opt.micro_batch * dp * opt.pp;  // one micro-batch per stage and dp rank
   if (!opt.data.empty()) cfg.data.path = opt.data;
   // A bf16-trained checkpoint on a CPU without bf16 dot products: say how to evaluate it anyway.
-  if (cfg.train.compute_dtype == Precision::bf16)
-    run_agreed(world, "cannot evaluate with compute_dtype = bf16 here", [] {
-      if (!gemm_bf16_supported())
-        throw ConfigError(gemm_bf16_unavailable_reason() +
-                          ". `trident eval --compute-dtype float` evaluates the checkpoint with fp32 GEMMs (the loss "
-                          "then differs from the run's in its last digits)");
-    });
+  require_bf16_gemms(cfg.train, world, "cannot evaluate with compute_dtype = bf16 here",
+                     "`trident eval --compute-dtype float` evaluates the checkpoint with fp32 GEMMs (the loss then "
+                     "differs from the run's in its last digits)");
   run_agreed(world, "", [&] {
     if (opt.data.empty() && cfg.data.path.rfind(kImportedDataPath, 0) == 0)
       throw ConfigError("the checkpoint was imported (`trident ckpt import`) and records no token file: give --data FILE");

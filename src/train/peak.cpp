@@ -189,6 +189,14 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
   return std::string(lib == HostGemm::onednn ? "oneDNN" : "OpenBLAS") + " (" + detail + ")";
 }
 
+void require_bf16_gemms(const TrainConfig& cfg, Communicator& world, const std::string& context,
+                        const std::string& advice) {
+  if (cfg.compute_dtype != Precision::bf16) return;
+  run_agreed(world, context, [&] {
+    if (!gemm_bf16_supported()) throw ConfigError(gemm_bf16_unavailable_reason() + ". " + advice);
+  });
+}
+
 PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world) {
   PeakFlops p;
   if (cfg.peak_tflops > 0) {

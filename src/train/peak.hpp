@@ -38,6 +38,13 @@ std::string peak_cache_key(Precision compute = Precision::f32);
 /// Call before the first training GEMM and before resolve_peak_flops() (whose probe it changes).
 std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world);
 
+/// With cfg.compute_dtype = bf16, checks that every rank's GEMMs can take bf16 inputs (a CUDA build,
+/// or oneDNN on a CPU with AVX512-BF16): each rank checks its own CPU and a refusal on some ranks
+/// only (mixed nodes) is agreed, so every rank stops instead of the others waiting in the next
+/// collective. Collective over world. Throws ConfigError "<context>: <why>. <advice>" (exit 2).
+void require_bf16_gemms(const TrainConfig& cfg, Communicator& world, const std::string& context,
+                        const std::string& advice);
+
 /// The peak as described above, for the GEMM inputs of cfg.compute_dtype (and, for fp32, the
 /// library resolve_host_gemm() chose: its own cache line). Collective over world (rank 0 decides; the value and its source
 /// are broadcast). A cache that cannot be read or written is only warned about.

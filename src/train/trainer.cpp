@@ -87,13 +87,8 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
   if (grid.pp_size() > 1)
     send_buf_ = TrackedBuffer<T>("trident::pp_send", cfg.train.micro_batch_size * cfg.model.block_size * cfg.model.n_embd,
                                  MemCategory::comm);
-  // Each rank checks its own CPU; a refusal on some ranks only (mixed nodes) is agreed, so that
-  // every rank stops with the message instead of the others waiting in the next collective.
-  if (cfg.train.compute_dtype == Precision::bf16)
-    run_agreed(grid.world_comm(), "[train] compute_dtype = bf16 cannot run here", [] {
-      if (!gemm_bf16_supported())
-        throw ConfigError(gemm_bf16_unavailable_reason() + ". Use compute_dtype = float on this machine");
-    });
+  require_bf16_gemms(cfg.train, grid.world_comm(), "[train] compute_dtype = bf16 cannot run here",
+                     "Use compute_dtype = float on this machine");
   gpt_.set_gemm_inputs(cfg.train.compute_dtype == Precision::bf16 ? GemmInputs::bf16 : GemmInputs::native);
   schedule_.lr = cfg.train.lr;
   schedule_.min_lr = cfg.train.min_lr;
