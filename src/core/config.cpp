@@ -174,7 +174,7 @@ class Schema {
     add_choice("parallel", "offload_optimizer", &c.parallel.offload_optimizer,
                {OffloadKind::none, OffloadKind::host, OffloadKind::nvme},
                "where the fp32 master weights and both AdamW moments live: none (with the model), host (host memory "
-               "with the AdamW step on the CPU; GPU builds only, not built yet) or nvme (a per-rank scratch file under "
+               "with the AdamW step on the CPU, page-locked; GPU builds only: ZeRO-Offload) or nvme (a per-rank scratch file under "
                "offload_path, streamed unit by unit; docs/offload.md)");
     add_choice("parallel", "offload_params", &c.parallel.offload_params, {OffloadKind::none, OffloadKind::nvme},
                "ZeRO-3 parameter shards on a local disk: none or nvme (with zero_stage = 3 and offload_optimizer = "
@@ -871,12 +871,9 @@ void validate(Config& c, int world_size, BuildTarget target) {
                  kv("parallel", "shard_group_size", format_value(p.shard_group_size)) +
                      ": hybrid sharding needs [parallel] zero_stage >= 1");
   require_at_least(p.unit_blocks, 0, "parallel", "unit_blocks");
-  if (p.offload_optimizer == OffloadKind::host)
-    throw ConfigError(cuda_build
-                          ? "[parallel] offload_optimizer = host is not built yet (the AdamW step on the CPU of a GPU "
-                            "build); use nvme, which works in every build"
-                          : "[parallel] offload_optimizer = host: this build has no GPU, so the optimizer state is in "
-                            "host memory already; use none, or nvme to move it to a local disk");
+  require_config(p.offload_optimizer != OffloadKind::host || cuda_build,
+                 "[parallel] offload_optimizer = host: this build has no GPU, so the optimizer state is in host memory "
+                 "already; use none, or nvme to move it to a local disk");
   if (p.offload_params != OffloadKind::none) {
     require_config(p.zero_stage == 3, "[parallel] offload_params = " + std::string(name_of(p.offload_params)) +
                                           " needs [parallel] zero_stage = 3 (only ZeRO-3 shards the parameters)");

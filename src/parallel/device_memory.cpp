@@ -72,6 +72,19 @@ void copy_memory(void* dst, const void* src, std::size_t bytes, const char* what
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), std::string("cudaMemcpy (") + what + ")");
 }
 
+bool pin_host_memory(void* p, std::size_t bytes) {
+  if (p == nullptr || bytes == 0 || !device_memory_possible()) return false;
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    (void)cudaGetLastError();  // pageable memory still works, only slower
+    return false;
+  }
+  return true;
+}
+
+void unpin_host_memory(void* p) noexcept {
+  if (p != nullptr && cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
 #else  // a build without the CUDA runtime: there is no device memory
 
 bool device_memory_possible() { return false; }
@@ -83,6 +96,10 @@ std::string current_device_bus_id() { return ""; }
 void copy_memory(void* dst, const void* src, std::size_t bytes, const char*) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
 }
+
+bool pin_host_memory(void*, std::size_t) { return false; }
+
+void unpin_host_memory(void*) noexcept {}
 
 #endif
 

@@ -41,4 +41,13 @@ std::string current_device_bus_id();
 /// CUDA fails. Local.
 void copy_memory(void* dst, const void* src, std::size_t bytes, const char* what);
 
+/// Page-locks `bytes` of host memory at `p` (cudaHostRegister) so that copies between it and the
+/// device run at full PCIe/NVLink-C2C rate and may be asynchronous. An optimisation only: returns
+/// false, changing nothing, when device_memory_possible() is false or the driver refuses (e.g. the
+/// locked-memory limit); true when `p` must later be passed to unpin_host_memory. Local.
+bool pin_host_memory(void* p, std::size_t bytes);
+
+/// Undoes a successful pin_host_memory(p) (cudaHostUnregister). Local, no throw.
+void unpin_host_memory(void* p) noexcept;
+
 }  // namespace trident

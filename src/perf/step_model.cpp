@@ -280,6 +280,10 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   p.optimizer_s = adamw_s + (par.zero_stage < 2 ? n_total : local_owned) * db / mach.memory_bw;
 
   // ---- offload (docs/offload.md): the engine's own records, at the machine's disk rates ---------
+  require_config(par.offload_optimizer != OffloadKind::host,
+                 "[parallel] offload_optimizer = host is not in the performance model yet (its terms would be the "
+                 "PCIe transfers of 8 bytes per owned parameter and the AdamW step at the host's rate); plan the deck "
+                 "with offload_optimizer = none for the rest of the step");
   if (par.offload_optimizer == OffloadKind::nvme) {
     require_config(mach.storage_read_bw > 0 && mach.storage_write_bw > 0,
                    "machine file " + mach.name + " has no [storage] read_gbs and write_gbs, which a deck with "

@@ -50,13 +50,17 @@ ModelState<T>::ModelState(const Config& cfg, const ProcessGrid& grid)
                                  "model state (trident train --dry-run N shows the memory a rank needs)"
                                : "cannot allocate the model state: parameters, gradients and optimizer state (trident "
                                  "train --dry-run N shows the memory a rank needs; a higher zero_stage, more ranks or "
-                                 "offload_optimizer = nvme need less)";
+                                 "offload_optimizer = nvme need less; on a GPU, offload_optimizer = host moves the optimizer "
+                                 "state to host memory)";
   run_agreed(grid.world_comm(), what, [&] {
     engine_ = std::make_unique<ZeroEngine<T>>(layout_, GptSchedule::make(layout_, cfg.model), cfg.train, zopt,
                                               *shard_comm_, comms);
   });
   engine_->initialize(static_cast<std::uint64_t>(cfg.train.seed));
-  if (engine_->offloaded()) {
+  if (zopt.offload_host) {
+    log::info("optimizer state (fp32 master weights, both AdamW moments) in host memory, the AdamW step on the host "
+              "(offload_optimizer = host)");
+  } else if (engine_->offloaded()) {
     run_agreed(grid.world_comm(), "optimizer-state offload failed", [&] { engine_->check_offload(); });
     log::info("optimizer state%s offloaded to %s (one file per rank, %s)",
               zopt.offload_params ? " and parameter shard" : "", cfg.parallel.offload_path.c_str(),

@@ -50,17 +50,34 @@ void AdamW<T>::step(T* master, const T* grads, double lr, double grad_scale) {
 }
 
 template <class T>
-void AdamW<T>::update(std::int64_t local_begin, std::int64_t local_end, std::int64_t base, T* master, const T* grads,
-                      T* m, T* v, double lr, double grad_scale) const {
+template <class Apply>
+void AdamW<T>::for_ranges(std::int64_t local_begin, std::int64_t local_end, double lr, double grad_scale,
+                          const Apply& apply) const {
   AdamWStep s = step_params(lr, grad_scale);
   for (const Range& r : ranges_) {
     const std::int64_t a = std::max(r.local_offset, local_begin), b = std::min(r.local_offset + r.count, local_end);
     if (a >= b) continue;
     s.weight_decay = r.decay ? weight_decay_ : 0.0;
-    const auto n = static_cast<size_t>(b - a);
+    apply(a, static_cast<size_t>(b - a), s);
+  }
+}
+
+template <class T>
+void AdamW<T>::update(std::int64_t local_begin, std::int64_t local_end, std::int64_t base, T* master, const T* grads,
+                      T* m, T* v, double lr, double grad_scale) const {
+  for_ranges(local_begin, local_end, lr, grad_scale, [&](std::int64_t a, size_t n, const AdamWStep& s) {
     adamw_update<T>(View1<T>(master + (a - base), n), View1<const T>(grads + (a - base), n), View1<T>(m + (a - base), n),
                     View1<T>(v + (a - base), n), s);
-  }
+  });
+}
+
+template <class T>
+void AdamW<T>::update_host(std::int64_t local_begin, std::int64_t local_end, std::int64_t base, T* master,
+                           const T* grads, T* m, T* v, double lr, double grad_scale) const {
+  for_ranges(local_begin, local_end, lr, grad_scale, [&](std::int64_t a, size_t n, const AdamWStep& s) {
+    adamw_update_host<T>(HostView1<T>(master + (a - base), n), HostView1<const T>(grads + (a - base), n),
+                         HostView1<T>(m + (a - base), n), HostView1<T>(v + (a - base), n), s);
+  });
 }
 
 template class AdamW<float>;

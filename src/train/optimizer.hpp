@@ -49,6 +49,11 @@ class AdamW {
   void begin_step() { ++step_count_; }
   void update(std::int64_t local_begin, std::int64_t local_end, std::int64_t base, T* master, const T* grads, T* m,
               T* v, double lr, double grad_scale) const;
+  /// update() with every pointer in host memory, run on the host (offload_optimizer = host in a
+  /// GPU build: ZeRO-Offload, Ren et al. 2021, sec. 4, the update where the state lives). Bitwise
+  /// update()'s result (kernels/adamw.hpp). Local.
+  void update_host(std::int64_t local_begin, std::int64_t local_end, std::int64_t base, T* master, const T* grads,
+                   T* m, T* v, double lr, double grad_scale) const;
 
   std::int64_t step_count() const { return step_count_; }
   void set_step_count(std::int64_t s) { step_count_ = s; }
@@ -62,6 +67,10 @@ class AdamW {
   };
   /// The step's scalars (weight_decay is set per range). Local.
   AdamWStep step_params(double lr, double grad_scale) const;
+  // apply(first local offset, count, step) for each decay range's part of [local_begin, local_end).
+  template <class Apply>
+  void for_ranges(std::int64_t local_begin, std::int64_t local_end, double lr, double grad_scale,
+                  const Apply& apply) const;
   std::vector<Range> ranges_;
   double beta1_, beta2_, eps_, weight_decay_;
   std::int64_t step_count_ = 0;

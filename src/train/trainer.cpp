@@ -589,7 +589,8 @@ void print_memory_prediction(const Config& cfg) {
   // By device: what the categories above take on the accelerator and in host memory, and what
   // the optimizer-state offload keeps on the local disk (ZeRO-Infinity's three tiers).
   const OffloadPlan off = predict_offload(cfg);
-  const std::int64_t host = TRIDENT_HAVE_CUDA ? b[static_cast<size_t>(MemCategory::checkpoint)] + off.staging_bytes : total;
+  const std::int64_t host =
+      TRIDENT_HAVE_CUDA ? b[static_cast<size_t>(MemCategory::checkpoint)] + off.staging_bytes + off.host_bytes : total;
   std::printf("by device: accelerator %.2f MiB, host %.2f MiB, nvme %.2f MiB%s\n",
               static_cast<double>(total - host) / mib, static_cast<double>(host) / mib,
               static_cast<double>(off.file_bytes) / mib, TRIDENT_HAVE_CUDA ? "" : " (a host build: no accelerator)");
@@ -600,6 +601,11 @@ void print_memory_prediction(const Config& cfg) {
                 "in optimizer above, and three records of the largest unit's parameter piece in params above)\n",
                 static_cast<double>(off.file_bytes) / mib, offload_file_name(cfg.parallel.offload_path, 0).c_str(),
                 static_cast<double>(off.staging_bytes) / mib);
+  else if (off.host_bytes > 0)
+    std::printf("offload_optimizer = host: %.2f MiB per rank in host memory (fp32 master weights and both AdamW moments, "
+                "page-locked, with the host staging of one gradient chunk; in optimizer above), the AdamW step on the "
+                "host; on the accelerator one chunk of staging\n",
+                static_cast<double>(off.host_bytes) / mib);
   else if (off.file_bytes > 0)
     std::printf("offload_optimizer = nvme: %.2f MiB per rank in %s (fp32 master weights where they are a copy of "
                 "their own, and both AdamW moments; scratch, rebuilt from the checkpoint at start); resident instead: "
@@ -622,7 +628,9 @@ OffloadPlan predict_offload(const Config& cfg) {
                        : ZeroEngine<float>::plan_offload_bytes(layout, sched, o, S, 0);
     p.staging_bytes = dbl ? ZeroEngine<double>::plan_offload_staging_bytes(layout, sched, o, S, 0)
                           : ZeroEngine<float>::plan_offload_staging_bytes(layout, sched, o, S, 0);
-    if (p.file_bytes > best.file_bytes) best = p;
+    p.host_bytes = dbl ? ZeroEngine<double>::plan_offload_host_bytes(layout, sched, o, S, 0)
+                       : ZeroEngine<float>::plan_offload_host_bytes(layout, sched, o, S, 0);
+    if (p.file_bytes > best.file_bytes || p.host_bytes > best.host_bytes) best = p;
   }
   return best;
 }

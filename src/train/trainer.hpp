@@ -206,6 +206,7 @@ MemoryBytes predict_memory(const Config& cfg);
 /// staging buffers (already in predict_memory's optimizer category). Zeros without offload. Local, pure.
 struct OffloadPlan {
   std::int64_t file_bytes = 0, staging_bytes = 0;
+  std::int64_t host_bytes = 0;  ///< offload_optimizer = host: the host block and its gradient staging
 };
 OffloadPlan predict_offload(const Config& cfg);
 

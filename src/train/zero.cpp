@@ -4,6 +4,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/instantiate.hpp"
 #include "core/timer.hpp"
+#include "parallel/device_memory.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -24,6 +25,7 @@ ZeroOptions ZeroOptions::from(const Config& cfg) {
   o.param_format = cfg.train.param_dtype == Precision::fp16 ? HalfFormat::fp16 : HalfFormat::bf16;
   o.reduce_format = cfg.train.reduce_dtype == Precision::fp16 ? HalfFormat::fp16 : HalfFormat::bf16;
   o.offload_nvme = cfg.parallel.offload_optimizer == OffloadKind::nvme;
+  o.offload_host = cfg.parallel.offload_optimizer == OffloadKind::host;
   o.offload_params = o.offload_nvme && o.stage == 3 && cfg.parallel.offload_params == OffloadKind::nvme;
   // Test hook: smaller chunks, so that tiny models have several per unit.
   if (const char* c = std::getenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); c != nullptr && std::atoll(c) > 0)
@@ -40,10 +42,16 @@ namespace {
 /// True when the live state (MemSpace) can be read by the host in place (CPU builds).
 constexpr bool kStateOnHost = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 
-/// True when the fp32 master weights are a copy of their own (bf16 working params, or stages 1-2
-/// whose working params are replicated), false when the working params are the master.
+/// True when the fp32 master weights are a copy of their own (bf16 working params, stages 1-2
+/// whose working params are replicated, the working params on disk, or the master on the host
+/// while the working params stay on the device), false when the working params are the master.
 bool separate_master(const ZeroOptions& opt) {
-  return opt.half_params || opt.stage == 1 || opt.stage == 2 || opt.offload_params;
+  return opt.half_params || opt.stage == 1 || opt.stage == 2 || opt.offload_params || opt.offload_host;
+}
+/// Host memory as an unmanaged host view (copies to and from device views).
+template <class T>
+Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host_view(T* p, std::int64_t n) {
+  return Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(p, static_cast<size_t>(n));
 }
 /// offload_params: the parameter records' elements (one record per unit, s_u each) and bytes.
 std::int64_t param_elem_bytes(const ZeroOptions& opt, std::int64_t t) { return opt.half_params ? 2 : t; }
@@ -152,7 +160,11 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
     add(MemCategory::params, 3 * max_param_record(g.s_u, opt, t), 1);
     if (!kStateOnHost && opt.half_params) add(MemCategory::params, g.max_piece, h);  // the 16-bit conversion's target
   }
-  if (!opt.offload_nvme) {
+  if (opt.offload_host) {
+    // The host block and the gradient chunk's host staging; on a GPU one chunk of device staging.
+    add(MemCategory::optimizer, plan_offload_host_bytes(layout, sched, opt, shard_size, shard_rank), 1);
+    if (!kStateOnHost) add(MemCategory::optimizer, offload_kinds(opt) * max_chunk(offload_chunks(g.s_u, g.l_u, opt, t)), t);
+  } else if (!opt.offload_nvme) {
     if (separate_master(opt)) add(MemCategory::optimizer, g.local_size, t);  // own master
     add(MemCategory::optimizer, 2 * g.local_size, t);                       // moments
   } else {
@@ -220,6 +232,25 @@ std::int64_t ZeroEngine<T>::plan_offload_staging_bytes(const ParamLayout& layout
 }
 
 template <class T>
+std::int64_t ZeroEngine<T>::plan_offload_host_bytes(const ParamLayout& layout, const GptSchedule& sched,
+                                                    const ZeroOptions& opt, int shard_size, int shard_rank) {
+  if (!opt.offload_host) return 0;
+  const Geometry g(layout, sched, opt, shard_size, shard_rank);
+  const auto t = static_cast<std::int64_t>(sizeof(T));
+  const std::vector<OffloadChunk> chunks = offload_chunks(g.s_u, g.l_u, opt, t);
+  std::int64_t elems = 0;
+  for (const auto& c : chunks) elems += offload_kinds(opt) * c.count;
+  std::int64_t b = OffloadFile::aligned(elems * t);                      // AlignedHostBuffer's rounding
+  if (!kStateOnHost) b += OffloadFile::aligned(max_chunk(chunks) * t);  // the gradient chunk's host staging
+  return b;
+}
+
+template <class T>
+ZeroEngine<T>::HostPin::~HostPin() {
+  unpin_host_memory(p);
+}
+
+template <class T>
 ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, const TrainConfig& train,
                           const ZeroOptions& opt, Communicator& shard_comm, const ZeroComms& comms)
     : layout_(layout), sched_(sched), opt_(opt), shard_(shard_comm), comms_(comms), S_(shard_comm.size()),
@@ -237,6 +268,7 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
   const std::int64_t p_elems = opt.stage == 3 ? local_size_ : N;
   if (opt.offload_params && !(opt.offload_nvme && opt.stage == 3))
     throw ConfigError("offload_params needs ZeRO stage 3 and offload_nvme");
+  if (opt.offload_host && opt.offload_nvme) throw ConfigError("offload_host and offload_nvme exclude each other");
   if (opt.offload_params) {
     // The shard lives in the offload file's parameter records (below).
   } else if (opt.half_params) {
@@ -244,8 +276,8 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
   } else {
     params_T_ = TrackedBuffer<T>("trident::zero::params", p_elems, MemCategory::params);
   }
-  if (separate_master(opt) && opt.offload_nvme) {
-    master_ = nullptr;  // in the offload file
+  if (separate_master(opt) && (opt.offload_nvme || opt.offload_host)) {
+    master_ = nullptr;  // in the offload file or host block
   } else if (separate_master(opt)) {
     master_own_ = TrackedBuffer<T>("trident::zero::master", local_size_, MemCategory::optimizer);
     fill<T>(master_own_.all(), T(0));
@@ -254,7 +286,25 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
     master_ = params_T_.data();  // stage 0 / 3 in the compute type: the working params are the master
   }
   if (!opt.half_params && !opt.offload_params) fill<T>(params_T_.all(), T(0));
-  adam_ = std::make_unique<AdamW<T>>(layout, owned_, local_size_, train, !opt.offload_nvme);
+  adam_ = std::make_unique<AdamW<T>>(layout, owned_, local_size_, train, !opt.offload_nvme && !opt.offload_host);
+  if (opt.offload_host) {
+    host_off_ = true;
+    off_kinds_ = offload_kinds(opt);
+    chunks_ = offload_chunks(s_u_, l_u_, opt, sizeof(T));
+    std::int64_t total = 0;
+    for (const auto& c : chunks_) {
+      hrec_.push_back(total);
+      total += off_kinds_ * c.count;
+    }
+    const std::int64_t t = sizeof(T), mc = max_chunk(chunks_);
+    hstate_ = AlignedHostBuffer(total * t, MemCategory::optimizer);  // zeroed
+    if (pin_host_memory(hstate_.data(), static_cast<size_t>(total * t))) hpin_.p = hstate_.data();
+    if (!kStateOnHost) {
+      hgrad_ = AlignedHostBuffer(mc * t, MemCategory::optimizer);
+      if (pin_host_memory(hgrad_.data(), static_cast<size_t>(mc * t))) hgrad_pin_.p = hgrad_.data();
+      odev_[0] = TrackedBuffer<T>("trident::zero::offload_stage", off_kinds_ * mc, MemCategory::optimizer);
+    }
+  }
   if (opt.offload_nvme) {
     off_kinds_ = offload_kinds(opt);
     chunks_ = offload_chunks(s_u_, l_u_, opt, sizeof(T));
@@ -343,7 +393,7 @@ void ZeroEngine<T>::initialize(std::uint64_t seed) {
     fill<T>(View1<T>(master_, static_cast<size_t>(local_size_)), T(0));
     for (const Piece& p : owned_) init_piece(p, master_ + p.local_offset);
   }
-  if (off_) {
+  if (offloaded()) {
     // Zero moments, and the master weights where they are offloaded, written unit by unit.
     stream(false, true, false, [&](const OffloadChunk& c, T* mu, T*, T*, bool ok) {
       if (ok && off_kinds_ == 3) init_piece(owned_[static_cast<size_t>(c.unit)], mu, c.begin, c.count);
@@ -381,6 +431,7 @@ void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count
   if (opt_.stage == 0 || opt_.stage == 3) {
     // Stage 0: l_u = the unit's offset and s_u = its size; stage 3: the shard's piece.
     if (opt_.half_params) convert_to_half<T>(opt_.param_format, params_h_.slice(l_u_[u] + begin, count), View1<const T>(mu, n));
+    else if (separate_master(opt_)) Kokkos::deep_copy(params_T_.slice(l_u_[u] + begin, count), View1<const T>(mu, n));
     return;
   }
   // Stages 1-2: this rank's part of the unit's all-gather buffer, sent when the unit is complete.
@@ -421,7 +472,7 @@ void ZeroEngine<T>::refresh_unit(int u, const T* mu) {
 template <class T>
 void ZeroEngine<T>::refresh_params() {
   const auto& units = layout_.units();
-  if (off_ && off_kinds_ == 3) {
+  if (offloaded() && off_kinds_ == 3) {
     stream(true, false, false, [&](const OffloadChunk& c, T* mu, T*, T*, bool) {
       refresh_chunk(c.unit, c.begin, c.count, mu);
       if (c.last) finish_refresh_unit(c.unit);
@@ -694,6 +745,11 @@ void ZeroEngine<T>::poison_gradient() {
 template <class T>
 void ZeroEngine<T>::step(double lr, double grad_scale) {
   const T* g = opt_.stage == 0 ? grads_full_.data() : grads_shard_.data();
+  if (host_off_) {
+    step_host(g, lr, grad_scale);
+    invalidate_slots();
+    return;
+  }
   if (!off_) {
     adam_->step(master_, g, lr, grad_scale);
     refresh_params();
@@ -713,10 +769,68 @@ void ZeroEngine<T>::step(double lr, double grad_scale) {
 // ---- offload -----------------------------------------------------------------------------
 
 template <class T>
+void ZeroEngine<T>::step_host(const T* g, double lr, double grad_scale) {
+  // ZeRO-Offload (Ren et al. 2021, sec. 4): per chunk, the gradient down, AdamW on the host where
+  // the state is, the fp32 master chunk up to refresh the working params (and at stages 1-2 the
+  // unit's all-gather after its last chunk, on every rank).
+  adam_->begin_step();
+  const auto t = static_cast<std::int64_t>(sizeof(T));
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const OffloadChunk& c = chunks_[i];
+    T* mu = static_cast<T*>(hstate_.data()) + hrec_[i];
+    const T* gh = g + c.local;
+    const T* mdev = mu;
+    if (!kStateOnHost) {
+      Timer w;
+      Kokkos::deep_copy(host_view(static_cast<T*>(hgrad_.data()), c.count), View1<const T>(g + c.local, static_cast<size_t>(c.count)));
+      off_wait_s_ += w.seconds();
+      host_written_ += c.count * t;
+      gh = static_cast<const T*>(hgrad_.data());
+    }
+    adam_->update_host(c.local, c.local + c.count, c.local, mu, gh, mu + c.count, mu + 2 * c.count, lr, grad_scale);
+    if (!kStateOnHost) {
+      Timer w;
+      Kokkos::deep_copy(odev_[0].slice(0, c.count), host_view(static_cast<const T*>(mu), c.count));
+      off_wait_s_ += w.seconds();
+      host_read_ += c.count * t;
+      mdev = odev_[0].data();
+    }
+    refresh_chunk(c.unit, c.begin, c.count, mdev);
+    if (c.last) finish_refresh_unit(c.unit);
+  }
+  Kokkos::fence();
+}
+
+template <class T>
 void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
                            const std::function<void(const OffloadChunk&, T*, T*, T*, bool)>& f) {
   const int R = static_cast<int>(chunks_.size());
   const auto t = static_cast<std::int64_t>(sizeof(T));
+  if (host_off_) {
+    // The host block: the records in place; on a GPU (unless on_host) each copied to the device
+    // staging for f and back when written.
+    const bool copy = !kStateOnHost && !on_host;
+    for (int i = 0; i < R; ++i) {
+      const OffloadChunk& c = chunks_[static_cast<size_t>(i)];
+      const std::int64_t n = off_kinds_ * c.count;
+      T* rec = static_cast<T*>(hstate_.data()) + hrec_[static_cast<size_t>(i)];
+      if (!read) std::memset(rec, 0, static_cast<size_t>(n * t));
+      T* base = rec;
+      if (copy) {
+        Kokkos::deep_copy(odev_[0].slice(0, n), host_view(rec, n));
+        if (read) host_read_ += n * t;
+        base = odev_[0].data();
+      }
+      T* m = base + (off_kinds_ == 3 ? c.count : 0);
+      f(c, off_kinds_ == 3 ? base : (on_host || master_ == nullptr ? nullptr : master_ + c.local), m, m + c.count, true);
+      if (copy && write) {
+        Kokkos::deep_copy(host_view(rec, n), odev_[0].slice(0, n));
+        host_written_ += n * t;
+      }
+    }
+    Kokkos::fence();
+    return;
+  }
   std::array<OffloadFile::Ticket, 2> rt{0, 0}, wt{0, 0};
   auto wait = [&](OffloadFile::Ticket tk) {
     wait_kept(tk);
@@ -830,6 +944,12 @@ void ZeroEngine<T>::read_state(int k, std::int64_t local_offset, std::int64_t co
     const OffloadChunk& c = *(it - 1);
     const std::int64_t n = std::min(local_offset + count, c.local + c.count) - pos;
     if (n <= 0) throw Error("ZeroEngine::read_state: offset beyond the local arrays");
+    if (host_off_) {
+      const T* rec = static_cast<const T*>(hstate_.data()) + hrec_[static_cast<size_t>(it - 1 - chunks_.begin())];
+      std::memcpy(dst + (pos - local_offset), rec + slot * c.count + (pos - c.local), static_cast<size_t>(n * t));
+      pos += n;
+      continue;
+    }
     off_->read_bytes(off_->record_offset(static_cast<int>(it - 1 - chunks_.begin())) + (slot * c.count + (pos - c.local)) * t,
                      n * t, dst + (pos - local_offset));
     pos += n;
@@ -844,6 +964,12 @@ void ZeroEngine<T>::check_offload() const {
 template <class T>
 OffloadCounters ZeroEngine<T>::offload_counters() const {
   OffloadCounters c;
+  if (host_off_) {
+    c.bytes_read = host_read_;
+    c.bytes_written = host_written_;
+    c.wait_seconds = off_wait_s_;
+    return c;
+  }
   if (!off_) return c;
   const OffloadStats s = off_->stats();
   c.bytes_read = s.bytes_read;

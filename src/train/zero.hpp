@@ -46,6 +46,17 @@
 // the whole shard, whatever a unit's size. The arithmetic is the resident step's,
 // unit by unit, so results are bitwise equal. An I/O failure is kept, the step's collectives still
 // run on every rank, and check_offload() raises it (callers agree on it over world).
+//
+// Host offload (offload_optimizer = host, a GPU build; ZeRO-Offload, Ren et al. 2021, sec. 4): the
+// same state, in the same chunk records, lives in one block of host memory (page-locked where the
+// driver allows) instead of a file, and step() runs the AdamW update on the host where the state
+// is: per chunk, the gradient chunk is copied device -> host, updated on the host (bitwise the
+// device kernel: kernels/adamw.hpp), and the updated fp32 master chunk copied host -> device to
+// refresh the working params. Device memory holds one chunk of state staging instead of the shard's
+// 8 or 12 bytes per parameter; the bus carries 4 + 4 bytes per parameter per step (the gradient
+// down, the master up). Initialisation, refresh and snapshots use the chunk records as the nvme
+// mode does. In a host build the mode is refused by the deck (the state is in host memory
+// already) but the engine runs it, with no copies, for its tests.
 #pragma once
 
 #include "core/config.hpp"
@@ -76,6 +87,9 @@ struct ZeroOptions {
   HalfFormat param_format = HalfFormat::bf16;
   HalfFormat reduce_format = HalfFormat::bf16;
   bool offload_nvme = false;  ///< master weights (when a separate copy) and moments in offload_file
+  /// Master weights (when a separate copy) and moments in host memory, the AdamW step on the host
+  /// (offload_optimizer = host). Excludes offload_nvme.
+  bool offload_host = false;
   /// Stage 3 with offload_nvme: the working parameter shard also lives in offload_file, one record
   /// per unit, read just before the unit's all-gather and written when the step refreshes it; the
   /// fp32 master weights are then always a copy of their own (in the chunk records).
@@ -145,7 +159,7 @@ class ZeroEngine final : public UnitProvider<T> {
   /// each aligned as OffloadFile stores it): `chunks`, the optimizer chunk records together (a
   /// step reads and writes each once); `param_records`, per unit, its parameter record
   /// (offload_params: written once per step, read at each gather of the unit; empty otherwise).
-  /// Both zero without offload. Local, pure.
+  /// Both zero without offload to nvme. Local, pure.
   static OffloadRecordBytes plan_offload_records(const ParamLayout& layout, const GptSchedule& sched,
                                                  const ZeroOptions& opt, int shard_size, int shard_rank);
   /// Host bytes of the offload staging: two buffers of the largest record (counted as optimizer in
@@ -154,6 +168,11 @@ class ZeroEngine final : public UnitProvider<T> {
   /// Local, pure.
   static std::int64_t plan_offload_staging_bytes(const ParamLayout& layout, const GptSchedule& sched,
                                                  const ZeroOptions& opt, int shard_size, int shard_rank);
+  /// offload_host: host bytes of the state block (the chunk records, as plan_offload_bytes would
+  /// size them in a file) plus, in a GPU build, the host staging of one gradient chunk; counted as
+  /// optimizer in plan(). 0 otherwise. Local, pure.
+  static std::int64_t plan_offload_host_bytes(const ParamLayout& layout, const GptSchedule& sched,
+                                              const ZeroOptions& opt, int shard_size, int shard_rank);
 
   /// GPT-2 initialisation of the owned pieces (layout independent), then working params from
   /// them. Collective over shard_comm (stages 1-2 all-gather).
@@ -191,11 +210,12 @@ class ZeroEngine final : public UnitProvider<T> {
   const std::vector<Piece>& owned() const { return owned_; }
 
   // ---- offload ----
-  bool offloaded() const { return off_ != nullptr; }
-  /// True when state kind k (0 master, 1 exp_avg, 2 exp_avg_sq) lives in the offload file.
-  bool kind_offloaded(int k) const { return off_ != nullptr && (k > 0 || off_kinds_ == 3); }
+  /// True when the optimizer state lives in the offload file or host block (offload_nvme, offload_host).
+  bool offloaded() const { return off_ != nullptr || host_off_; }
+  /// True when state kind k (0 master, 1 exp_avg, 2 exp_avg_sq) lives in the offload file or host block.
+  bool kind_offloaded(int k) const { return offloaded() && (k > 0 || off_kinds_ == 3); }
   /// Copies local elements [local_offset, +count) of state kind k to host memory `dst`, from the
-  /// live arrays or the offload file (between steps). Local. Throws IoError naming the file.
+  /// live arrays, the host block or the offload file (between steps). Local. Throws IoError naming the file.
   void read_state(int k, std::int64_t local_offset, std::int64_t count, T* dst) const;
   /// Rewrites every unit's offloaded state chunk by chunk: fill(u, begin, count, master, exp_avg,
   /// exp_avg_sq) gets zeroed host buffers for elements [begin, begin + count) of unit u's local
@@ -259,6 +279,8 @@ class ZeroEngine final : public UnitProvider<T> {
   // offload_params: reads unit u's parameter record into pread_ and waits; a failure is kept in
   // off_error_ (the caller's collectives still run).
   void param_record_read(int u);
+  // offload_host: the step, chunk by chunk, with the AdamW update on the host.
+  void step_host(const T* g, double lr, double grad_scale);
   // Waits for a queued offload request, keeping a failure in off_error_.
   void wait_kept(OffloadFile::Ticket t);
   // offload_params read-ahead: queue the record of the next unit of the pass after `u` into pread_
@@ -314,6 +336,20 @@ class ZeroEngine final : public UnitProvider<T> {
   TrackedBuffer<std::uint16_t> pdev_h_;  // ... its 16-bit conversion on the device (GPU builds)
   mutable std::string off_error_;
   double off_wait_s_ = 0.0;
+  // offload_host: the chunk records in one host block, record i at element hrec_[i]; page-locked
+  // (hpin_ unpins before the block is freed); the host staging of one gradient chunk (GPU builds).
+  struct HostPin {
+    void* p = nullptr;
+    HostPin() = default;
+    HostPin(const HostPin&) = delete;
+    HostPin& operator=(const HostPin&) = delete;
+    ~HostPin();
+  };
+  bool host_off_ = false;
+  AlignedHostBuffer hstate_, hgrad_;
+  HostPin hpin_, hgrad_pin_;
+  std::vector<std::int64_t> hrec_;
+  std::int64_t host_read_ = 0, host_written_ = 0;  // bytes host -> device and device -> host (GPU builds)
 };
 
 }  // namespace trident

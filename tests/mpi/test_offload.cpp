@@ -7,10 +7,7 @@
 // records), also with chunks smaller than units; and an I/O failure on one rank only (its file
 // truncated by the test hook) stops every rank with the same collective IoError naming that file.
 #include "core/error.hpp"
-#include "data/token_dataset.hpp"
-#include "parallel/process_grid.hpp"
-#include "train/trainer.hpp"
-#include "trainer_fixture.hpp"
+#include "offload_fixture.hpp"
 
 #include <gtest/gtest.h>
 
@@ -21,81 +18,9 @@
 namespace trident {
 namespace {
 
-// Odd unit sizes (n_embd = 15, vocab 997): padding in every piece at every dp.
-const std::vector<std::string> kUneven = {"--model.n_embd=15", "--model.n_head=3", "--model.vocab_size=997"};
-
-std::string offload_dir() {
-  const std::string d = test::scratch_dir() + "/offload";
-  if (test::runtime().world().rank() == 0) std::filesystem::create_directories(d);
-  test::runtime().world().barrier();
-  return d;
-}
-
-Config config(std::vector<std::string> extra, bool offload) {
-  std::vector<std::string> ov = kUneven;
-  ov.insert(ov.end(), extra.begin(), extra.end());
-  if (offload) {
-    ov.push_back("--parallel.offload_optimizer=nvme");
-    ov.push_back("--parallel.offload_path=" + offload_dir());
-  }
-  Config c = test::tiny_config(test::runtime().world_size(), ov);
-  c.model.vocab_size = 997;
-  return c;
-}
-
-struct RunResult {
-  std::vector<double> loss, norm;
-  std::vector<float> master, m, v;
-};
-
-RunResult train(const Config& cfg, int steps) {
-  Runtime& rt = test::runtime();
-  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
-  TokenDataset data(cfg.data.path, 64.0);
-  Trainer<float> t(cfg, grid, data);
-  RunResult r;
-  for (int s = 0; s < steps; ++s) {
-    const StepResult x = t.train_step();
-    r.loss.push_back(x.loss);
-    r.norm.push_back(x.grad_norm);
-  }
-  r.master = t.master_copy();
-  r.m = t.exp_avg_copy();
-  r.v = t.exp_avg_sq_copy();
-  return r;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using namespace offload_test;
 
 class OffloadEquality : public ::testing::TestWithParam<std::vector<std::string>> {};
-
-// Small chunks (TRIDENT_OFFLOAD_CHUNK_BYTES): several records per unit, cut at odd places.
-struct ChunkBytes {
-  explicit ChunkBytes(const char* bytes) {
-    if (bytes != nullptr) ::setenv("TRIDENT_OFFLOAD_CHUNK_BYTES", bytes, 1);
-  }
-  ~ChunkBytes() { ::unsetenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); }
-};
-
-// The run with `offloaded` (offload_optimizer = nvme added), with the default and with
-// 1000-byte chunks, against the resident run `ref`: every step's loss and norm, the final master
-// weights and both moments bitwise equal.
-void expect_equal_with_offload(const RunResult& ref, const std::vector<std::string>& offloaded) {
-  for (const char* chunk : {static_cast<const char*>(nullptr), "1000"}) {
-    ChunkBytes scoped(chunk);
-    const RunResult off = train(config(offloaded, true), 4);
-    const std::string what = chunk == nullptr ? "default chunks" : "1000-byte chunks";
-    for (size_t s = 0; s < ref.loss.size(); ++s) {
-      EXPECT_EQ(off.loss[s], ref.loss[s]) << what << ", step " << s + 1;
-      EXPECT_EQ(off.norm[s], ref.norm[s]) << what << ", step " << s + 1;
-    }
-    EXPECT_TRUE(same_bits(off.master, ref.master)) << what << ": master weights";
-    EXPECT_TRUE(same_bits(off.m, ref.m)) << what << ": exp_avg";
-    EXPECT_TRUE(same_bits(off.v, ref.v)) << what << ": exp_avg_sq";
-  }
-}
 
 TEST_P(OffloadEquality, BitwiseEqualToResident) {
   const RunResult ref = train(config(GetParam(), false), 4);

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -871,6 +872,42 @@ TEST(Kernels, AdamWMatchesReferenceFormula) {
     EXPECT_NEAR(p_h(i), rp[i], 1e-12);
     EXPECT_NEAR(m_h(i), rm[i], 1e-15);
     EXPECT_NEAR(v_h(i), rv[i], 1e-15);
+  }
+}
+
+// offload_optimizer = host runs the update on the host (adamw_update_host) where a resident run
+// runs it on Kokkos' default space (the device in a CUDA build): the same bits, over values that
+// exercise every term (moments near zero, the eps-dominated denominator, large gradients), both
+// for weight-decayed ranges and not. On a host build both are the host, so this pins the shared
+// element function; on a CUDA build (tools/device_check.sh) it is the host-vs-GPU check.
+TEST(Kernels, AdamWHostIsBitwiseTheDeviceKernel) {
+  const int n = 4099;
+  for (const double wd : {0.1, 0.0}) {
+    std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
+    std::mt19937 gen(17);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (int i = 0; i < n; ++i) {
+      p[i] = d(gen);
+      g[i] = d(gen) * (i % 7 == 0 ? 1e-6f : i % 11 == 0 ? 1e3f : 1.0f);
+    }
+    Buffer<float> pd = device_array(p), gd = device_array(g), md = device_array(m), vd = device_array(v);
+    AdamWStep s;
+    s.lr = 3e-3;
+    s.beta1 = 0.9;
+    s.beta2 = 0.95;
+    s.weight_decay = wd;
+    s.grad_scale = 0.37;
+    for (int step = 1; step <= 3; ++step) {
+      s.step = step;
+      adamw_update<float>(v1(pd), View1<const float>(gd.data(), n), v1(md), v1(vd), s);
+      adamw_update_host<float>(HostView1<float>(p.data(), n), HostView1<const float>(g.data(), n),
+                               HostView1<float>(m.data(), n), HostView1<float>(v.data(), n), s);
+    }
+    const std::vector<float> pg = to_host_vector(v1(pd)), mg = to_host_vector(v1(md)), vg = to_host_vector(v1(vd));
+    EXPECT_EQ(std::memcmp(pg.data(), p.data(), n * sizeof(float)), 0) << "param, weight_decay " << wd;
+    EXPECT_EQ(std::memcmp(mg.data(), m.data(), n * sizeof(float)), 0) << "exp_avg, weight_decay " << wd;
+    EXPECT_EQ(std::memcmp(vg.data(), v.data(), n * sizeof(float)), 0) << "exp_avg_sq, weight_decay " << wd;
+    EXPECT_NE(pg[0], 0.0f);
   }
 }
 

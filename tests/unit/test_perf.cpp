@@ -273,6 +273,20 @@ TEST(StepModel, OffloadHandComputed) {
   c.parallel.offload_path = "/scratch";
   validate(c, 1);
   EXPECT_THROW(predict_step(c, bare), ConfigError);  // a deck that offloads needs [storage]
+  {
+    // Host offload (GPU builds) has no terms in the model yet: refused by name, not predicted as free.
+    Config h = small_deck(1, 1, 1, 4, 4);
+    validate(h, 1, BuildTarget::cuda);
+    h.parallel.offload_optimizer = OffloadKind::host;
+    validate(h, 1, BuildTarget::cuda);  // a GPU build accepts the deck
+    try {
+      predict_step(h, mach);
+      ADD_FAILURE() << "a deck with offload_optimizer = host was predicted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("offload_optimizer = host is not in the performance model"), std::string::npos)
+          << e.what();
+    }
+  }
   double chunks = 0;
   const ParamLayout layout = ParamLayout::make(c.model, 1);
   for (const auto& u : layout.units()) chunks += aligned(8.0 * u.numel);
