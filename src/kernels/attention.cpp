@@ -312,7 +312,10 @@ void attention_forward_fused(View2<T> out, View1<T> lse, View2<const T> qkv, int
   pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
   if (b16) {
     const auto n = static_cast<size_t>(heads * Tn * HS);
-    for (const View1<T>& x : {ws.q, ws.k, ws.v}) round_through_bf16<T>(View1<T>(x.data(), n));
+    // A named array, not a braced list: nvcc 13's front end miscompiles a range-for over a braced
+    // list of a dependent type inside a template.
+    const View1<T> rounded[] = {ws.q, ws.k, ws.v};
+    for (const View1<T>& x : rounded) round_through_bf16<T>(View1<T>(x.data(), n));
   }
   const View1<T> f = ws.fused, yv = ws.y;
   const View1<const T> qv = ws.q, kv = ws.k, vv = ws.v;
@@ -365,7 +368,8 @@ void attention_backward_fused(View2<T> dqkv, View2<const T> dout, View2<const T>
   pack_heads<T>(ws.y, dout, 0, B, Tn, HS, NH);  // y holds dY
   if (b16) {
     const auto n = static_cast<size_t>(heads * Tn * HS);
-    for (const View1<T>& x : {ws.q, ws.k, ws.v, ws.y}) round_through_bf16<T>(View1<T>(x.data(), n));
+    const View1<T> rounded[] = {ws.q, ws.k, ws.v, ws.y};  // a named array: see attention_forward_fused
+    for (const View1<T>& x : rounded) round_through_bf16<T>(View1<T>(x.data(), n));
   }
   const View1<T> f = ws.fused, dqv = ws.dq, dkv = ws.dk, dvv = ws.dv;
   const View1<const T> qv = ws.q, kv = ws.k, vv = ws.v, dyv = ws.y;
