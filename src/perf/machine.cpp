@@ -65,6 +65,12 @@ std::vector<KeyDef> key_defs() {
                [](MachineSpec& m, double v) { m.storage_read_bw = v * 1e9; }});
   k.push_back({"storage", "write_gbs", "offload device write bandwidth per rank, GB/s (likewise)", false,
                [](MachineSpec& m, double v) { m.storage_write_bw = v * 1e9; }});
+  k.push_back({"host", "link_gbs",
+               "host <-> device copy bandwidth per rank, one direction, page-locked, GB/s (needed by decks with "
+               "offload_optimizer = host)",
+               false, [](MachineSpec& m, double v) { m.host_link_bw = v * 1e9; }});
+  k.push_back({"host", "optimizer_gparams", "AdamW rate on the host CPU per rank, 1e9 parameters/s (likewise)", false,
+               [](MachineSpec& m, double v) { m.host_optimizer_params_per_s = v * 1e9; }});
   for (const char* link : {"intra", "inter"}) {
     const bool intra = std::string(link) == "intra";
     auto L = [intra](MachineSpec& m) -> LinkSpec& { return intra ? m.intra : m.inter; };
@@ -143,7 +149,7 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
     require_config(v >= 0, where + ": " + dotted + " = " + value + " must not be negative");
     const bool rate = key.find("busbw") != std::string::npos || key == "memory_gbs" || key.rfind("peak_", 0) == 0 ||
                       key == "attention_tflops" || key == "gelu_gelems" || key == "optimizer_gparams" ||
-                      section == "storage";
+                      section == "storage" || section == "host";
     require_config(!(rate && v == 0 && key != "peak_tflops_bf16"), where + ": " + dotted + " must be > 0");
     if (key == "devices_per_node")
       require_config(v >= 1 && v == std::floor(v), where + ": " + dotted + " must be a whole number >= 1");

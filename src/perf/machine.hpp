@@ -61,6 +61,11 @@ struct MachineSpec {
   /// [storage] read_gbs / write_gbs: the offload device's bandwidth as one rank sees it (its share
   /// when the ranks of a node share a disk), bytes/s; 0: not given (decks with offload cannot be modelled).
   double storage_read_bw = 0, storage_write_bw = 0;
+  /// [host] link_gbs: host <-> device copy bandwidth per rank, one direction, bytes/s (page-locked
+  /// memory; the rank's share of its PCIe or C2C link); [host] optimizer_gparams: the AdamW rate on
+  /// the host CPU per rank, parameters/s. 0: not given (decks with offload_optimizer = host cannot
+  /// be modelled).
+  double host_link_bw = 0, host_optimizer_params_per_s = 0;
   LinkSpec intra, inter;
 
   /// GEMM rate (FLOP/s) for compute type `t` (f32, bf16 or f64), times gemm_efficiency. Local.

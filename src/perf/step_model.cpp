@@ -280,10 +280,20 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   p.optimizer_s = adamw_s + (par.zero_stage < 2 ? n_total : local_owned) * db / mach.memory_bw;
 
   // ---- offload (docs/offload.md): the engine's own records, at the machine's disk rates ---------
-  require_config(par.offload_optimizer != OffloadKind::host,
-                 "[parallel] offload_optimizer = host is not in the performance model yet (its terms would be the "
-                 "PCIe transfers of 8 bytes per owned parameter and the AdamW step at the host's rate); plan the deck "
-                 "with offload_optimizer = none for the rest of the step");
+  if (par.offload_optimizer == OffloadKind::host) {
+    // ZeroEngine::step_host, chunk after chunk without overlap: the gradient shard down, AdamW on
+    // the host instead of the device, the master shard up (ZeRO-Offload, Ren et al. 2021, sec. 4).
+    require_config(mach.host_link_bw > 0 && mach.host_optimizer_params_per_s > 0,
+                   "machine file " + mach.name + " has no [host] link_gbs and optimizer_gparams, which a deck with "
+                   "[parallel] offload_optimizer = host needs (the host <-> device copy rate per rank and the host's "
+                   "AdamW rate)");
+    const double bytes = local_owned * db;
+    p.offload_read_bytes = bytes;   // host -> device: the updated master
+    p.offload_write_bytes = bytes;  // device -> host: the gradient
+    p.offload_io_s = 2.0 * bytes / mach.host_link_bw;
+    p.offload_exposed_s = p.offload_io_s;
+    p.optimizer_s += local_owned / mach.host_optimizer_params_per_s - adamw_s;
+  }
   if (par.offload_optimizer == OffloadKind::nvme) {
     require_config(mach.storage_read_bw > 0 && mach.storage_write_bw > 0,
                    "machine file " + mach.name + " has no [storage] read_gbs and write_gbs, which a deck with "

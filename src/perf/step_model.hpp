@@ -46,6 +46,10 @@
 //    (ZeRO-Infinity, Rajbhandari et al. 2021, sec. 5-6). A deck that offloads needs them. The disk
 //    is a resource of its own (the offload I/O thread), so its hidden time is capped by the compute
 //    separately from the dp collectives' (which share the network link and one cap).
+//  - Host offload (offload_optimizer = host, GPU builds): ZeroEngine::step_host moves the gradient
+//    shard down and the fp32 master shard up (4 + 4 bytes per owned element, the compute type's
+//    size) at the machine's [host] link_gbs, chunk after chunk with nothing hidden, and runs AdamW
+//    at [host] optimizer_gparams instead of the device's rate (ZeRO-Offload, Ren et al. 2021, sec. 4).
 //  - Each collective: perf/collective_model.hpp, on the intra-node link when every rank of its group
 //    sits on one node (ranks placed node by node; tp fastest, then dp, then pp:
 //    parallel/process_grid.hpp), else inter-node.
@@ -79,7 +83,8 @@ struct StepPrediction {
   double other_s = 0;          ///< loss and norm all-reduces, loss broadcast
   /// Offload (offload_optimizer = nvme): the transfers of the offload file per step at the
   /// machine's [storage] rates, the part hidden (AdamW under the streamed chunks; with prefetch,
-  /// parameter reads under compute) and the rest, which is in total_s.
+  /// parameter reads under compute) and the rest, which is in total_s. offload_optimizer = host:
+  /// the copies host <-> device at [host] link_gbs, none hidden.
   double offload_io_s = 0, offload_hidden_s = 0, offload_exposed_s = 0;
   double offload_read_bytes = 0, offload_write_bytes = 0;  ///< per step, what metrics.csv's offload_read/write_mib count
   double total_s = 0;
@@ -132,7 +137,8 @@ double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute
 /// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on
 /// machine `mach`, with the pipeline run as `peer` says (default: as Trident runs it). Local, pure.
 /// Throws what predict_memory throws for a layout it cannot build, ConfigError when the deck has
-/// offload_optimizer = nvme and `mach` has no [storage] read_gbs / write_gbs, and ConfigError when `peer`
+/// offload_optimizer = nvme and `mach` has no [storage] read_gbs / write_gbs, or offload_optimizer = host
+/// and `mach` has no [host] link_gbs / optimizer_gparams, and ConfigError when `peer`
 /// does not apply to the layout (virtual_stages < 1, a stage's layers not divisible by it, or the
 /// micro-batches not a multiple of pp with virtual_stages > 1).
 StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const PeerSchedule& peer = {});

@@ -274,18 +274,27 @@ TEST(StepModel, OffloadHandComputed) {
   validate(c, 1);
   EXPECT_THROW(predict_step(c, bare), ConfigError);  // a deck that offloads needs [storage]
   {
-    // Host offload (GPU builds) has no terms in the model yet: refused by name, not predicted as free.
+    // Host offload (GPU builds): the gradient shard down and the master up at [host] link_gbs
+    // (2 GB/s here), nothing hidden, and AdamW at the host's rate (1e6/s) instead of the device's.
     Config h = small_deck(1, 1, 1, 4, 4);
-    validate(h, 1, BuildTarget::cuda);
     h.parallel.offload_optimizer = OffloadKind::host;
     validate(h, 1, BuildTarget::cuda);  // a GPU build accepts the deck
     try {
       predict_step(h, mach);
-      ADD_FAILURE() << "a deck with offload_optimizer = host was predicted";
+      ADD_FAILURE() << "a deck with offload_optimizer = host was predicted without [host] rates";
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("offload_optimizer = host is not in the performance model"), std::string::npos)
-          << e.what();
+      EXPECT_NE(std::string(e.what()).find("no [host] link_gbs and optimizer_gparams"), std::string::npos) << e.what();
     }
+    const MachineSpec hm =
+        parse_machine_text(std::string(kMachine) + "[host]\nlink_gbs = 2\noptimizer_gparams = 0.001\n", "test");
+    const StepPrediction q = predict_step(h, hm);
+    EXPECT_DOUBLE_EQ(q.offload_read_bytes, 4.0 * kPsi);
+    EXPECT_DOUBLE_EQ(q.offload_write_bytes, 4.0 * kPsi);
+    EXPECT_NEAR(q.offload_io_s, 8.0 * kPsi / 2e9, 1e-12);
+    EXPECT_DOUBLE_EQ(q.offload_hidden_s, 0.0);
+    EXPECT_NEAR(q.optimizer_s, none.optimizer_s - kPsi / 1e7 + kPsi / 1e6, 1e-12);
+    EXPECT_NEAR(q.total_s, none.total_s + 8.0 * kPsi / 2e9 - kPsi / 1e7 + kPsi / 1e6, 1e-12);
+    EXPECT_THROW(parse_machine_text(std::string(kMachine) + "[host]\nlink_gbs = 0\n", "test"), ConfigError);
   }
   double chunks = 0;
   const ParamLayout layout = ParamLayout::make(c.model, 1);
