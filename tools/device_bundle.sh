@@ -30,7 +30,7 @@ grep -q "Kokkos_ENABLE_CUDA:\|TRIDENT_CUDA:BOOL=ON\|CMAKE_CUDA_COMPILER:" "$buil
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
-bins=(trident unit_kernels unit_gpt_gradient mpi_collectives mpi_nccl_collectives)
+bins=(trident unit_kernels unit_gpt_gradient mpi_collectives mpi_nccl_collectives mpi_offload_host)
 for b in "${bins[@]}"; do
   if [ -x "$build/bin/$b" ]; then cp "$build/bin/$b" "$stage/bin/"; strip --strip-unneeded "$stage/bin/$b" 2>/dev/null || true
   else echo "device_bundle.sh: warning: $build/bin/$b is missing (not in the bundle)" >&2; fi

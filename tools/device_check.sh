@@ -13,7 +13,8 @@
 #   1. unpacks the bundle, checks the binaries find every library (CUDA, cuBLAS and NCCL from the
 #      machine: /usr/local/cuda, ldconfig, or the nvidia-* Python wheels);
 #   2. the kernel and model tests on CUDA against the host reference (unit_kernels,
-#      unit_gpt_gradient) and the NCCL collectives test at 1 rank, MPI collectives at 2 ranks;
+#      unit_gpt_gradient) and the NCCL collectives test at 1 rank, MPI collectives at 2 ranks, the
+#      host optimizer offload (mpi_offload_host: bitwise the resident run) at 1 rank;
 #   3. PyTorch on the same GPU in the same run: the measured bf16 GEMM peak, and GPT-2 124M
 #      (T = 1024) tokens/s eager and with torch.compile (tools/torch_gpu_peer.py);
 #   4. Trident trains input/gpt2_124m.ini (T = 1024) for N steps at 1 rank with NCCL and at
@@ -97,6 +98,8 @@ step "unit_kernels (CUDA)" 120 "$dev/bin/unit_kernels" || tests_ok=0
 step "unit_gpt_gradient (CUDA)" 120 "$dev/bin/unit_gpt_gradient" || tests_ok=0
 [ -x "$dev/bin/mpi_nccl_collectives" ] && { step "NCCL collectives, 1 rank" 120 mpiexec -n 1 "$dev/bin/mpi_nccl_collectives" || tests_ok=0; }
 [ -x "$dev/bin/mpi_collectives" ] && { step "MPI collectives, 2 ranks" 120 mpiexec -n 2 "$dev/bin/mpi_collectives" || tests_ok=0; }
+# offload_optimizer = host (ZeRO-Offload): AdamW on the host, copies to and from the device, bitwise the resident run
+[ -x "$dev/bin/mpi_offload_host" ] && { step "host optimizer offload, 1 rank" 120 mpiexec -n 1 "$dev/bin/mpi_offload_host" || tests_ok=0; }
 note "tests on the GPU: $([ $tests_ok = 1 ] && echo passed || echo FAILED, see device_check.log)"
 
 # ---- 3. PyTorch peer and the GEMM peak -----------------------------------------------------------
