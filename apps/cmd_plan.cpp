@@ -151,6 +151,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     }
   }
   if (rt.world_rank() != 0) return 0;
+  require_machine_rates(cfg, mach, "machine file " + machine);
 
   const PlanResult res = plan_layouts(cfg, mach, opt);
   if (!csv.empty()) {

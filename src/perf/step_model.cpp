@@ -125,7 +125,28 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
 
 }  // namespace
 
+void require_machine_rates(const Config& cfg, const MachineSpec& mach, const std::string& source) {
+  auto missing = [](std::initializer_list<std::pair<const char*, double>> keys) {
+    std::string out;
+    for (const auto& [k, v] : keys)
+      if (!(v > 0)) out += std::string(out.empty() ? "" : " and ") + k;
+    return out;
+  };
+  if (cfg.parallel.offload_optimizer == OffloadKind::nvme) {
+    const std::string m = missing({{"[storage] read_gbs", mach.storage_read_bw}, {"[storage] write_gbs", mach.storage_write_bw}});
+    require_config(m.empty(), source + " has no " + m + ", which a deck with [parallel] offload_optimizer = nvme needs "
+                              "(tools/machine_file.sh --offload-dir DIR measures them)");
+  }
+  if (cfg.parallel.offload_optimizer == OffloadKind::host) {
+    const std::string m = missing({{"[host] link_gbs", mach.host_link_bw},
+                                   {"[host] optimizer_gparams", mach.host_optimizer_params_per_s}});
+    require_config(m.empty(), source + " has no " + m + ", which a deck with [parallel] offload_optimizer = host needs "
+                              "(the host <-> device copy rate per rank and the host's AdamW rate; docs/offload.md)");
+  }
+}
+
 StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const PeerSchedule& peer) {
+  require_machine_rates(cfg, mach, "machine file " + mach.name);
   const ModelConfig& m = cfg.model;
   const ParallelConfig& par = cfg.parallel;
   const TrainConfig& tr = cfg.train;
@@ -283,21 +304,16 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   if (par.offload_optimizer == OffloadKind::host) {
     // ZeroEngine::step_host, chunk after chunk without overlap: the gradient shard down, AdamW on
     // the host instead of the device, the master shard up (ZeRO-Offload, Ren et al. 2021, sec. 4).
-    require_config(mach.host_link_bw > 0 && mach.host_optimizer_params_per_s > 0,
-                   "machine file " + mach.name + " has no [host] link_gbs and optimizer_gparams, which a deck with "
-                   "[parallel] offload_optimizer = host needs (the host <-> device copy rate per rank and the host's "
-                   "AdamW rate)");
     const double bytes = local_owned * db;
     p.offload_read_bytes = bytes;   // host -> device: the updated master
     p.offload_write_bytes = bytes;  // device -> host: the gradient
     p.offload_io_s = 2.0 * bytes / mach.host_link_bw;
     p.offload_exposed_s = p.offload_io_s;
-    p.optimizer_s += local_owned / mach.host_optimizer_params_per_s - adamw_s;
+    // The gradient norm stays on the device: of the eight passes over the shard that the device's
+    // norm + AdamW rate covers (the norm reads g; AdamW reads p, g, m, v and writes p, m, v), one.
+    p.optimizer_s += local_owned / mach.host_optimizer_params_per_s - adamw_s * 7.0 / 8.0;
   }
   if (par.offload_optimizer == OffloadKind::nvme) {
-    require_config(mach.storage_read_bw > 0 && mach.storage_write_bw > 0,
-                   "machine file " + mach.name + " has no [storage] read_gbs and write_gbs, which a deck with "
-                   "[parallel] offload_optimizer = nvme needs (tools/machine_file.sh --offload-dir DIR measures them)");
     const ZeroOptions zo = ZeroOptions::from(cfg);
     const auto rec = tr.dtype == Precision::f64 ? ZeroEngine<double>::plan_offload_records(layout, sched, zo, S, 0)
                                                 : ZeroEngine<float>::plan_offload_records(layout, sched, zo, S, 0);
@@ -329,6 +345,29 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   p.total_s = p.pipeline_s + p.dp_exposed_s + p.optimizer_s + p.other_s + p.offload_exposed_s;
 
   p.memory = predict_memory(cfg);
+  if (par.offload_optimizer == OffloadKind::host) {
+    // Memory is per device: the host block leaves it, one chunk of device staging stays, as the
+    // machine's build (a CUDA build: host offload is refused otherwise) allocates them, whatever
+    // build this planner is. The stage with the largest block, as predict_offload takes it.
+    const ZeroOptions zo = ZeroOptions::from(cfg);
+    HostOffloadBytes here, there;
+    for (int pr : {0, pp - 1}) {
+      const ParamLayout l = ParamLayout::make(m, par.unit_blocks, ModelPart::make(m, par, 0, pr));
+      const GptSchedule sc = GptSchedule::make(l, m);
+      const auto a = tr.dtype == Precision::f64
+                         ? ZeroEngine<double>::plan_offload_host_split(l, sc, zo, S, 0, TRIDENT_HAVE_CUDA != 0)
+                         : ZeroEngine<float>::plan_offload_host_split(l, sc, zo, S, 0, TRIDENT_HAVE_CUDA != 0);
+      const auto b = tr.dtype == Precision::f64 ? ZeroEngine<double>::plan_offload_host_split(l, sc, zo, S, 0, true)
+                                                : ZeroEngine<float>::plan_offload_host_split(l, sc, zo, S, 0, true);
+      if (a.host >= here.host) {
+        here = a;
+        there = b;
+      }
+    }
+    auto& o = p.memory[static_cast<size_t>(MemCategory::optimizer)];
+    o += there.device - here.host - here.device;
+    p.host_offload_bytes = static_cast<double>(there.host);
+  }
   p.memory_total_bytes = mach.runtime_overhead_bytes;
   for (auto v : p.memory) p.memory_total_bytes += static_cast<double>(v);
   return p;

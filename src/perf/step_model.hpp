@@ -87,10 +87,13 @@ struct StepPrediction {
   /// the copies host <-> device at [host] link_gbs, none hidden.
   double offload_io_s = 0, offload_hidden_s = 0, offload_exposed_s = 0;
   double offload_read_bytes = 0, offload_write_bytes = 0;  ///< per step, what metrics.csv's offload_read/write_mib count
+  /// offload_optimizer = host: host bytes per rank (the block and its gradient staging), which are
+  /// not in `memory` or memory_total_bytes (both per device).
+  double host_offload_bytes = 0;
   double total_s = 0;
   double model_flops = 0;      ///< model FLOPs of the step (narayanan_flops), all ranks
   double tokens = 0;           ///< tokens per step (global batch x T)
-  MemoryBytes memory{};        ///< predicted tracked bytes per rank by category (predict_memory)
+  MemoryBytes memory{};        ///< predicted tracked bytes per rank by category (predict_memory), per device
   double memory_total_bytes = 0;  ///< sum of memory plus the machine's runtime overhead
   /// Model FLOP/s utilisation: model_flops / (total_s * ranks * peak GEMM FLOP/s). Local.
   double mfu(int ranks, double peak_flops) const { return model_flops / (total_s * ranks * peak_flops); }
@@ -142,6 +145,12 @@ double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute
 /// does not apply to the layout (virtual_stages < 1, a stage's layers not divisible by it, or the
 /// micro-batches not a multiple of pp with virtual_stages > 1).
 StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const PeerSchedule& peer = {});
+
+/// Throws ConfigError naming `source` (the machine file) and each missing key when the deck needs
+/// rates `mach` lacks: [storage] read_gbs / write_gbs for offload_optimizer = nvme, [host] link_gbs /
+/// optimizer_gparams for offload_optimizer = host. Layout-independent, so `trident plan` asks once
+/// before enumerating. Local.
+void require_machine_rates(const Config& cfg, const MachineSpec& mach, const std::string& source);
 
 /// One line per component of `p` ("compute fwd 12.3 ms | ..."), for logs and `trident plan`. Local.
 std::string describe(const StepPrediction& p);

@@ -48,6 +48,10 @@ ModelState<T>::ModelState(const Config& cfg, const ProcessGrid& grid)
   const std::string what = zopt.offload_nvme
                                ? "cannot start the optimizer-state offload ([parallel] offload_path) or allocate the "
                                  "model state (trident train --dry-run N shows the memory a rank needs)"
+                           : zopt.offload_host
+                               ? "cannot allocate the model state or, in host memory, the optimizer state of "
+                                 "offload_optimizer = host (trident train --dry-run N shows both; the host block "
+                                 "takes 12 bytes per parameter of the rank's shard, times the ranks of a node)"
                                : "cannot allocate the model state: parameters, gradients and optimizer state (trident "
                                  "train --dry-run N shows the memory a rank needs; a higher zero_stage, more ranks or "
                                  "offload_optimizer = nvme need less; on a GPU, offload_optimizer = host moves the optimizer "

@@ -1,6 +1,7 @@
 #include "train/zero.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/instantiate.hpp"
 #include "core/timer.hpp"
@@ -162,8 +163,8 @@ MemoryBytes ZeroEngine<T>::plan(const ParamLayout& layout, const GptSchedule& sc
   }
   if (opt.offload_host) {
     // The host block and the gradient chunk's host staging; on a GPU one chunk of device staging.
-    add(MemCategory::optimizer, plan_offload_host_bytes(layout, sched, opt, shard_size, shard_rank), 1);
-    if (!kStateOnHost) add(MemCategory::optimizer, offload_kinds(opt) * max_chunk(offload_chunks(g.s_u, g.l_u, opt, t)), t);
+    const HostOffloadBytes h = plan_offload_host_split(layout, sched, opt, shard_size, shard_rank, !kStateOnHost);
+    add(MemCategory::optimizer, h.host + h.device, 1);
   } else if (!opt.offload_nvme) {
     if (separate_master(opt)) add(MemCategory::optimizer, g.local_size, t);  // own master
     add(MemCategory::optimizer, 2 * g.local_size, t);                       // moments
@@ -234,14 +235,26 @@ std::int64_t ZeroEngine<T>::plan_offload_staging_bytes(const ParamLayout& layout
 template <class T>
 std::int64_t ZeroEngine<T>::plan_offload_host_bytes(const ParamLayout& layout, const GptSchedule& sched,
                                                     const ZeroOptions& opt, int shard_size, int shard_rank) {
-  if (!opt.offload_host) return 0;
+  return plan_offload_host_split(layout, sched, opt, shard_size, shard_rank, !kStateOnHost).host;
+}
+
+template <class T>
+HostOffloadBytes ZeroEngine<T>::plan_offload_host_split(const ParamLayout& layout,
+                                                                              const GptSchedule& sched,
+                                                                              const ZeroOptions& opt, int shard_size,
+                                                                              int shard_rank, bool gpu) {
+  HostOffloadBytes b;
+  if (!opt.offload_host) return b;
   const Geometry g(layout, sched, opt, shard_size, shard_rank);
   const auto t = static_cast<std::int64_t>(sizeof(T));
   const std::vector<OffloadChunk> chunks = offload_chunks(g.s_u, g.l_u, opt, t);
   std::int64_t elems = 0;
   for (const auto& c : chunks) elems += offload_kinds(opt) * c.count;
-  std::int64_t b = OffloadFile::aligned(elems * t);                      // AlignedHostBuffer's rounding
-  if (!kStateOnHost) b += OffloadFile::aligned(max_chunk(chunks) * t);  // the gradient chunk's host staging
+  b.host = OffloadFile::aligned(elems * t);  // AlignedHostBuffer's rounding
+  if (gpu) {
+    b.host += OffloadFile::aligned(max_chunk(chunks) * t);         // the gradient chunk's host staging
+    b.device = offload_kinds(opt) * max_chunk(chunks) * t;          // one chunk of state on the device
+  }
   return b;
 }
 
@@ -303,6 +316,10 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
       hgrad_ = AlignedHostBuffer(mc * t, MemCategory::optimizer);
       if (pin_host_memory(hgrad_.data(), static_cast<size_t>(mc * t))) hgrad_pin_.p = hgrad_.data();
       odev_[0] = TrackedBuffer<T>("trident::zero::offload_stage", off_kinds_ * mc, MemCategory::optimizer);
+      if (device_memory_possible() && (hpin_.p == nullptr || hgrad_pin_.p == nullptr) && total > 0)
+        log::warn("offload_optimizer = host: the driver refused to page-lock %.1f MiB of host memory (cudaHostRegister; "
+                  "see ulimit -l): the copies run from pageable memory, slower than [host] link_gbs assumes",
+                  static_cast<double>((total + mc) * t) / (1024.0 * 1024.0));
     }
   }
   if (opt.offload_nvme) {
@@ -781,6 +798,7 @@ void ZeroEngine<T>::step_host(const T* g, double lr, double grad_scale) {
     const T* gh = g + c.local;
     const T* mdev = mu;
     if (!kStateOnHost) {
+      Kokkos::fence();  // the previous chunk's refresh kernels are not copy time
       Timer w;
       Kokkos::deep_copy(host_view(static_cast<T*>(hgrad_.data()), c.count), View1<const T>(g + c.local, static_cast<size_t>(c.count)));
       off_wait_s_ += w.seconds();

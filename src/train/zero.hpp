@@ -127,6 +127,11 @@ struct ZeroComms {
   Communicator* tied = nullptr;       ///< first and last pipeline stage: sums the tied embedding's gradient
 };
 
+/// offload_optimizer = host's buffers of one rank by where they live (ZeroEngine::plan_offload_host_split).
+struct HostOffloadBytes {
+  std::int64_t host = 0, device = 0;
+};
+
 /// The records of one rank's offload file as the engine transfers them (ZeroEngine::plan_offload_records).
 struct OffloadRecordBytes {
   std::int64_t chunks = 0;                  ///< the optimizer chunk records together, bytes
@@ -173,6 +178,12 @@ class ZeroEngine final : public UnitProvider<T> {
   /// optimizer in plan(). 0 otherwise. Local, pure.
   static std::int64_t plan_offload_host_bytes(const ParamLayout& layout, const GptSchedule& sched,
                                               const ZeroOptions& opt, int shard_size, int shard_rank);
+  /// offload_host's buffers split by where they live, for a build whose state is on a GPU (`gpu`,
+  /// whatever this build is: `trident plan` sizes a CUDA machine from a host build): host, the
+  /// block (and with `gpu` the gradient chunk's staging); device, with `gpu` one chunk of three
+  /// kinds of staging. Zeros without offload_host. plan() adds both to optimizer. Local, pure.
+  static HostOffloadBytes plan_offload_host_split(const ParamLayout& layout, const GptSchedule& sched,
+                                                  const ZeroOptions& opt, int shard_size, int shard_rank, bool gpu);
 
   /// GPT-2 initialisation of the owned pieces (layout independent), then working params from
   /// them. Collective over shard_comm (stages 1-2 all-gather).

@@ -283,7 +283,8 @@ TEST(StepModel, OffloadHandComputed) {
       predict_step(h, mach);
       ADD_FAILURE() << "a deck with offload_optimizer = host was predicted without [host] rates";
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("no [host] link_gbs and optimizer_gparams"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("no [host] link_gbs and [host] optimizer_gparams"), std::string::npos)
+          << e.what();
     }
     const MachineSpec hm =
         parse_machine_text(std::string(kMachine) + "[host]\nlink_gbs = 2\noptimizer_gparams = 0.001\n", "test");
@@ -292,8 +293,29 @@ TEST(StepModel, OffloadHandComputed) {
     EXPECT_DOUBLE_EQ(q.offload_write_bytes, 4.0 * kPsi);
     EXPECT_NEAR(q.offload_io_s, 8.0 * kPsi / 2e9, 1e-12);
     EXPECT_DOUBLE_EQ(q.offload_hidden_s, 0.0);
-    EXPECT_NEAR(q.optimizer_s, none.optimizer_s - kPsi / 1e7 + kPsi / 1e6, 1e-12);
-    EXPECT_NEAR(q.total_s, none.total_s + 8.0 * kPsi / 2e9 - kPsi / 1e7 + kPsi / 1e6, 1e-12);
+    // The gradient norm (one of the eight passes of the device's norm + AdamW rate) stays on the device.
+    EXPECT_NEAR(q.optimizer_s, none.optimizer_s - kPsi / 1e7 * 7.0 / 8.0 + kPsi / 1e6, 1e-12);
+    EXPECT_NEAR(q.total_s, none.total_s + 8.0 * kPsi / 2e9 - kPsi / 1e7 * 7.0 / 8.0 + kPsi / 1e6, 1e-12);
+    // Memory per device: the 12-byte block and its gradient staging are host memory; one chunk of
+    // three kinds (here the largest unit, below 16 MiB) stays on the device.
+    std::int64_t max_unit = 0;
+    const ParamLayout hl = ParamLayout::make(h.model, 1);
+    for (const auto& u : hl.units()) max_unit = std::max(max_unit, u.numel);
+    const auto O = static_cast<size_t>(MemCategory::optimizer);
+    EXPECT_EQ(q.memory[O], 12 * max_unit);
+    EXPECT_DOUBLE_EQ(q.host_offload_bytes, aligned(12.0 * kPsi) + aligned(4.0 * max_unit));
+    double sum = hm.runtime_overhead_bytes;
+    for (auto v : q.memory) sum += static_cast<double>(v);
+    EXPECT_DOUBLE_EQ(q.memory_total_bytes, sum);
+    // A machine file with one of the two keys is refused naming the other.
+    const MachineSpec half = parse_machine_text(std::string(kMachine) + "[host]\nlink_gbs = 2\n", "half.ini");
+    try {
+      require_machine_rates(h, half, "machine file half.ini");
+      ADD_FAILURE() << "a machine file without [host] optimizer_gparams was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("half.ini has no [host] optimizer_gparams, which"), std::string::npos)
+          << e.what();
+    }
     EXPECT_THROW(parse_machine_text(std::string(kMachine) + "[host]\nlink_gbs = 0\n", "test"), ConfigError);
   }
   double chunks = 0;
