@@ -58,19 +58,16 @@ struct RunResult {
 };
 
 inline RunResult train(const Config& cfg, int steps) {
-  Runtime& rt = test::runtime();
-  ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
-  TokenDataset data(cfg.data.path, 64.0);
-  Trainer<float> t(cfg, grid, data);
   RunResult r;
-  for (int s = 0; s < steps; ++s) {
-    const StepResult x = t.train_step();
-    r.loss.push_back(x.loss);
-    r.norm.push_back(x.grad_norm);
-  }
-  r.master = t.master_copy();
-  r.m = t.exp_avg_copy();
-  r.v = t.exp_avg_sq_copy();
+  const test::Trace tr = test::train_trace(test::runtime().world(), cfg, steps,
+                                           [&](Trainer<float>& t, const ProcessGrid&, const StepResult&, int s) {
+                                             if (s + 1 < steps) return;
+                                             r.master = t.master_copy();
+                                             r.m = t.exp_avg_copy();
+                                             r.v = t.exp_avg_sq_copy();
+                                           });
+  r.loss = tr.loss;
+  r.norm = tr.norm;
   return r;
 }
 
