@@ -348,25 +348,10 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   if (par.offload_optimizer == OffloadKind::host) {
     // Memory is per device: the host block leaves it, one chunk of device staging stays, as the
     // machine's build (a CUDA build: host offload is refused otherwise) allocates them, whatever
-    // build this planner is. The stage with the largest block, as predict_offload takes it.
-    const ZeroOptions zo = ZeroOptions::from(cfg);
-    HostOffloadBytes here, there;
-    for (int pr : {0, pp - 1}) {
-      const ParamLayout l = ParamLayout::make(m, par.unit_blocks, ModelPart::make(m, par, 0, pr));
-      const GptSchedule sc = GptSchedule::make(l, m);
-      const auto a = tr.dtype == Precision::f64
-                         ? ZeroEngine<double>::plan_offload_host_split(l, sc, zo, S, 0, TRIDENT_HAVE_CUDA != 0)
-                         : ZeroEngine<float>::plan_offload_host_split(l, sc, zo, S, 0, TRIDENT_HAVE_CUDA != 0);
-      const auto b = tr.dtype == Precision::f64 ? ZeroEngine<double>::plan_offload_host_split(l, sc, zo, S, 0, true)
-                                                : ZeroEngine<float>::plan_offload_host_split(l, sc, zo, S, 0, true);
-      if (a.host >= here.host) {
-        here = a;
-        there = b;
-      }
-    }
-    auto& o = p.memory[static_cast<size_t>(MemCategory::optimizer)];
-    o += there.device - here.host - here.device;
-    p.host_offload_bytes = static_cast<double>(there.host);
+    // build this planner is (predict_memory counted them as this build allocates them).
+    const OffloadPlan here = predict_offload(cfg), there = predict_offload(cfg, true);
+    p.memory[static_cast<size_t>(MemCategory::optimizer)] += there.device_bytes - here.host_bytes - here.device_bytes;
+    p.host_offload_bytes = static_cast<double>(there.host_bytes);
   }
   p.memory_total_bytes = mach.runtime_overhead_bytes;
   for (auto v : p.memory) p.memory_total_bytes += static_cast<double>(v);

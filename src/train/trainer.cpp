@@ -614,7 +614,7 @@ void print_memory_prediction(const Config& cfg) {
                 offload_file_name(cfg.parallel.offload_path, 0).c_str(), static_cast<double>(off.staging_bytes) / mib);
 }
 
-OffloadPlan predict_offload(const Config& cfg) {
+OffloadPlan predict_offload(const Config& cfg, bool gpu) {
   OffloadPlan best;
   for (int pp_rank : {0, cfg.parallel.pp - 1}) {
     const ParamLayout layout =
@@ -628,8 +628,10 @@ OffloadPlan predict_offload(const Config& cfg) {
                        : ZeroEngine<float>::plan_offload_bytes(layout, sched, o, S, 0);
     p.staging_bytes = dbl ? ZeroEngine<double>::plan_offload_staging_bytes(layout, sched, o, S, 0)
                           : ZeroEngine<float>::plan_offload_staging_bytes(layout, sched, o, S, 0);
-    p.host_bytes = dbl ? ZeroEngine<double>::plan_offload_host_bytes(layout, sched, o, S, 0)
-                       : ZeroEngine<float>::plan_offload_host_bytes(layout, sched, o, S, 0);
+    const HostOffloadBytes h = dbl ? ZeroEngine<double>::plan_offload_host_split(layout, sched, o, S, 0, gpu)
+                                   : ZeroEngine<float>::plan_offload_host_split(layout, sched, o, S, 0, gpu);
+    p.host_bytes = h.host;
+    p.device_bytes = h.device;
     if (p.file_bytes > best.file_bytes || p.host_bytes > best.host_bytes) best = p;
   }
   return best;

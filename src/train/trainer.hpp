@@ -203,12 +203,15 @@ class Trainer {
 MemoryBytes predict_memory(const Config& cfg);
 /// Bytes of the optimizer-state offload on the largest rank (its first or last pipeline stage,
 /// shard rank 0): the offload file (on the disk under [parallel] offload_path) and the two host
-/// staging buffers (already in predict_memory's optimizer category). Zeros without offload. Local, pure.
+/// staging buffers (already in predict_memory's optimizer category). Zeros without offload.
+/// offload_optimizer = host: its buffers as a build with the state on a GPU (`gpu`, default: this
+/// build) allocates them, host and device (ZeroEngine::plan_offload_host_split). Local, pure.
 struct OffloadPlan {
   std::int64_t file_bytes = 0, staging_bytes = 0;
-  std::int64_t host_bytes = 0;  ///< offload_optimizer = host: the host block and its gradient staging
+  std::int64_t host_bytes = 0;    ///< offload_optimizer = host: the host block and its gradient staging
+  std::int64_t device_bytes = 0;  ///< offload_optimizer = host: the device staging (GPU builds)
 };
-OffloadPlan predict_offload(const Config& cfg);
+OffloadPlan predict_offload(const Config& cfg, bool gpu = TRIDENT_HAVE_CUDA != 0);
 
 /// How `trident train` was asked to start.
 struct TrainRunOptions {

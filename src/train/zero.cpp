@@ -5,6 +5,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/instantiate.hpp"
 #include "core/timer.hpp"
+#include "kernels/adamw.hpp"
 #include "parallel/device_memory.hpp"
 
 #include <algorithm>
@@ -51,8 +52,8 @@ bool separate_master(const ZeroOptions& opt) {
 }
 /// Host memory as an unmanaged host view (copies to and from device views).
 template <class T>
-Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host_view(T* p, std::int64_t n) {
-  return Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(p, static_cast<size_t>(n));
+HostView1<T> host_view(T* p, std::int64_t n) {
+  return HostView1<T>(p, static_cast<size_t>(n));
 }
 /// offload_params: the parameter records' elements (one record per unit, s_u each) and bytes.
 std::int64_t param_elem_bytes(const ZeroOptions& opt, std::int64_t t) { return opt.half_params ? 2 : t; }
@@ -233,12 +234,6 @@ std::int64_t ZeroEngine<T>::plan_offload_staging_bytes(const ParamLayout& layout
 }
 
 template <class T>
-std::int64_t ZeroEngine<T>::plan_offload_host_bytes(const ParamLayout& layout, const GptSchedule& sched,
-                                                    const ZeroOptions& opt, int shard_size, int shard_rank) {
-  return plan_offload_host_split(layout, sched, opt, shard_size, shard_rank, !kStateOnHost).host;
-}
-
-template <class T>
 HostOffloadBytes ZeroEngine<T>::plan_offload_host_split(const ParamLayout& layout,
                                                                               const GptSchedule& sched,
                                                                               const ZeroOptions& opt, int shard_size,
@@ -300,10 +295,11 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
   }
   if (!opt.half_params && !opt.offload_params) fill<T>(params_T_.all(), T(0));
   adam_ = std::make_unique<AdamW<T>>(layout, owned_, local_size_, train, !opt.offload_nvme && !opt.offload_host);
-  if (opt.offload_host) {
-    host_off_ = true;
+  if (opt.offload_host || opt.offload_nvme) {
     off_kinds_ = offload_kinds(opt);
     chunks_ = offload_chunks(s_u_, l_u_, opt, sizeof(T));
+  }
+  if (opt.offload_host) {
     std::int64_t total = 0;
     for (const auto& c : chunks_) {
       hrec_.push_back(total);
@@ -323,8 +319,6 @@ ZeroEngine<T>::ZeroEngine(const ParamLayout& layout, const GptSchedule& sched, c
     }
   }
   if (opt.offload_nvme) {
-    off_kinds_ = offload_kinds(opt);
-    chunks_ = offload_chunks(s_u_, l_u_, opt, sizeof(T));
     std::vector<std::int64_t> records;
     for (const auto& c : chunks_) records.push_back(off_kinds_ * c.count * static_cast<std::int64_t>(sizeof(T)));
     for (auto r : param_record_bytes(s_u_, opt, sizeof(T))) records.push_back(r);  // unit u: chunks_.size() + u
@@ -435,12 +429,9 @@ void ZeroEngine<T>::refresh_chunk(int ui, std::int64_t begin, std::int64_t count
                                               : pdev_h_.slice(0, count);
       convert_to_half<T>(opt_.param_format, dst, View1<const T>(mu, n));
       if (!kStateOnHost)
-        Kokkos::deep_copy(Kokkos::View<std::uint16_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                              reinterpret_cast<std::uint16_t*>(host), n),
-                          dst);
+        Kokkos::deep_copy(host_view(reinterpret_cast<std::uint16_t*>(host), count), dst);
     } else {
-      Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(reinterpret_cast<T*>(host), n),
-                        View1<const T>(mu, n));
+      Kokkos::deep_copy(host_view(reinterpret_cast<T*>(host), count), View1<const T>(mu, n));
     }
     Kokkos::fence();
     return;
@@ -553,16 +544,14 @@ void ZeroEngine<T>::start_gather(Slot& s, int u) {
     std::uint16_t* g = s.staging.data();
     View1<std::uint16_t> mine(g + r_ * piece, n);
     if (from_disk)
-      Kokkos::deep_copy(mine, Kokkos::View<const std::uint16_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                                  static_cast<const std::uint16_t*>(pread_.data()), n));
+      Kokkos::deep_copy(mine, host_view(static_cast<const std::uint16_t*>(pread_.data()), piece));
     else Kokkos::deep_copy(mine, params_h_.slice(local, piece));
     s.req = shard_.iall_gather(g + r_ * piece, g, n, param_dt());
   } else {
     T* g = s.compute.data();
     View1<T> mine(g + r_ * piece, n);
     if (from_disk)
-      Kokkos::deep_copy(mine, Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-                                  static_cast<const T*>(pread_.data()), n));
+      Kokkos::deep_copy(mine, host_view(static_cast<const T*>(pread_.data()), piece));
     else Kokkos::deep_copy(mine, params_T_.slice(local, piece));
     s.req = shard_.iall_gather(g + r_ * piece, g, n, dtype_of<T>());
   }
@@ -762,7 +751,7 @@ void ZeroEngine<T>::poison_gradient() {
 template <class T>
 void ZeroEngine<T>::step(double lr, double grad_scale) {
   const T* g = opt_.stage == 0 ? grads_full_.data() : grads_shard_.data();
-  if (host_off_) {
+  if (opt_.offload_host) {
     step_host(g, lr, grad_scale);
     invalidate_slots();
     return;
@@ -824,7 +813,7 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
                            const std::function<void(const OffloadChunk&, T*, T*, T*, bool)>& f) {
   const int R = static_cast<int>(chunks_.size());
   const auto t = static_cast<std::int64_t>(sizeof(T));
-  if (host_off_) {
+  if (opt_.offload_host) {
     // The host block: the records in place; on a GPU (unless on_host) each copied to the device
     // staging for f and back when written.
     const bool copy = !kStateOnHost && !on_host;
@@ -839,8 +828,7 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
         if (read) host_read_ += n * t;
         base = odev_[0].data();
       }
-      T* m = base + (off_kinds_ == 3 ? c.count : 0);
-      f(c, off_kinds_ == 3 ? base : (on_host || master_ == nullptr ? nullptr : master_ + c.local), m, m + c.count, true);
+      f(c, base, base + c.count, base + 2 * c.count, true);  // [master | exp_avg | exp_avg_sq]: always 3 kinds here
       if (copy && write) {
         Kokkos::deep_copy(host_view(rec, n), odev_[0].slice(0, n));
         host_written_ += n * t;
@@ -873,7 +861,7 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
     }
     T* base = host;
     if (!kStateOnHost && !on_host) {
-      Kokkos::deep_copy(odev_[b].slice(0, n), Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host, static_cast<size_t>(n)));
+      Kokkos::deep_copy(odev_[b].slice(0, n), host_view(host, n));
       base = odev_[b].data();
     }
     T* mu = off_kinds_ == 3 ? base : (on_host || master_ == nullptr ? nullptr : master_ + c.local);
@@ -881,8 +869,7 @@ void ZeroEngine<T>::stream(bool read, bool write, bool on_host,
     f(c, mu, m, m + c.count, ok);
     if (write && ok) {
       if (!kStateOnHost && !on_host)
-        Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host, static_cast<size_t>(n)),
-                          odev_[b].slice(0, n));
+        Kokkos::deep_copy(host_view(host, n), odev_[b].slice(0, n));
       Kokkos::fence();
       wt[b] = off_->write_async(i, host);
     }
@@ -948,7 +935,7 @@ template <class T>
 void ZeroEngine<T>::read_state(int k, std::int64_t local_offset, std::int64_t count, T* dst) const {
   if (!kind_offloaded(k)) {
     const T* src = k == 0 ? master_ : k == 1 ? adam_->exp_avg().data() : adam_->exp_avg_sq().data();
-    Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(dst, static_cast<size_t>(count)),
+    Kokkos::deep_copy(host_view(dst, count),
                       View1<const T>(src + local_offset, static_cast<size_t>(count)));
     return;
   }
@@ -962,7 +949,7 @@ void ZeroEngine<T>::read_state(int k, std::int64_t local_offset, std::int64_t co
     const OffloadChunk& c = *(it - 1);
     const std::int64_t n = std::min(local_offset + count, c.local + c.count) - pos;
     if (n <= 0) throw Error("ZeroEngine::read_state: offset beyond the local arrays");
-    if (host_off_) {
+    if (opt_.offload_host) {
       const T* rec = static_cast<const T*>(hstate_.data()) + hrec_[static_cast<size_t>(it - 1 - chunks_.begin())];
       std::memcpy(dst + (pos - local_offset), rec + slot * c.count + (pos - c.local), static_cast<size_t>(n * t));
       pos += n;
@@ -982,7 +969,7 @@ void ZeroEngine<T>::check_offload() const {
 template <class T>
 OffloadCounters ZeroEngine<T>::offload_counters() const {
   OffloadCounters c;
-  if (host_off_) {
+  if (opt_.offload_host) {
     c.bytes_read = host_read_;
     c.bytes_written = host_written_;
     c.wait_seconds = off_wait_s_;

@@ -173,15 +173,10 @@ class ZeroEngine final : public UnitProvider<T> {
   /// Local, pure.
   static std::int64_t plan_offload_staging_bytes(const ParamLayout& layout, const GptSchedule& sched,
                                                  const ZeroOptions& opt, int shard_size, int shard_rank);
-  /// offload_host: host bytes of the state block (the chunk records, as plan_offload_bytes would
-  /// size them in a file) plus, in a GPU build, the host staging of one gradient chunk; counted as
-  /// optimizer in plan(). 0 otherwise. Local, pure.
-  static std::int64_t plan_offload_host_bytes(const ParamLayout& layout, const GptSchedule& sched,
-                                              const ZeroOptions& opt, int shard_size, int shard_rank);
   /// offload_host's buffers split by where they live, for a build whose state is on a GPU (`gpu`,
   /// whatever this build is: `trident plan` sizes a CUDA machine from a host build): host, the
-  /// block (and with `gpu` the gradient chunk's staging); device, with `gpu` one chunk of three
-  /// kinds of staging. Zeros without offload_host. plan() adds both to optimizer. Local, pure.
+  /// block of chunk records (as plan_offload_bytes would size them in a file; and with `gpu` the
+  /// gradient chunk's staging); device, with `gpu` one chunk of three kinds of staging. Zeros without offload_host. plan() adds both to optimizer. Local, pure.
   static HostOffloadBytes plan_offload_host_split(const ParamLayout& layout, const GptSchedule& sched,
                                                   const ZeroOptions& opt, int shard_size, int shard_rank, bool gpu);
 
@@ -222,7 +217,7 @@ class ZeroEngine final : public UnitProvider<T> {
 
   // ---- offload ----
   /// True when the optimizer state lives in the offload file or host block (offload_nvme, offload_host).
-  bool offloaded() const { return off_ != nullptr || host_off_; }
+  bool offloaded() const { return off_ != nullptr || opt_.offload_host; }
   /// True when state kind k (0 master, 1 exp_avg, 2 exp_avg_sq) lives in the offload file or host block.
   bool kind_offloaded(int k) const { return offloaded() && (k > 0 || off_kinds_ == 3); }
   /// Copies local elements [local_offset, +count) of state kind k to host memory `dst`, from the
@@ -356,7 +351,6 @@ class ZeroEngine final : public UnitProvider<T> {
     HostPin& operator=(const HostPin&) = delete;
     ~HostPin();
   };
-  bool host_off_ = false;
   AlignedHostBuffer hstate_, hgrad_;
   HostPin hpin_, hgrad_pin_;
   std::vector<std::int64_t> hrec_;
