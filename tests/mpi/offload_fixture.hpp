@@ -71,6 +71,32 @@ inline RunResult train(const Config& cfg, int steps) {
   return r;
 }
 
+/// Constructs a Trainer of `cfg` (offloaded) and checks what every offload mode promises of its
+/// memory: the optimizer bytes the construction allocated are the dry run's prediction (dp rank 0;
+/// at most that on the others), and every other category but checkpoint is predicted as for
+/// `resident`. Then f(trainer, grid, want, want_res) with both predictions, for the mode's own
+/// checks. `what` labels failures.
+template <class F>
+void check_offload_memory(const Config& cfg, const Config& resident, const std::string& what, F&& f) {
+  ProcessGrid grid(test::runtime().world(), {cfg.parallel.dp, 1, 1});
+  TokenDataset data(cfg.data.path, 64.0);
+  const std::int64_t before = MemoryLedger::current(MemCategory::optimizer);
+  Trainer<float> t(cfg, grid, data);
+  const std::int64_t got = MemoryLedger::current(MemCategory::optimizer) - before;
+  const MemoryBytes want = predict_memory(cfg), want_res = predict_memory(resident);
+  const auto opt = static_cast<size_t>(MemCategory::optimizer);
+  if (grid.dp_rank() == 0) {
+    EXPECT_EQ(got, want[opt]) << what;
+  } else {
+    EXPECT_LE(got, want[opt]) << what;
+  }
+  for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
+    if (static_cast<size_t>(c) == opt || static_cast<MemCategory>(c) == MemCategory::checkpoint) continue;
+    EXPECT_EQ(want[static_cast<size_t>(c)], want_res[static_cast<size_t>(c)]) << what << ", category " << c;
+  }
+  f(t, grid, want, want_res);
+}
+
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }

@@ -49,50 +49,38 @@ TEST_P(OffloadPlanBytes, DryRunPredictionEqualsAllocation) {
   for (const std::vector<std::string>& v :
        {std::vector<std::string>{"--parallel.zero_stage=0"}, {"--parallel.zero_stage=1"}, {"--parallel.zero_stage=3"},
         {"--parallel.zero_stage=1", "--train.param_dtype=bf16"}}) {
-    const Config cfg = config(v, true), resident = config(v, false);
-    ProcessGrid grid(rt.world(), {cfg.parallel.dp, 1, 1});
-    TokenDataset data(cfg.data.path, 64.0);
-    const std::int64_t before = MemoryLedger::current(MemCategory::optimizer);
-    Trainer<float> t(cfg, grid, data);
-    const std::int64_t got = MemoryLedger::current(MemCategory::optimizer) - before;
-    const MemoryBytes want = predict_memory(cfg), want_res = predict_memory(resident);
-    const auto opt = static_cast<size_t>(MemCategory::optimizer);
-    if (grid.dp_rank() == 0) {
-      EXPECT_EQ(got, want[opt]) << v[0];
-    } else {
-      EXPECT_LE(got, want[opt]) << v[0];
-    }
-    for (int c = 0; c < static_cast<int>(MemCategory::data); ++c) {
-      if (static_cast<size_t>(c) == opt || static_cast<MemCategory>(c) == MemCategory::checkpoint) continue;
-      EXPECT_EQ(want[static_cast<size_t>(c)], want_res[static_cast<size_t>(c)]) << c;
-    }
-    // Hand computation from the engine's geometry.
-    const ZeroEngine<float>& z = t.engine();
-    const bool separate = v.size() > 1 || (v[0] != "--parallel.zero_stage=0" && v[0] != "--parallel.zero_stage=3");
-    const std::int64_t kinds = separate ? 3 : 2;
-    const std::int64_t c = chunk_bytes > 0 ? chunk_bytes / (4 * kinds) : (std::int64_t{16} << 20) / (4 * kinds);
-    std::int64_t max_rec = 0;
-    const int S = cfg.parallel.zero_stage == 0 ? 1 : cfg.parallel.dp;
-    std::int64_t file = 0;
-    for (const UnitSpec& u : t.layout().units()) {
-      const std::int64_t s = (u.numel + S - 1) / S;  // the unit's piece
-      for (std::int64_t b = 0; b < s; b += c) {
-        const std::int64_t n = std::min(c, s - b);
-        max_rec = std::max(max_rec, n);
-        file += OffloadFile::aligned(kinds * n * 4);
+    const Config cfg = config(v, true);
+    check_offload_memory(cfg, config(v, false), v[0], [&](Trainer<float>& t, const ProcessGrid& grid,
+                                                         const MemoryBytes& want, const MemoryBytes& want_res) {
+      const auto opt = static_cast<size_t>(MemCategory::optimizer);
+      // Hand computation from the engine's geometry.
+      const ZeroEngine<float>& z = t.engine();
+      const bool separate = v.size() > 1 || (v[0] != "--parallel.zero_stage=0" && v[0] != "--parallel.zero_stage=3");
+      const std::int64_t kinds = separate ? 3 : 2;
+      const std::int64_t c = chunk_bytes > 0 ? chunk_bytes / (4 * kinds) : (std::int64_t{16} << 20) / (4 * kinds);
+      std::int64_t max_rec = 0;
+      const int S = cfg.parallel.zero_stage == 0 ? 1 : cfg.parallel.dp;
+      std::int64_t file = 0;
+      for (const UnitSpec& u : t.layout().units()) {
+        const std::int64_t s = (u.numel + S - 1) / S;  // the unit's piece
+        for (std::int64_t b = 0; b < s; b += c) {
+          const std::int64_t n = std::min(c, s - b);
+          max_rec = std::max(max_rec, n);
+          file += OffloadFile::aligned(kinds * n * 4);
+        }
       }
-    }
-    const std::int64_t staging = 2 * OffloadFile::aligned(kinds * max_rec * 4);
-    if (grid.dp_rank() == 0) {
-      EXPECT_EQ(want_res[opt] - want[opt], kinds * z.local_size() * 4 - staging) << v[0];
-      EXPECT_EQ(predict_offload(cfg).file_bytes, file) << v[0];
-      EXPECT_EQ(predict_offload(cfg).staging_bytes, staging) << v[0];
-      EXPECT_EQ(static_cast<std::int64_t>(
-                    std::filesystem::file_size(offload_file_name(cfg.parallel.offload_path, rt.world().rank()))),
-                file)
-          << v[0];
-    }
-    EXPECT_EQ(z.optimizer().exp_avg().size(), 0) << "no resident moments";
+      const std::int64_t staging = 2 * OffloadFile::aligned(kinds * max_rec * 4);
+      if (grid.dp_rank() == 0) {
+        EXPECT_EQ(want_res[opt] - want[opt], kinds * z.local_size() * 4 - staging) << v[0];
+        EXPECT_EQ(predict_offload(cfg).file_bytes, file) << v[0];
+        EXPECT_EQ(predict_offload(cfg).staging_bytes, staging) << v[0];
+        EXPECT_EQ(static_cast<std::int64_t>(
+                      std::filesystem::file_size(offload_file_name(cfg.parallel.offload_path, rt.world().rank()))),
+                  file)
+            << v[0];
+      }
+      EXPECT_EQ(z.optimizer().exp_avg().size(), 0) << "no resident moments";
+    });
   }
 }
 
