@@ -49,14 +49,32 @@ std::vector<KeyDef> key_defs() {
                [](MachineSpec& m, double v) { m.peak_flops_f64 = v * 1e12; }});
   k.push_back({"compute", "gemm_efficiency", "share of the peak the model's GEMMs reach, (0, 1] (default 1)", false,
                [](MachineSpec& m, double v) { m.gemm_efficiency = v; }});
+  k.push_back({"compute", "gemm_backward_efficiency",
+               "share of the peak a layer's backward GEMMs reach (dX = dY W, dW = dY^T X), (0, 1] (absent: "
+               "gemm_efficiency)",
+               false, [](MachineSpec& m, double v) { m.gemm_backward_efficiency = v; }});
   k.push_back({"compute", "attention_tflops", "causal attention fwd+bwd rate, TFLOP/s (absent: the GEMM rate)", false,
                [](MachineSpec& m, double v) { m.attention_flops = v * 1e12; }});
   k.push_back({"compute", "memory_gbs", "bandwidth of the memory-bound kernels, GB/s (1e9 B/s)", true,
                [](MachineSpec& m, double v) { m.memory_bw = v * 1e9; }});
+  k.push_back({"compute", "copy_gbs",
+               "bytes written per second by a copy or fill of a buffer beyond the caches, GB/s (the ZeRO engine's "
+               "passes over its gradient and parameter buffers; absent: memory_gbs)",
+               false, [](MachineSpec& m, double v) { m.copy_bw = v * 1e9; }});
   k.push_back({"compute", "gelu_gelems", "GELU fwd+bwd rate, 1e9 elements/s (absent: memory-bound)", false,
                [](MachineSpec& m, double v) { m.gelu_elements_per_s = v * 1e9; }});
   k.push_back({"compute", "optimizer_gparams", "gradient norm + AdamW rate, 1e9 parameters/s (absent: memory-bound)",
                false, [](MachineSpec& m, double v) { m.optimizer_params_per_s = v * 1e9; }});
+  k.push_back({"compute", "optimizer_params",
+               "the shard size optimizer_gparams was measured at, parameters (needed with optimizer_large_gparams)",
+               false, [](MachineSpec& m, double v) { m.optimizer_params = v; }});
+  k.push_back({"compute", "optimizer_large_gparams",
+               "the same rate on a shard that streams from memory, 1e9 parameters/s (absent: optimizer_gparams at "
+               "every size; between the two sizes the time per parameter is interpolated in log size)",
+               false, [](MachineSpec& m, double v) { m.optimizer_large_params_per_s = v * 1e9; }});
+  k.push_back({"compute", "optimizer_large_params",
+               "the shard size optimizer_large_gparams was measured at, parameters (> optimizer_params)", false,
+               [](MachineSpec& m, double v) { m.optimizer_large_params = v; }});
   k.push_back({"compute", "overlap_efficiency",
                "share of overlappable communication (ZeRO prefetch, overlap_reduce) that is hidden, [0, 1] (default 1)",
                false, [](MachineSpec& m, double v) { m.overlap_efficiency = v; }});
@@ -100,6 +118,14 @@ double MachineSpec::gemm_flops(Precision t) const {
   return peak * gemm_efficiency;
 }
 
+double MachineSpec::optimizer_rate(double n) const {
+  if (!(optimizer_large_params_per_s > 0) || n <= optimizer_params) return optimizer_params_per_s;
+  if (n >= optimizer_large_params) return optimizer_large_params_per_s;
+  const double f = std::log(n / optimizer_params) / std::log(optimizer_large_params / optimizer_params);
+  const double per_param = (1.0 - f) / optimizer_params_per_s + f / optimizer_large_params_per_s;
+  return 1.0 / per_param;
+}
+
 MachineSpec parse_machine_text(const std::string& text, const std::string& source) {
   const auto defs = key_defs();
   MachineSpec m;
@@ -138,6 +164,12 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
       m.cuda_build = value == "cuda";
       continue;
     }
+    if (section == "compute" && key == "host_gemm") {
+      require_config(value == "openblas" || value == "onednn",
+                     where + ": [compute] host_gemm = " + value + " is not openblas or onednn");
+      m.host_gemm = value;
+      continue;
+    }
     const KeyDef* d = nullptr;
     for (const auto& k : defs)
       if (k.section == section && k.key == key) d = &k;
@@ -147,13 +179,15 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
     require_config(!value.empty() && end != nullptr && *end == '\0' && std::isfinite(v),
                    where + ": " + dotted + " = " + value + " is not a number");
     require_config(v >= 0, where + ": " + dotted + " = " + value + " must not be negative");
-    const bool rate = key.find("busbw") != std::string::npos || key == "memory_gbs" || key.rfind("peak_", 0) == 0 ||
+    const bool rate = key.find("busbw") != std::string::npos || key == "memory_gbs" || key == "copy_gbs" || key.rfind("peak_", 0) == 0 ||
                       key == "attention_tflops" || key == "gelu_gelems" || key == "optimizer_gparams" ||
+                      key == "optimizer_large_gparams" || key == "optimizer_params" || key == "optimizer_large_params" ||
                       section == "storage" || section == "host";
     require_config(!(rate && v == 0 && key != "peak_tflops_bf16"), where + ": " + dotted + " must be > 0");
     if (key == "devices_per_node")
       require_config(v >= 1 && v == std::floor(v), where + ": " + dotted + " must be a whole number >= 1");
-    if (key == "gemm_efficiency") require_config(v > 0 && v <= 1, where + ": " + dotted + " must be in (0, 1]");
+    if (key == "gemm_efficiency" || key == "gemm_backward_efficiency")
+      require_config(v > 0 && v <= 1, where + ": " + dotted + " must be in (0, 1]");
     if (key == "overlap_efficiency") require_config(v <= 1, where + ": " + dotted + " must be in [0, 1]");
     if (key == "memory_per_device_gib") require_config(v > 0, where + ": " + dotted + " must be > 0");
     d->set(m, v);
@@ -162,6 +196,16 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
     if (k.required)
       require_config(seen.count(k.section + "." + k.key) > 0,
                      source + ": missing [" + k.section + "] " + k.key + " (" + k.help + ")");
+  // The large-shard optimizer rate comes with both sizes and the small rate, the sizes in order.
+  const bool large = seen.count("compute.optimizer_large_gparams") > 0;
+  if (large || seen.count("compute.optimizer_large_params") > 0) {
+    for (const char* k : {"optimizer_gparams", "optimizer_params", "optimizer_large_gparams", "optimizer_large_params"})
+      require_config(seen.count(std::string("compute.") + k) > 0,
+                     source + ": [compute] optimizer_large_gparams and optimizer_large_params need [compute] " + k +
+                         " too (the rate at two shard sizes)");
+    require_config(m.optimizer_large_params > m.optimizer_params,
+                   source + ": [compute] optimizer_large_params must exceed optimizer_params");
+  }
   // A file that describes one node only may omit the inter-node link: then it is the intra one.
   if (seen.count("link.inter.alpha_us") == 0 && seen.count("link.inter.busbw_gbs") == 0) m.inter = m.intra;
   require_config(m.inter.generic.beta_bus > 0, source + ": [link.inter] needs busbw_gbs with alpha_us");
@@ -180,7 +224,9 @@ MachineSpec parse_machine_file(const std::string& path) {
 std::string machine_file_help() {
   std::string s = "  [machine] name                 a label\n  [machine] note                 provenance (how and where it was measured)\n"
                   "  [machine] build                host (default) or cuda: the Trident build the machine runs; decks are\n"
-                  "                                 validated for it (cuda: compute_dtype = bf16 is accepted)\n";
+                  "                                 validated for it (cuda: compute_dtype = bf16 is accepted)\n"
+                  "  [compute] host_gemm             openblas or onednn: the library of fp32 GEMMs the rates were measured\n"
+                  "                                 with (tools/machine_file.sh; train with the same for a comparison)\n";
   for (const auto& k : key_defs()) {
     std::string left = "[" + k.section + "] " + k.key;
     if (left.size() < 30) left.resize(30, ' ');

@@ -45,6 +45,10 @@ struct MachineSpec {
   /// [machine] build = host | cuda: the build of Trident the machine runs. cuda: decks are
   /// validated as for a CUDA build (bf16 GEMMs), so a GPU cluster can be planned from a host build.
   bool cuda_build = false;
+  /// [compute] host_gemm = openblas | onednn: the library of fp32 GEMMs the host rates were
+  /// measured with (tools/machine_file.sh), to run training with for a comparison; empty: not said
+  /// (files before it were OpenBLAS's).
+  std::string host_gemm;
   int devices_per_node = 1; ///< ranks (devices) per node
   double memory_bytes = 0;  ///< memory per device available to one rank's tracked buffers, bytes
   double runtime_overhead_bytes = 0;  ///< per rank, beyond the tracked buffers (MPI, libraries, CUDA context)
@@ -53,10 +57,20 @@ struct MachineSpec {
   double peak_flops_bf16 = 0;  ///< bf16 (0: none; fp32 is used)
   double peak_flops_f64 = 0;   ///< fp64 (0: peak_f32 / 2)
   double gemm_efficiency = 1;  ///< share of the peak the model's GEMMs reach (measured: 1 with a measured "peak")
+  /// Share of the peak a layer's backward GEMMs reach (dX = dY W, dW = dY^T X, at the shape of
+  /// gemm_efficiency); 0: gemm_efficiency.
+  double gemm_backward_efficiency = 0;
   double attention_flops = 0;  ///< causal attention fwd+bwd, FLOP/s as bench_kernels counts them (0: GEMM rate)
   double memory_bw = 0;        ///< bytes/s of the memory-bound kernels (LayerNorm, residual, copies)
+  /// [compute] copy_gbs: bytes written per second by a copy or fill of a buffer too large for the
+  /// caches (the ZeRO engine's passes over its gradient and parameter buffers); 0: memory_bw.
+  double copy_bw = 0;
   double gelu_elements_per_s = 0;     ///< GELU fwd+bwd elements/s (0: memory-bound at memory_bw)
-  double optimizer_params_per_s = 0;  ///< gradient norm + AdamW parameters/s
+  double optimizer_params_per_s = 0;  ///< gradient norm + AdamW parameters/s (at optimizer_params)
+  /// The shard size optimizer_params_per_s was measured at, and the rate at a larger shard that
+  /// streams from memory (optimizer_large_params_per_s at optimizer_large_params); 0: one rate for
+  /// every size. See optimizer_rate().
+  double optimizer_params = 0, optimizer_large_params = 0, optimizer_large_params_per_s = 0;
   double overlap_efficiency = 1.0;    ///< share of overlappable communication actually hidden (0: none)
   /// [storage] read_gbs / write_gbs: the offload device's bandwidth as one rank sees it (its share
   /// when the ranks of a node share a disk), bytes/s; 0: not given (decks with offload cannot be modelled).
@@ -70,6 +84,12 @@ struct MachineSpec {
 
   /// GEMM rate (FLOP/s) for compute type `t` (f32, bf16 or f64), times gemm_efficiency. Local.
   double gemm_flops(Precision t) const;
+  /// Gradient norm + AdamW rate (parameters/s) on a shard of `n` parameters: optimizer_params_per_s
+  /// when only it is given (or n <= optimizer_params); optimizer_large_params_per_s for n >=
+  /// optimizer_large_params; in between, the time per parameter interpolated linearly in log n
+  /// (the shard leaves the caches gradually). 0 when no rate is given (the caller falls back to
+  /// memory_bw). Local, pure.
+  double optimizer_rate(double n) const;
 };
 
 /// Reads a machine file. Throws ConfigError (exit 2) naming the file, section and key for a missing

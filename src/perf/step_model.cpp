@@ -61,6 +61,9 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
   const double V = m.vocab_size;
   const Precision ct = cfg.train.compute_dtype == Precision::bf16 ? Precision::bf16 : cfg.train.dtype;
   const double gemm = mach.gemm_flops(ct);
+  // The backward GEMMs (dX = dY W, dW = dY^T X: transposed operands) at their own measured share
+  // of the peak where the machine file has one.
+  const double bwd_ratio = mach.gemm_backward_efficiency > 0 ? mach.gemm_efficiency / mach.gemm_backward_efficiency : 1.0;
   const double es = act_elem_bytes(cfg, peer);  // activation element bytes
   const double bw = mach.memory_bw;
   const double gelu_rate = mach.gelu_elements_per_s > 0 ? mach.gelu_elements_per_s : bw / (5.0 * es);
@@ -105,12 +108,12 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
   //  GELU on 4C / tp per token (SwiGLU on F / tp) (BM_Gelu's rate is forward + backward; a third forward).
   const double gelu_fb = mlp_hidden(m) * N / tp / gelu_rate;
   const double blk_f = gemm_f + attn_f + mem_f + gelu_fb / 3.0;
-  const double blk_b = 2.0 * gemm_f + attn_b + mem_b + 2.0 * gelu_fb / 3.0;
+  const double blk_b = 2.0 * gemm_f * bwd_ratio + attn_b + mem_b + 2.0 * gelu_fb / 3.0;
   StageCompute s;
   s.fwd = L * blk_f;
   s.bwd = L * blk_b;
   if (cfg.train.activation_checkpointing == Recompute::block) s.recompute = L * blk_f;
-  s.block_gemm = L * gemm_f * (cfg.train.activation_checkpointing == Recompute::block ? 4.0 : 3.0);
+  s.block_gemm = L * gemm_f * (2.0 * bwd_ratio + (cfg.train.activation_checkpointing == Recompute::block ? 2.0 : 1.0));
   if (has_embed) {  // gather C per token forward, scatter-add backward
     s.fwd += 2.0 * N * C * es / bw;
     s.bwd += 2.0 * N * C * es / bw;
@@ -118,12 +121,29 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
   if (has_head) {
     const double Vl = std::ceil(V / tp);
     s.fwd += 2.0 * N * C * Vl / gemm + (3.0 * N * Vl + 4.0 * N * C) * es / bw;  // logits, 3 passes of CE, lnf
-    s.bwd += 4.0 * N * C * Vl / gemm + (2.0 * N * Vl + 6.0 * N * C) * es / bw;
+    s.bwd += 4.0 * N * C * Vl / gemm * bwd_ratio + (2.0 * N * Vl + 6.0 * N * C) * es / bw;
   }
   return s;
 }
 
 }  // namespace
+
+double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params) {
+  const double P = s * S;                   // the padded all-gather / reduce-scatter buffer
+  const double one_rank = S == 1 ? 1 : 0;  // a collective over one rank is a copy in the backend
+  switch (stage) {
+    case 0:  // zero the gradient; 16-bit reduction converts it there and back; 16-bit params from the master
+      return n + (half_reduce ? 2 * n : 0) + (half_params ? n : 0);
+    case 1:  // zero gradient and shard; fill + copy into the reduce-scatter buffer (+ its 16-bit
+             // conversions), the reduce-scatter; the master piece into the all-gather buffer, the
+             // all-gather, the buffer into the working params
+      return n + s + (P + n + (half_reduce ? P + s : 0) + one_rank * n) + (s + one_rank * n + n);
+    case 2:  // zero the shard (the reduce-scatters ran in backward); the refresh as at stage 1
+      return s + (s + one_rank * n + n);
+    default:  // 3: zero the shard; 16-bit params from the master piece
+      return s + (half_params ? s : 0);
+  }
+}
 
 void require_machine_rates(const Config& cfg, const MachineSpec& mach, const std::string& source) {
   auto missing = [](std::initializer_list<std::pair<const char*, double>> keys) {
@@ -295,10 +315,13 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   p.dp_exposed_s = dp_total - p.dp_hidden_s;
 
   // ---- optimizer and small collectives -----------------------------------------------------
-  const double opt_rate = mach.optimizer_params_per_s > 0 ? mach.optimizer_params_per_s : mach.memory_bw / (7.0 * db);
-  // norm + AdamW on the owned pieces; zeroing the gradient (full below stage 2) at memory speed.
+  // norm + AdamW on the owned pieces at the machine's rate for a shard of that size (in cache or
+  // streaming from memory); the engine's fills and copies of its buffers at the copy rate.
+  const double opt_rate = mach.optimizer_params_per_s > 0 ? mach.optimizer_rate(local_owned) : mach.memory_bw / (7.0 * db);
   const double adamw_s = local_owned / opt_rate;
-  p.optimizer_s = adamw_s + (par.zero_stage < 2 ? n_total : local_owned) * db / mach.memory_bw;
+  p.optimizer_s = adamw_s + engine_passes(par.zero_stage, S, n_total, local_owned, is_half(tr.reduce_dtype),
+                                          is_half(tr.param_dtype)) *
+                                db / (mach.copy_bw > 0 ? mach.copy_bw : mach.memory_bw);
 
   // ---- offload (docs/offload.md): the engine's own records, at the machine's disk rates ---------
   if (par.offload_optimizer == OffloadKind::host) {

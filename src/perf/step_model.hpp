@@ -9,14 +9,17 @@
 //  - Compute of one micro-batch of b sequences of T tokens on a stage, width C, tp ranks:
 //    GEMMs 24 b T C^2 / tp FLOPs per block forward and 2 b T C V / tp for the logits (Narayanan et
 //    al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters", sec. 5.1 / appendix:
-//    the terms of F = 72 B s l h^2 (1 + s/6h + V/12lh)); backward twice the forward; causal
+//    the terms of F = 72 B s l h^2 (1 + s/6h + V/12lh)); backward twice the forward (at the
+//    machine's gemm_backward_efficiency where it has one: transposed operands); causal
 //    attention 6 b T^2 C / tp FLOPs forward + backward (bench_kernels' count: the mask halves it) at
 //    the measured attention rate, or where none is measured, as kernels/attention.cpp runs it
 //    (GEMMs over the whole (T, T) scores, 12 b T^2 C / tp, plus the softmax's passes at memory speed); the memory-bound kernels (LayerNorm, residual, copies, cross
 //    entropy) by the bytes they move at memory_bw; GELU at its measured rate. Activation
 //    checkpointing adds one block forward per block in backward (F's 96 instead of 72).
 //  - Optimizer: this rank's owned parameters (Psi_stage / S from ZeRO stage 1) at the measured
-//    norm + AdamW rate.
+//    norm + AdamW rate for a shard of that size (MachineSpec::optimizer_rate: in cache, or
+//    streaming from memory), plus the ZeRO engine's fills and copies of its gradient and parameter
+//    buffers in that part of the step (engine_passes) at the machine's copy rate.
 //  - Pipeline: stage times t_s (forward + backward of one micro-batch plus the transfers it waits
 //    for in blocking receives: the input activation, the output gradient),
 //    M micro-batches: (M - 1) max_s t_s + sum_s t_s, which is (M + pp - 1) t for equal stages; the
@@ -136,6 +139,16 @@ struct PeerSchedule {
 /// with activation recomputation (B batch, s = block_size, l = n_layer, h = n_embd, V = vocab_size).
 /// Local, pure.
 double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute);
+
+/// The ZeRO engine's (train/zero.cpp) passes over its buffers in the optimizer part of a step
+/// (begin_step, finish_gradients, refresh_params), in elements of the master dtype: each a fill, a
+/// copy or a 16-bit conversion, charged at the bytes it writes (Trident counts a conversion as a
+/// master-dtype pass). `n` parameters of the stage, `s` of them owned (the padded piece, n at stage
+/// 0), S ranks in the shard group: stage 0: n (+ 2n with a 16-bit reduce, + n with 16-bit params);
+/// stage 1: 3n + 2s + sS (+ sS + s with a 16-bit reduce, + 2n when S = 1: the backend copies a
+/// one-rank reduce-scatter and all-gather); stage 2: n + 2s (+ n when S = 1); stage 3: s (+ s with
+/// 16-bit params). Local, pure.
+double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params);
 
 /// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on
 /// machine `mach`, with the pipeline run as `peer` says (default: as Trident runs it). Local, pure.

@@ -136,6 +136,13 @@ TEST(Machine, ParsesEveryUnit) {
   EXPECT_DOUBLE_EQ(m2.intra.cost(CommOp::all_reduce).alpha_s, 3e-6);
   EXPECT_DOUBLE_EQ(m2.intra.cost(CommOp::all_reduce).beta_bus, 0.25e-9);
   EXPECT_DOUBLE_EQ(m2.intra.cost(CommOp::all_gather).alpha_s, 1e-5);
+  // The fp32 GEMM library the rates were measured with: a word, not a number.
+  EXPECT_EQ(m.host_gemm, "");
+  std::string lib = kMachine;
+  lib.insert(lib.find("peak_tflops_float"), "host_gemm = onednn\n");
+  EXPECT_EQ(parse_machine_text(lib, "test").host_gemm, "onednn");
+  lib.replace(lib.find("onednn"), 6, "mkl");
+  EXPECT_THROW(parse_machine_text(lib, "test"), ConfigError);
 }
 
 TEST(Machine, RejectsBadFiles) {
@@ -146,10 +153,56 @@ TEST(Machine, RejectsBadFiles) {
   std::string bad = base;
   bad.replace(bad.find("memory_gbs = 2"), 14, "memory_gbs = x");
   EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
+  EXPECT_THROW(parse_machine_text(base + "[compute]\ngemm_backward_efficiency = 1.5\n", "t"), ConfigError);
   bad = base;
   bad.replace(bad.find("devices_per_node = 2"), 20, "devices_per_node = 0");
   EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
   EXPECT_THROW(parse_machine_file("/nonexistent/machine.ini"), ConfigError);
+}
+
+Config small_deck(int dp, int tp, int pp, std::int64_t global_batch, std::int64_t micro_batch);  // below
+
+TEST(Machine, OptimizerRateBySize) {
+  // One rate: every size.
+  const MachineSpec one = parse_machine_text(kMachine, "test");
+  EXPECT_DOUBLE_EQ(one.optimizer_rate(10), 1e7);
+  EXPECT_DOUBLE_EQ(one.optimizer_rate(1e12), 1e7);
+  // Two rates, 1e7/s at 1,000 and 2.5e6/s at 100,000 parameters: the time per parameter 1e-7 s and
+  // 4e-7 s, half way in log size (10,000) 2.5e-7 s, so 4e6/s; clamped outside.
+  const std::string large = "optimizer_params = 1000\noptimizer_large_gparams = 0.0025\noptimizer_large_params = 100000\n";
+  std::string text = kMachine;
+  text.insert(text.find("overlap_efficiency"), large);
+  const MachineSpec m = parse_machine_text(text, "test");
+  EXPECT_DOUBLE_EQ(m.optimizer_rate(500), 1e7);
+  EXPECT_DOUBLE_EQ(m.optimizer_rate(1000), 1e7);
+  EXPECT_NEAR(m.optimizer_rate(10000), 4e6, 1e-6);
+  EXPECT_DOUBLE_EQ(m.optimizer_rate(100000), 2.5e6);
+  EXPECT_DOUBLE_EQ(m.optimizer_rate(1e9), 2.5e6);
+  // The step model charges the owned shard at its size's rate: the small deck's 108,864 parameters
+  // at 2.5e6/s (beyond the large size), plus zeroing the gradient at 2e9 B/s.
+  const Config c = small_deck(1, 1, 1, 4, 4);
+  const double psi = static_cast<double>(ParamLayout::make(c.model).numel());
+  EXPECT_NEAR(predict_step(c, m).optimizer_s, psi / 2.5e6 + psi * 4 / 2e9, 1e-12);
+
+  // The pair comes whole and in order, or the file is refused naming what is missing.
+  auto refused = [](const std::string& t, const std::string& what) {
+    try {
+      parse_machine_text(t, "m.ini");
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  std::string no_size = kMachine;
+  no_size.insert(no_size.find("overlap_efficiency"), "optimizer_large_gparams = 0.0025\noptimizer_large_params = 100000\n");
+  refused(no_size, "need [compute] optimizer_params too");
+  std::string backwards = kMachine;
+  backwards.insert(backwards.find("overlap_efficiency"),
+                   "optimizer_params = 1000\noptimizer_large_gparams = 0.0025\noptimizer_large_params = 1000\n");
+  refused(backwards, "optimizer_large_params must exceed optimizer_params");
+  std::string zero = kMachine;
+  zero.insert(zero.find("overlap_efficiency"), "optimizer_params = 0\n");
+  refused(zero, "[compute] optimizer_params must be > 0");
 }
 
 // ---- the step model against hand-computed cases ---------------------------------------------
@@ -205,10 +258,32 @@ TEST(StepModel, OneRankHandComputed) {
   const MemoryBytes mem = predict_memory(c);
   EXPECT_DOUBLE_EQ(p.memory_total_bytes, static_cast<double>(std::accumulate(mem.begin(), mem.end(), std::int64_t{0})));
 
+  // Backward GEMMs at half the forward's share of the peak: the blocks' 2 kGemmF and the head's
+  // 4 N C V FLOPs take twice as long, nothing else changes.
+  std::string slow = kMachine;
+  slow.insert(slow.find("attention_tflops"), "gemm_backward_efficiency = 0.5\n");
+  const StepPrediction pb = predict_step(c, parse_machine_text(slow, "test"));
+  EXPECT_NEAR(pb.backward_s, p.backward_s + 2 * 2 * kGemmF + 4.0 * 128 * 64 * 128 / 1e9, 1e-12);
+  EXPECT_DOUBLE_EQ(pb.forward_s, p.forward_s);
+
   // Activation checkpointing: one more block forward per block.
   Config r = c;
   r.train.activation_checkpointing = Recompute::block;
   EXPECT_NEAR(predict_step(r, mach).recompute_s, 2 * kBlkF, 1e-12);
+}
+
+TEST(StepModel, EnginePassesFollowZeroCpp) {
+  // n = 100 parameters, s = 30 owned (padded) over S = 4 (sS = 120): the passes of train/zero.cpp's
+  // begin_step, finish_gradients and refresh_params, counted there by hand.
+  EXPECT_DOUBLE_EQ(engine_passes(0, 1, 100, 100, false, false), 100);          // zero the gradient
+  EXPECT_DOUBLE_EQ(engine_passes(0, 4, 100, 100, true, true), 100 + 200 + 100);  // + to/from 16 bits, + params
+  EXPECT_DOUBLE_EQ(engine_passes(1, 4, 100, 30, false, false), 100 + 30 + 120 + 100 + 30 + 100);
+  EXPECT_DOUBLE_EQ(engine_passes(1, 4, 100, 30, true, false), 480 + 120 + 30);
+  EXPECT_DOUBLE_EQ(engine_passes(1, 1, 100, 100, false, false), 100 + 100 + 100 + 100 + 100 + 100 + 2 * 100);
+  EXPECT_DOUBLE_EQ(engine_passes(2, 4, 100, 30, false, false), 30 + 30 + 100);
+  EXPECT_DOUBLE_EQ(engine_passes(2, 1, 100, 100, false, false), 100 + 100 + 100 + 100);
+  EXPECT_DOUBLE_EQ(engine_passes(3, 4, 100, 30, false, false), 30);
+  EXPECT_DOUBLE_EQ(engine_passes(3, 4, 100, 30, false, true), 60);
 }
 
 TEST(StepModel, DataParallelHandComputed) {
@@ -231,7 +306,15 @@ TEST(StepModel, DataParallelHandComputed) {
   ASSERT_EQ(L.units().size(), 4u);
   const StepPrediction p1 = predict_step(c1, mach);
   EXPECT_NEAR(p1.dp_comm_s, 8 * 1e-5 + 2 * 0.5 * 4 * padded * 1e-9, 1e-12);
-  EXPECT_NEAR(p1.optimizer_s, owned / 1e7 + kPsi * 4 / 2e9, 1e-12);
+  // The engine's passes at stage 1 (engine_passes): zero the gradient (Psi) and the shard (owned),
+  // fill (padded) and copy (Psi) into the reduce-scatter buffer, the master piece (owned) into the
+  // all-gather buffer and that (Psi) into the working params: 4-byte elements at memory_gbs here.
+  EXPECT_NEAR(p1.optimizer_s, owned / 1e7 + (kPsi + owned + padded + kPsi + owned + kPsi) * 4 / 2e9, 1e-12);
+  // With copy_gbs, at that rate instead.
+  std::string copy_file = kMachine;
+  copy_file.insert(copy_file.find("overlap_efficiency"), "copy_gbs = 8\n");
+  EXPECT_NEAR(predict_step(c1, parse_machine_text(copy_file, "test")).optimizer_s,
+              owned / 1e7 + (3 * kPsi + 2 * owned + padded) * 4 / 8e9, 1e-12);
   // Stage 2 with 2 micro-batches: the reduce-scatter per unit per micro-batch.
   Config c2 = small_deck(2, 1, 1, 16, 4);
   c2.parallel.zero_stage = 2;
