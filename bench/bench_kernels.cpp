@@ -1,7 +1,8 @@
 // bench/bench_kernels.cpp: Google Benchmark micro-benchmarks of the hot kernels at the shapes of
 // the example deck (and larger), fast version next to the reference where both exist
 // (docs/benchmarks.md says what each case measures).
-// Run: build/bin/bench_kernels [Google Benchmark options]. Case names carry their arguments
+// Run: build/bin/bench_kernels [--host-gemm=openblas|onednn] [Google Benchmark options]
+// (--host-gemm: the library of fp32 GEMMs, as [train] host_gemm; default openblas). Case names carry their arguments
 // (BM_LinearForward/N:384/C:128/OC:384). One BLAS thread, as a training rank has one core, unless
 // OPENBLAS_NUM_THREADS says otherwise (recorded in the output's context). Results go to stdout
 // and to runs/bench/kernels.json (or wherever --benchmark_out=FILE says; --benchmark_out_format=csv).
@@ -11,6 +12,7 @@
 #include "kernels/attention.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/gelu.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/layernorm.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
@@ -52,6 +54,23 @@ void BM_LinearForward(benchmark::State& st) {
   st.counters["FLOP/s"] = benchmark::Counter(2.0 * N * C * OC, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_LinearForward)->ArgNames({"N", "C", "OC"})->Args({384, 128, 384})->Args({384, 128, 512})->Args({768, 512, 2048})->Unit(benchmark::kMicrosecond);
+
+// Linear backward: dX = dY W and dW += dY^T X for (N, C) inputs and (OC, C) weights, the
+// transposed GEMMs of a layer's backward (no bias): args N, C, OC.
+void BM_LinearBackward(benchmark::State& st) {
+  const int N = static_cast<int>(st.range(0)), C = static_cast<int>(st.range(1)), OC = static_cast<int>(st.range(2));
+  auto x = randn(static_cast<std::int64_t>(N) * C, 1), w = randn(static_cast<std::int64_t>(OC) * C, 2),
+       dy = randn(static_cast<std::int64_t>(N) * OC, 3);
+  Buffer<float> dx("dx", static_cast<size_t>(N) * C), dw("dw", static_cast<size_t>(OC) * C);
+  for (auto _ : st) {
+    linear_backward<float>(as_matrix(dx.data(), N, C), as_matrix(dw.data(), OC, C), View1<float>(),
+                           as_matrix<const float>(dy.data(), N, OC), as_matrix<const float>(x.data(), N, C),
+                           as_matrix<const float>(w.data(), OC, C));
+    Kokkos::fence();
+  }
+  st.counters["FLOP/s"] = benchmark::Counter(4.0 * N * C * OC, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LinearBackward)->ArgNames({"N", "C", "OC"})->Args({384, 128, 384})->Args({384, 128, 512})->Args({768, 512, 2048})->Unit(benchmark::kMicrosecond);
 
 // Attention forward + backward: args B, T, C, NH, fast (1) or reference (0).
 void BM_Attention(benchmark::State& st) {
@@ -193,6 +212,21 @@ void BM_AdamW(benchmark::State& st) {
 }
 BENCHMARK(BM_AdamW)->ArgName("params")->Arg(804096)->Arg(16 << 20)->Unit(benchmark::kMicrosecond);
 
+// A copy of n floats beyond the caches, bytes written per second: the rate of the ZeRO engine's
+// fills and copies of its gradient and parameter buffers (perf/step_model.hpp, engine_passes).
+void BM_Copy(benchmark::State& st) {
+  const std::int64_t n = st.range(0);
+  auto src = randn(n, 12);
+  Buffer<float> dst("dst", n);
+  for (auto _ : st) {
+    Kokkos::deep_copy(View1<float>(dst.data(), n), View1<const float>(src.data(), n));
+    Kokkos::fence();
+  }
+  st.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(n) * sizeof(float), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Copy)->ArgName("floats")->Arg(16 << 20)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace trident
 
@@ -203,8 +237,26 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("OPENBLAS_NUM_THREADS");
   if (env == nullptr && openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
   benchmark::AddCustomContext("blas_threads", env != nullptr ? std::string(env) + " (OPENBLAS_NUM_THREADS)" : "1");
+  // --host-gemm=openblas|onednn: the library of fp32 GEMMs (kernels/gemm.hpp HostGemm), as [train]
+  // host_gemm sets it for training; default openblas (the process default).
+  std::vector<char*> args;
+  std::string lib = "openblas";
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--host-gemm=", 12) == 0) lib = argv[i] + 12;
+    else args.push_back(argv[i]);
+  }
+  if (lib != "openblas" && lib != "onednn") {
+    std::fprintf(stderr, "bench_kernels: --host-gemm=%s: expected openblas or onednn\n", lib.c_str());
+    return 2;
+  }
+  const trident::HostGemm which = lib == "onednn" ? trident::HostGemm::onednn : trident::HostGemm::openblas;
+  if (!trident::host_gemm_available(which)) {
+    std::fprintf(stderr, "bench_kernels: --host-gemm=%s: this build has no oneDNN\n", lib.c_str());
+    return 2;
+  }
+  trident::set_host_gemm(which);
+  benchmark::AddCustomContext("host_gemm", lib);
   // Results also go to a file unless the user chose one (Google Benchmark writes it).
-  std::vector<char*> args(argv, argv + argc);
   std::string out_arg = "--benchmark_out=runs/bench/kernels.json";
   if (std::none_of(args.begin(), args.end(), [](const char* a) { return std::strncmp(a, "--benchmark_out=", 16) == 0; })) {
     std::filesystem::create_directories("runs/bench");

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Writes a machine description file (input/machines/<name>.ini) for the performance model and
 # `trident plan` from the bundled benchmarks run on this machine, never from typed-in numbers:
-#   - bench_kernels (one BLAS thread, as a rank has one core): the GEMM rate (BM_LinearForward: the
-#     best shape is the peak, the example deck's shape over it the GEMM efficiency), causal attention
+#   - bench_kernels (one BLAS thread, as a rank has one core; fp32 GEMMs through the library
+#     [train] host_gemm = auto would use, --host-gemm to choose): the GEMM rate (BM_LinearForward: the
+#     best shape is the peak, the example deck's shape over it the GEMM efficiency; BM_LinearBackward
+#     there over the peak the backward GEMMs'), causal attention
 #     (BM_Attention, fast kernel), memory-bound bandwidth (BM_LayerNorm), GELU (BM_Gelu), gradient
-#     norm + AdamW (BM_AdamW);
+#     norm + AdamW (BM_AdamW, in cache and at 16 Mi parameters), large copies (BM_Copy);
 #   - bench_collectives at --ranks ranks (one node): alpha and bus bandwidth per operation from its
 #     alpha-beta fits on the dp axis (all ranks), and the generic link as the all-reduce's;
 #   - memory per device: MemTotal / --ranks; devices per node: --ranks;
@@ -14,7 +16,8 @@
 #     the disk; --ranks x 512 MiB must fit there). Without O_DIRECT, or if it fails: a warning and no
 #     [storage].
 # Usage: tools/machine_file.sh [--name NAME] [--ranks N] [--max-bytes B] [--build DIR] [--out FILE]
-#                              [--note TEXT] [--min-time S]
+#                              [--note TEXT] [--min-time S] [--clock wall|cpu] [--reuse]
+#                              [--offload-dir DIR] [--host-gemm LIB]
 #   --name NAME      machine name (default: the host name); file input/machines/NAME.ini
 #   --ranks N        ranks per node to measure collectives with (default: nproc)
 #   --max-bytes B    largest collective message (default 16M; bench_collectives' suffixes)
@@ -26,12 +29,15 @@
 #                    load included) or per CPU second (Google Benchmark's counters: the core alone)
 #   --reuse          write the file from the raw results of an earlier run (no benchmarks)
 #   --offload-dir D  directory on the offload device to measure for [storage] (default: not measured)
+#   --host-gemm LIB  library of the fp32 GEMMs measured: openblas, onednn, or auto (default: the faster
+#                    here, as [train] host_gemm = auto chooses for training)
 # Raw results stay in runs/machine/<name>/ (kernels.json, collectives.csv/json).
 source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0; offload_dir=""
+host_gemm=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) name=$2; shift 2 ;;
@@ -44,6 +50,7 @@ while [ $# -gt 0 ]; do
     --clock) clock=$2; shift 2 ;;
     --reuse) reuse=1; shift ;;
     --offload-dir) offload_dir=$2; shift 2 ;;
+    --host-gemm) host_gemm=$2; shift 2 ;;
     *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -57,9 +64,29 @@ PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
 [ "$clock" = wall ] || [ "$clock" = cpu ] || { echo "machine_file.sh: --clock wall or cpu" >&2; exit 2; }
 if [ "$reuse" = 0 ]; then
-echo "== bench_kernels (1 BLAS thread)" >&2
-OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" \
-  --benchmark_filter='BM_LinearForward|BM_Attention/.*/fast:1|BM_LayerNorm|BM_Gelu|BM_AdamW' \
+case "$host_gemm" in auto|openblas|onednn) ;; *) echo "machine_file.sh: --host-gemm auto, openblas or onednn" >&2; exit 2 ;; esac
+if [ "$host_gemm" = auto ]; then
+  # As [train] host_gemm = auto: the library whose fp32 GEMMs are faster here (BM_LinearForward's
+  # best shape, one thread); OpenBLAS where the build has no oneDNN.
+  host_gemm=openblas
+  if OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" --host-gemm=onednn \
+       --benchmark_filter='BM_LinearForward' --benchmark_min_time="$min_time" \
+       --benchmark_out="$raw/gemm_onednn.json" --benchmark_out_format=json > /dev/null 2>&1; then
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" --host-gemm=openblas \
+      --benchmark_filter='BM_LinearForward' --benchmark_min_time="$min_time" \
+      --benchmark_out="$raw/gemm_openblas.json" --benchmark_out_format=json > /dev/null
+    host_gemm=$("$PY" - "$raw" <<'PY'
+import json, sys
+best = {lib: max(b["FLOP/s"] for b in json.load(open(f"{sys.argv[1]}/gemm_{lib}.json"))["benchmarks"])
+        for lib in ("openblas", "onednn")}
+print(max(best, key=best.get))
+PY
+)
+  fi
+fi
+echo "== bench_kernels (1 BLAS thread, fp32 GEMMs through $host_gemm)" >&2
+OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" --host-gemm="$host_gemm" \
+  --benchmark_filter='BM_LinearForward|BM_LinearBackward|BM_Attention/.*/fast:1|BM_LayerNorm|BM_Gelu|BM_AdamW|BM_Copy' \
   --benchmark_min_time="$min_time" --benchmark_out="$raw/kernels.json" --benchmark_out_format=json >&2
 echo "== bench_collectives at $ranks ranks" >&2
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$build/bin/bench_collectives" --dp "$ranks" --axes dp \
@@ -103,10 +130,17 @@ def rate(prefix, counter):
 lin = rate("BM_LinearForward", "FLOP/s")
 peak = max(lin.values())
 deck_shape = lin.get("BM_LinearForward/N:384/C:128/OC:384", peak)
+def optional(prefix, counter):  # cases newer than some raw results (--reuse)
+    try:
+        return rate(prefix, counter)
+    except SystemExit:
+        return {}
+lin_b = optional("BM_LinearBackward", "FLOP/s")
 attn = rate("BM_Attention", "FLOP/s")
 ln = rate("BM_LayerNorm", "bytes/s")
 gelu = rate("BM_Gelu", "elements/s")
 adam = rate("BM_AdamW", "params/s")
+copy = optional("BM_Copy", "bytes/s")
 c = json.load(open(f"{raw}/collectives.json"))
 fits = {f["op"]: f for f in c["fits"] if f["axis"] == "dp" and f["backend"] == "mpi"}
 def busbw(f):
@@ -125,15 +159,35 @@ lines = [
     "# MPI, Kokkos, OpenBLAS, HDF5 and the code itself (docs/benchmarks.md: about 40 MiB a rank)",
     "runtime_overhead_mib = 40",
     "[compute]",
-    f"# best BM_LinearForward shape; gemm_efficiency = the example deck's shape (384x128x384) / best",
+    f"# best BM_LinearForward shape (fp32 GEMMs through {cpu.get('host_gemm', 'openblas')}); gemm_efficiency = the example deck's shape (384x128x384) / best",
+    f"host_gemm = {cpu.get('host_gemm', 'openblas')}",
     f"peak_tflops_float = {peak / 1e12:.6g}",
     f"gemm_efficiency = {min(1.0, deck_shape / peak):.4g}",
+]
+if "BM_LinearBackward/N:384/C:128/OC:384" in lin_b:
+    lines += ["# BM_LinearBackward (dX = dY W, dW = dY^T X) at the example deck's shape / best forward",
+              f"gemm_backward_efficiency = {min(1.0, lin_b['BM_LinearBackward/N:384/C:128/OC:384'] / peak):.4g}"]
+lines += [
     f"# BM_Attention fast kernel (causal, fwd+bwd), best shape: {max(attn, key=attn.get)}",
     f"attention_tflops = {max(attn.values()) / 1e12:.6g}",
     f"# BM_LayerNorm at the example deck's shape (in cache, as the model's activations are)",
     f"memory_gbs = {ln.get('BM_LayerNorm/N:384/C:128', max(ln.values())) / 1e9:.6g}",
+]
+if copy:
+    lines += ["# BM_Copy of 16 Mi floats (beyond the caches): the ZeRO engine's fills and copies of its buffers",
+              f"copy_gbs = {max(copy.values()) / 1e9:.6g}"]
+lines += [
     f"gelu_gelems = {max(gelu.values()) / 1e9:.6g}",
     f"optimizer_gparams = {adam.get('BM_AdamW/params:804096', max(adam.values())) / 1e9:.6g}",
+]
+if "BM_AdamW/params:804096" in adam and "BM_AdamW/params:16777216" in adam:
+    lines += [
+        "# BM_AdamW (norm + AdamW) at the example deck's size (in cache) and at 16 Mi parameters (from memory)",
+        "optimizer_params = 804096",
+        f"optimizer_large_gparams = {adam['BM_AdamW/params:16777216'] / 1e9:.6g}",
+        "optimizer_large_params = 16777216",
+    ]
+lines += [
     "# MPI on host memory progresses only inside MPI calls: nonblocking collectives hide nothing",
     "overlap_efficiency = 0",
     "[link.intra]",

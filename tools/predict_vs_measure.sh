@@ -5,8 +5,8 @@
 # markdown row (measured, predicted, error) per case; the same rows go to a CSV, with the offload
 # traffic and wait per step (metrics.csv) next to the model's (decks with offload_optimizer = nvme),
 # and the step's breakdown (forward, backward, optimizer, exposed dp communication) next to the model's.
-# fp32 GEMMs go through OpenBLAS (host_gemm = openblas), whose rate bench_kernels measures for the
-# machine file (tools/machine_file.sh).
+# fp32 GEMMs go through the library the machine file's rates were measured with ([compute]
+# host_gemm, written by tools/machine_file.sh; OpenBLAS for files without it).
 # Usage: tools/predict_vs_measure.sh --machine FILE [--build DIR] [--steps N] [--cases FILE] [--out CSV]
 #   --machine FILE  machine file (input/machines/*.ini) the predictions use (required)
 #   --build DIR     build directory with bin/trident (default build)
@@ -37,6 +37,10 @@ done
 [ -n "$trainer" ] || trainer="$build/bin/trident"
 [ -n "$machine" ] || { echo "predict_vs_measure.sh: give --machine FILE" >&2; exit 2; }
 work=$(dirname "$out"); mkdir -p "$work"
+# Train with the fp32 GEMM library the machine file's rates were measured with (files without the
+# key were measured with OpenBLAS).
+host_gemm=$(awk -F= '/^[ \t]*host_gemm[ \t]*=/ {gsub(/[ \t]/, "", $2); print $2}' "$machine")
+host_gemm=${host_gemm:-openblas}
 if [ -z "$cases" ]; then
   cases="$work/cases.txt"
   cat > "$cases" <<'C'
@@ -76,7 +80,7 @@ while read -r deck ranks overrides; do
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$trainer" train --config "$deck" $overrides \
       --train.max_steps="$steps" --train.eval_interval=0 --train.eval_iters=1 --train.log_interval=100 \
       --train.warmup_steps=0 --checkpoint.interval=0 --checkpoint.save_final=false --train.peak_tflops=0.1 \
-      --train.host_gemm=openblas \
+      --train.host_gemm="$host_gemm" \
       --train.out_dir="$run" < /dev/null > "$work/run$i.log" 2>&1 || { echo "case $i failed: see $work/run$i.log" >&2; continue; }
   fi
   measured=$(median_of "$run/metrics.csv" ms_per_step)
