@@ -6,6 +6,8 @@
 // (BM_LinearForward/N:384/C:128/OC:384). One BLAS thread, as a training rank has one core, unless
 // OPENBLAS_NUM_THREADS says otherwise (recorded in the output's context). Results go to stdout
 // and to runs/bench/kernels.json (or wherever --benchmark_out=FILE says; --benchmark_out_format=csv).
+// Under mpiexec -n N every rank runs the cases at the same time (N cores loaded, as in training);
+// world rank 0 reports (context ranks_at_once = N).
 // Counters: FLOP/s for GEMM-like kernels (model FLOPs of the operation), bytes/s for memory-bound ones.
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
@@ -256,6 +258,16 @@ int main(int argc, char** argv) {
   }
   trident::set_host_gemm(which);
   benchmark::AddCustomContext("host_gemm", lib);
+  benchmark::AddCustomContext("ranks_at_once", std::to_string(rt.world_size()));
+  // Under mpiexec every rank runs the same cases at once (the cores loaded as in training, one rank
+  // per core); world rank 0 reports, the others write nothing.
+  if (rt.world_rank() != 0) {
+    args.erase(std::remove_if(args.begin() + 1, args.end(),
+                              [](const char* a) { return std::strncmp(a, "--benchmark_out", 15) == 0; }),
+               args.end());
+    if (std::freopen("/dev/null", "w", stdout) == nullptr || std::freopen("/dev/null", "w", stderr) == nullptr) return 1;
+    args.push_back(const_cast<char*>("--benchmark_out=/dev/null"));
+  }
   // Results also go to a file unless the user chose one (Google Benchmark writes it).
   std::string out_arg = "--benchmark_out=runs/bench/kernels.json";
   if (std::none_of(args.begin(), args.end(), [](const char* a) { return std::strncmp(a, "--benchmark_out=", 16) == 0; })) {

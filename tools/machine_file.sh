@@ -17,7 +17,7 @@
 #     [storage].
 # Usage: tools/machine_file.sh [--name NAME] [--ranks N] [--max-bytes B] [--build DIR] [--out FILE]
 #                              [--note TEXT] [--min-time S] [--clock wall|cpu] [--reuse]
-#                              [--offload-dir DIR] [--host-gemm LIB]
+#                              [--offload-dir DIR] [--host-gemm LIB] [--alone]
 #   --name NAME      machine name (default: the host name); file input/machines/NAME.ini
 #   --ranks N        ranks per node to measure collectives with (default: nproc)
 #   --max-bytes B    largest collective message (default 16M; bench_collectives' suffixes)
@@ -31,13 +31,15 @@
 #   --offload-dir D  directory on the offload device to measure for [storage] (default: not measured)
 #   --host-gemm LIB  library of the fp32 GEMMs measured: openblas, onednn, or auto (default: the faster
 #                    here, as [train] host_gemm = auto chooses for training)
+#   --alone          run bench_kernels as one process (default: --ranks processes at once, every core
+#                    loaded as in training, the first one reporting: memory bandwidth and caches shared)
 # Raw results stay in runs/machine/<name>/ (kernels.json, collectives.csv/json).
 source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0; offload_dir=""
-host_gemm=auto
+host_gemm=auto; alone=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --name) name=$2; shift 2 ;;
@@ -51,6 +53,7 @@ while [ $# -gt 0 ]; do
     --reuse) reuse=1; shift ;;
     --offload-dir) offload_dir=$2; shift 2 ;;
     --host-gemm) host_gemm=$2; shift 2 ;;
+    --alone) alone=1; shift ;;
     *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,14 +68,18 @@ PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 [ "$clock" = wall ] || [ "$clock" = cpu ] || { echo "machine_file.sh: --clock wall or cpu" >&2; exit 2; }
 if [ "$reuse" = 0 ]; then
 case "$host_gemm" in auto|openblas|onednn) ;; *) echo "machine_file.sh: --host-gemm auto, openblas or onednn" >&2; exit 2 ;; esac
+kernels() {  # bench_kernels on --ranks cores at once (rank 0 reports), or alone
+  if [ "$alone" = 1 ]; then OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" "$@"
+  else OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$build/bin/bench_kernels" "$@"; fi
+}
 if [ "$host_gemm" = auto ]; then
   # As [train] host_gemm = auto: the library whose fp32 GEMMs are faster here (BM_LinearForward's
   # best shape, one thread); OpenBLAS where the build has no oneDNN.
   host_gemm=openblas
-  if OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" --host-gemm=onednn \
+  if kernels --host-gemm=onednn \
        --benchmark_filter='BM_LinearForward' --benchmark_min_time="$min_time" \
        --benchmark_out="$raw/gemm_onednn.json" --benchmark_out_format=json > /dev/null 2>&1; then
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" --host-gemm=openblas \
+    kernels --host-gemm=openblas \
       --benchmark_filter='BM_LinearForward' --benchmark_min_time="$min_time" \
       --benchmark_out="$raw/gemm_openblas.json" --benchmark_out_format=json > /dev/null
     host_gemm=$("$PY" - "$raw" <<'PY'
@@ -84,8 +91,8 @@ PY
 )
   fi
 fi
-echo "== bench_kernels (1 BLAS thread, fp32 GEMMs through $host_gemm)" >&2
-OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" --host-gemm="$host_gemm" \
+echo "== bench_kernels (1 BLAS thread, fp32 GEMMs through $host_gemm, $([ "$alone" = 1 ] && echo alone || echo "$ranks at once"))" >&2
+kernels --host-gemm="$host_gemm" \
   --benchmark_filter='BM_LinearForward|BM_LinearBackward|BM_Attention/.*/fast:1|BM_LayerNorm|BM_Gelu|BM_AdamW|BM_Copy' \
   --benchmark_min_time="$min_time" --benchmark_out="$raw/kernels.json" --benchmark_out_format=json >&2
 echo "== bench_collectives at $ranks ranks" >&2
@@ -148,7 +155,7 @@ def busbw(f):
 lines = [
     f"# Machine file for Trident's performance model (trident plan; docs/scaling.md).",
     f"# Written by tools/machine_file.sh on {date} at commit {commit} from the bundled benchmarks",
-    f"# (raw results in {raw}/): bench_kernels with one BLAS thread per rank, bench_collectives at",
+    f"# (raw results in {raw}/): bench_kernels with one BLAS thread per rank ({cpu.get('ranks_at_once', '1')} at once), bench_collectives at",
     f"# {ranks} ranks on this node. Not typed in: rerun the tool to refresh it.",
     f"# Kernel rates per {'wall-clock' if clock == 'wall' else 'CPU'} second (--clock {clock}).",
     "[machine]",
