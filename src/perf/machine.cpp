@@ -196,13 +196,14 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
     if (k.required)
       require_config(seen.count(k.section + "." + k.key) > 0,
                      source + ": missing [" + k.section + "] " + k.key + " (" + k.help + ")");
-  // The large-shard optimizer rate comes with both sizes and the small rate, the sizes in order.
-  const bool large = seen.count("compute.optimizer_large_gparams") > 0;
-  if (large || seen.count("compute.optimizer_large_params") > 0) {
-    for (const char* k : {"optimizer_gparams", "optimizer_params", "optimizer_large_gparams", "optimizer_large_params"})
+  // The optimizer rate at two shard sizes comes whole (both rates, both sizes), the sizes in order.
+  const char* const pair[] = {"optimizer_gparams", "optimizer_params", "optimizer_large_gparams", "optimizer_large_params"};
+  if (seen.count("compute.optimizer_params") + seen.count("compute.optimizer_large_gparams") +
+          seen.count("compute.optimizer_large_params") > 0) {
+    for (const char* k : pair)
       require_config(seen.count(std::string("compute.") + k) > 0,
-                     source + ": [compute] optimizer_large_gparams and optimizer_large_params need [compute] " + k +
-                         " too (the rate at two shard sizes)");
+                     source + ": [compute] " + k + " is missing: the optimizer rate at two shard sizes needs " +
+                         "optimizer_gparams at optimizer_params and optimizer_large_gparams at optimizer_large_params");
     require_config(m.optimizer_large_params > m.optimizer_params,
                    source + ": [compute] optimizer_large_params must exceed optimizer_params");
   }
@@ -224,10 +225,13 @@ MachineSpec parse_machine_file(const std::string& path) {
 std::string machine_file_help() {
   std::string s = "  [machine] name                 a label\n  [machine] note                 provenance (how and where it was measured)\n"
                   "  [machine] build                host (default) or cuda: the Trident build the machine runs; decks are\n"
-                  "                                 validated for it (cuda: compute_dtype = bf16 is accepted)\n"
-                  "  [compute] host_gemm             openblas or onednn: the library of fp32 GEMMs the rates were measured\n"
-                  "                                 with (tools/machine_file.sh; train with the same for a comparison)\n";
+                  "                                 validated for it (cuda: compute_dtype = bf16 is accepted)\n";
+  std::string section = "machine";
   for (const auto& k : key_defs()) {
+    if (section == "machine" && k.section == "compute")  // the one word-valued [compute] key, first
+      s += "  [compute] host_gemm            openblas or onednn: the library of fp32 GEMMs the rates were measured\n"
+           "                                 with (tools/machine_file.sh; train with the same for a comparison)\n";
+    section = k.section;
     std::string left = "[" + k.section + "] " + k.key;
     if (left.size() < 30) left.resize(30, ' ');
     s += "  " + left + " " + k.help + (k.required ? " (required)" : "") + "\n";

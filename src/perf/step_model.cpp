@@ -129,17 +129,19 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
 }  // namespace
 
 double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params) {
-  const double P = s * S;                   // the padded all-gather / reduce-scatter buffer
-  const double one_rank = S == 1 ? 1 : 0;  // a collective over one rank is a copy in the backend
+  const double P = s * S;  // the padded all-gather / reduce-scatter buffer
+  // A reduce-scatter over one rank is a copy in the backend (separate buffers); the refresh's
+  // all-gather is in place (MPI_IN_PLACE), so over one rank it moves nothing.
+  const double one_rank = S == 1 ? 1 : 0;
   switch (stage) {
     case 0:  // zero the gradient; 16-bit reduction converts it there and back; 16-bit params from the master
       return n + (half_reduce ? 2 * n : 0) + (half_params ? n : 0);
     case 1:  // zero gradient and shard; fill + copy into the reduce-scatter buffer (+ its 16-bit
              // conversions), the reduce-scatter; the master piece into the all-gather buffer, the
-             // all-gather, the buffer into the working params
-      return n + s + (P + n + (half_reduce ? P + s : 0) + one_rank * n) + (s + one_rank * n + n);
+             // buffer into the working params
+      return n + s + (P + n + (half_reduce ? P + s : 0) + one_rank * n) + (s + n);
     case 2:  // zero the shard (the reduce-scatters ran in backward); the refresh as at stage 1
-      return s + (s + one_rank * n + n);
+      return s + (s + n);
     default:  // 3: zero the shard; 16-bit params from the master piece
       return s + (half_params ? s : 0);
   }

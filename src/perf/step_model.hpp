@@ -145,9 +145,10 @@ double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute
 /// copy or a 16-bit conversion, charged at the bytes it writes (Trident counts a conversion as a
 /// master-dtype pass). `n` parameters of the stage, `s` of them owned (the padded piece, n at stage
 /// 0), S ranks in the shard group: stage 0: n (+ 2n with a 16-bit reduce, + n with 16-bit params);
-/// stage 1: 3n + 2s + sS (+ sS + s with a 16-bit reduce, + 2n when S = 1: the backend copies a
-/// one-rank reduce-scatter and all-gather); stage 2: n + 2s (+ n when S = 1); stage 3: s (+ s with
-/// 16-bit params). Local, pure.
+/// stage 1: 3n + 2s + sS (+ sS + s with a 16-bit reduce, + n when S = 1: the backend copies a
+/// one-rank reduce-scatter; the all-gather is in place); stage 2: n + 2s; stage 3: s (+ s with
+/// 16-bit params). The passes inside forward and backward (stage 2-3 gradient slots, stage 3
+/// gathers, 16-bit working copies) are not counted. Local, pure.
 double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params);
 
 /// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on

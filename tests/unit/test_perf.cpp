@@ -195,7 +195,10 @@ TEST(Machine, OptimizerRateBySize) {
   };
   std::string no_size = kMachine;
   no_size.insert(no_size.find("overlap_efficiency"), "optimizer_large_gparams = 0.0025\noptimizer_large_params = 100000\n");
-  refused(no_size, "need [compute] optimizer_params too");
+  refused(no_size, "[compute] optimizer_params is missing: the optimizer rate at two shard sizes");
+  std::string size_only = kMachine;  // a size without the large rate means nothing: refused too
+  size_only.insert(size_only.find("overlap_efficiency"), "optimizer_params = 1000\n");
+  refused(size_only, "[compute] optimizer_large_gparams is missing");
   std::string backwards = kMachine;
   backwards.insert(backwards.find("overlap_efficiency"),
                    "optimizer_params = 1000\noptimizer_large_gparams = 0.0025\noptimizer_large_params = 1000\n");
@@ -279,9 +282,10 @@ TEST(StepModel, EnginePassesFollowZeroCpp) {
   EXPECT_DOUBLE_EQ(engine_passes(0, 4, 100, 100, true, true), 100 + 200 + 100);  // + to/from 16 bits, + params
   EXPECT_DOUBLE_EQ(engine_passes(1, 4, 100, 30, false, false), 100 + 30 + 120 + 100 + 30 + 100);
   EXPECT_DOUBLE_EQ(engine_passes(1, 4, 100, 30, true, false), 480 + 120 + 30);
-  EXPECT_DOUBLE_EQ(engine_passes(1, 1, 100, 100, false, false), 100 + 100 + 100 + 100 + 100 + 100 + 2 * 100);
+  // One rank: the reduce-scatter (separate buffers) is a copy, the in-place all-gather is not.
+  EXPECT_DOUBLE_EQ(engine_passes(1, 1, 100, 100, false, false), 100 + 100 + 100 + 100 + 100 + 100 + 100);
   EXPECT_DOUBLE_EQ(engine_passes(2, 4, 100, 30, false, false), 30 + 30 + 100);
-  EXPECT_DOUBLE_EQ(engine_passes(2, 1, 100, 100, false, false), 100 + 100 + 100 + 100);
+  EXPECT_DOUBLE_EQ(engine_passes(2, 1, 100, 100, false, false), 100 + 100 + 100);
   EXPECT_DOUBLE_EQ(engine_passes(3, 4, 100, 30, false, false), 30);
   EXPECT_DOUBLE_EQ(engine_passes(3, 4, 100, 30, false, true), 60);
 }
