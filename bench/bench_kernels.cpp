@@ -6,8 +6,9 @@
 // (BM_LinearForward/N:384/C:128/OC:384). One BLAS thread, as a training rank has one core, unless
 // OPENBLAS_NUM_THREADS says otherwise (recorded in the output's context). Results go to stdout
 // and to runs/bench/kernels.json (or wherever --benchmark_out=FILE says; --benchmark_out_format=csv).
-// Under mpiexec -n N every rank runs the cases at the same time (N cores loaded, as in training);
-// world rank 0 reports (context ranks_at_once = N).
+// Under mpiexec -n N every rank runs the cases at the same time, each case started together (N
+// cores loaded, as in training); world rank 0 reports (context ranks_at_once = N). One BLAS and
+// one OpenMP thread per process unless OPENBLAS_NUM_THREADS / OMP_NUM_THREADS say otherwise.
 // Counters: FLOP/s for GEMM-like kernels (model FLOPs of the operation), bytes/s for memory-bound ones.
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
@@ -32,7 +33,10 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 extern "C" void openblas_set_num_threads(int) __attribute__((weak));  // absent without OpenBLAS (CUDA builds)
+extern "C" void omp_set_num_threads(int) __attribute__((weak));       // oneDNN's threads (libgomp)
 
 namespace trident {
 namespace {
@@ -239,6 +243,10 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("OPENBLAS_NUM_THREADS");
   if (env == nullptr && openblas_set_num_threads != nullptr) openblas_set_num_threads(1);
   benchmark::AddCustomContext("blas_threads", env != nullptr ? std::string(env) + " (OPENBLAS_NUM_THREADS)" : "1");
+  // oneDNN's fp32 and bf16 matmuls run on OpenMP threads: one as well, unless the user says.
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  if (omp == nullptr && omp_set_num_threads != nullptr) omp_set_num_threads(1);
+  benchmark::AddCustomContext("omp_threads", omp != nullptr ? std::string(omp) + " (OMP_NUM_THREADS)" : "1");
   // --host-gemm=openblas|onednn: the library of fp32 GEMMs (kernels/gemm.hpp HostGemm), as [train]
   // host_gemm sets it for training; default openblas (the process default).
   std::vector<char*> args;
@@ -281,7 +289,19 @@ int main(int argc, char** argv) {
   argc = n;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
+  // Every rank reports each case once, in the same order: a barrier there starts the next case on
+  // all ranks together, so the cores stay loaded case by case (Google Benchmark picks iteration
+  // counts per rank, which would let the ranks drift apart).
+  struct InStep : benchmark::ConsoleReporter {
+    trident::Communicator& world;
+    // Google Benchmark's own defaults: colour on a terminal only, counters not tabular.
+    explicit InStep(trident::Communicator& w) : ConsoleReporter(isatty(fileno(stdout)) ? OO_Color : OO_None), world(w) {}
+    void ReportRuns(const std::vector<Run>& runs) override {
+      ConsoleReporter::ReportRuns(runs);
+      world.barrier();
+    }
+  } reporter(rt.world());
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
 }

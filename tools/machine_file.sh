@@ -19,7 +19,8 @@
 #                              [--note TEXT] [--min-time S] [--clock wall|cpu] [--reuse]
 #                              [--offload-dir DIR] [--host-gemm LIB] [--alone]
 #   --name NAME      machine name (default: the host name); file input/machines/NAME.ini
-#   --ranks N        ranks per node to measure collectives with (default: nproc)
+#   --ranks N        ranks per node (default: nproc): collectives over N ranks, bench_kernels on N
+#                    cores at once (unless --alone), memory per device = MemTotal / N
 #   --max-bytes B    largest collective message (default 16M; bench_collectives' suffixes)
 #   --build DIR      build directory with bin/bench_kernels and bin/bench_collectives (default build)
 #   --out FILE       output file (default input/machines/NAME.ini)
@@ -27,13 +28,16 @@
 #   --min-time S     Google Benchmark's --benchmark_min_time per kernel case (default 0.5)
 #   --clock wall|cpu rates per wall-clock second (default: what a rank gets on this machine as it is,
 #                    load included) or per CPU second (Google Benchmark's counters: the core alone)
-#   --reuse          write the file from the raw results of an earlier run (no benchmarks)
+#   --reuse          write the file from the raw results of an earlier run (no benchmarks; --host-gemm
+#                    and --alone then do nothing: the raw results say what was measured)
 #   --offload-dir D  directory on the offload device to measure for [storage] (default: not measured)
 #   --host-gemm LIB  library of the fp32 GEMMs measured: openblas, onednn, or auto (default: the faster
-#                    here, as [train] host_gemm = auto chooses for training)
+#                    here on BM_LinearForward's best shape; training's auto decides on a 512^3 probe,
+#                    which agrees unless the two are within a few percent)
 #   --alone          run bench_kernels as one process (default: --ranks processes at once, every core
 #                    loaded as in training, the first one reporting: memory bandwidth and caches shared)
-# Raw results stay in runs/machine/<name>/ (kernels.json, collectives.csv/json).
+# Raw results stay in runs/machine/<name>/ (kernels.json, gemm_openblas/onednn.json of the library
+# choice, collectives.csv/json, storage.json).
 source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,8 +70,8 @@ mkdir -p "$raw" "$(dirname "$out")"
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
 [ "$clock" = wall ] || [ "$clock" = cpu ] || { echo "machine_file.sh: --clock wall or cpu" >&2; exit 2; }
-if [ "$reuse" = 0 ]; then
 case "$host_gemm" in auto|openblas|onednn) ;; *) echo "machine_file.sh: --host-gemm auto, openblas or onednn" >&2; exit 2 ;; esac
+if [ "$reuse" = 0 ]; then
 kernels() {  # bench_kernels on --ranks cores at once (rank 0 reports), or alone
   if [ "$alone" = 1 ]; then OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" "$@"
   else OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$build/bin/bench_kernels" "$@"; fi
@@ -143,11 +147,17 @@ def optional(prefix, counter):  # cases newer than some raw results (--reuse)
     except SystemExit:
         return {}
 lin_b = optional("BM_LinearBackward", "FLOP/s")
+if not lin_b:
+    print(f"machine_file.sh: warning: no BM_LinearBackward in {raw}/kernels.json (older raw results): no "
+          "gemm_backward_efficiency written (the backward GEMMs then run at gemm_efficiency)", file=sys.stderr)
 attn = rate("BM_Attention", "FLOP/s")
 ln = rate("BM_LayerNorm", "bytes/s")
 gelu = rate("BM_Gelu", "elements/s")
 adam = rate("BM_AdamW", "params/s")
 copy = optional("BM_Copy", "bytes/s")
+if not copy:
+    print(f"machine_file.sh: warning: no BM_Copy in {raw}/kernels.json (older raw results): no copy_gbs written "
+          "(the ZeRO engine's buffer passes then run at memory_gbs, an in-cache rate)", file=sys.stderr)
 c = json.load(open(f"{raw}/collectives.json"))
 fits = {f["op"]: f for f in c["fits"] if f["axis"] == "dp" and f["backend"] == "mpi"}
 def busbw(f):

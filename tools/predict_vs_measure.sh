@@ -39,7 +39,7 @@ done
 work=$(dirname "$out"); mkdir -p "$work"
 # Train with the fp32 GEMM library the machine file's rates were measured with (files without the
 # key were measured with OpenBLAS).
-host_gemm=$(awk -F= '/^[ \t]*host_gemm[ \t]*=/ {gsub(/[ \t]/, "", $2); print $2}' "$machine")
+host_gemm=$(awk -F= '/^[ \t]*host_gemm[ \t]*=/ {sub(/[#;].*/, "", $2); gsub(/[ \t\r]/, "", $2); print $2}' "$machine")
 host_gemm=${host_gemm:-openblas}
 if [ -z "$cases" ]; then
   cases="$work/cases.txt"
