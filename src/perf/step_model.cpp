@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <vector>
 
 namespace trident {
@@ -126,6 +128,51 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
   return s;
 }
 
+/// The ZeRO engine's passes over its buffers inside one micro-batch on the stage `part` (in
+/// master-dtype elements, as engine_passes counts them), forward and backward: stages 2-3 zero each
+/// unit's padded gradient slot, reduce-scatter it (a copy over one rank; + the 16-bit conversions)
+/// and accumulate the piece; stage 3 copies the owned piece into the gather buffer at every gather
+/// (block units as often as the dp term gathers them, the embedding and head once per step; + the
+/// 16-bit conversion of the gathered unit), half in forward, half in backward; stages 0-2 with
+/// 16-bit working params convert each unit at its use in forward and in backward (not for a peer
+/// assumed to keep 16-bit activations: its GEMMs read the 16-bit weights).
+struct MicroPasses {
+  double fwd = 0, bwd = 0;
+};
+MicroPasses engine_micro_passes(const Config& cfg, const PeerSchedule& peer, const ModelPart& part, int S, int M) {
+  const ParallelConfig& par = cfg.parallel;
+  // A peer assumed to keep 16-bit activations (Megatron-LM's mixed precision) feeds its 16-bit
+  // weights to the GEMMs as they are: no working copies to convert.
+  const bool half_r = is_half(cfg.train.reduce_dtype), half_p = is_half(cfg.train.param_dtype) && peer.activation_bytes == 0;
+  if (par.zero_stage < 2 && !half_p) return {};
+  const ParamLayout layout = ParamLayout::make(cfg.model, par.unit_blocks, part);
+  const GptSchedule sched = GptSchedule::make(layout, cfg.model);
+  double n = 0, s = 0, P = 0, s_blocks = 0, P_blocks = 0, s_special = 0, P_special = 0, nb = 0;
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const double n_u = static_cast<double>(layout.units()[u].numel), s_u = std::ceil(n_u / S);
+    n += n_u;
+    s += s_u;
+    P += s_u * S;
+    const bool special = std::find(sched.special_units.begin(), sched.special_units.end(), static_cast<int>(u)) !=
+                         sched.special_units.end();
+    (special ? s_special : s_blocks) += s_u;
+    (special ? P_special : P_blocks) += s_u * S;
+    nb += special ? 0 : 1;
+  }
+  MicroPasses mp;
+  if (par.zero_stage >= 2) mp.bwd += P + s + (half_r ? P + s : 0) + (S == 1 ? s : 0);
+  if (par.zero_stage == 3) {
+    const double gathers = nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0;  // block gathers per step
+    const double blocks = nb > 0 ? gathers / M * (s_blocks + (half_p ? P_blocks : 0)) / nb : 0.0;
+    mp.fwd += blocks / 2 + (s_special + (half_p ? P_special : 0)) / M;
+    mp.bwd += blocks / 2;
+  } else if (half_p) {
+    mp.fwd += n;
+    mp.bwd += n;
+  }
+  return mp;
+}
+
 }  // namespace
 
 double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params) {
@@ -188,6 +235,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   const double act_bytes = static_cast<double>(tr.micro_batch_size) * m.block_size * m.n_embd * es;
   const double N = static_cast<double>(tr.micro_batch_size) * m.block_size;
   const int v = peer.virtual_stages;
+  const double copy_bw = mach.copy_bw > 0 ? mach.copy_bw : mach.memory_bw;  // the engine's buffer passes
   require_config(v >= 1, "interleaved pipeline: the chunks per stage must be >= 1, not " + std::to_string(v));
   require_config(v == 1 || M % pp == 0, "interleaved pipeline: " + std::to_string(M) +
                                             " micro-batches per step are not a multiple of pp = " + std::to_string(pp));
@@ -201,6 +249,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   size_t crit = 0;
   std::vector<StageCompute> comp(static_cast<size_t>(pp));
   std::vector<double> tpc(static_cast<size_t>(pp)), p2p(static_cast<size_t>(pp));
+  std::map<std::tuple<int, bool, bool>, MicroPasses> micro;
   for (int s = 0; s < pp; ++s) {
     const ModelPart part = ModelPart::make(m, par, 0, s);
     require_config(pp == 1 || part.n_layers % v == 0, "interleaved pipeline: stage " + std::to_string(s) + "'s " +
@@ -208,6 +257,13 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
                                                std::to_string(v) + " chunks");
     const bool first = s == 0, last = s == pp - 1;
     comp[static_cast<size_t>(s)] = stage_compute(cfg, mach, peer, part, first, last);
+    // Stages of equal blocks and ends have equal units: one layout each (the planner asks often).
+    const auto key = std::make_tuple(part.n_layers, first, last);
+    auto known = micro.find(key);
+    if (known == micro.end()) known = micro.emplace(key, engine_micro_passes(cfg, peer, part, S, M)).first;
+    const MicroPasses& mp = known->second;
+    comp[static_cast<size_t>(s)].fwd += mp.fwd * db / copy_bw;
+    comp[static_cast<size_t>(s)].bwd += mp.bwd * db / copy_bw;
     double tpt = 0;
     if (tp > 1) {
       const double ar = coll(mach, CommOp::all_reduce, tp, N * m.n_embd * es, tp_intra);
@@ -323,7 +379,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   const double adamw_s = local_owned / opt_rate;
   p.optimizer_s = adamw_s + engine_passes(par.zero_stage, S, n_total, local_owned, is_half(tr.reduce_dtype),
                                           is_half(tr.param_dtype)) *
-                                db / (mach.copy_bw > 0 ? mach.copy_bw : mach.memory_bw);
+                                db / copy_bw;
 
   // ---- offload (docs/offload.md): the engine's own records, at the machine's disk rates ---------
   if (par.offload_optimizer == OffloadKind::host) {

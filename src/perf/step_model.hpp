@@ -15,7 +15,10 @@
 //    the measured attention rate, or where none is measured, as kernels/attention.cpp runs it
 //    (GEMMs over the whole (T, T) scores, 12 b T^2 C / tp, plus the softmax's passes at memory speed); the memory-bound kernels (LayerNorm, residual, copies, cross
 //    entropy) by the bytes they move at memory_bw; GELU at its measured rate. Activation
-//    checkpointing adds one block forward per block in backward (F's 96 instead of 72).
+//    checkpointing adds one block forward per block in backward (F's 96 instead of 72). The ZeRO
+//    engine's buffer passes within a micro-batch (stages 2-3: zero, reduce-scatter and accumulate
+//    the gradient slots; stage 3: the owned piece into each gather; 16-bit working params converted
+//    at each use) at the machine's copy rate.
 //  - Optimizer: this rank's owned parameters (Psi_stage / S from ZeRO stage 1) at the measured
 //    norm + AdamW rate for a shard of that size (MachineSpec::optimizer_rate: in cache, or
 //    streaming from memory), plus the ZeRO engine's fills and copies of its gradient and parameter
@@ -148,7 +151,8 @@ double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute
 /// stage 1: 3n + 2s + sS (+ sS + s with a 16-bit reduce, + n when S = 1: the backend copies a
 /// one-rank reduce-scatter; the all-gather is in place); stage 2: n + 2s; stage 3: s (+ s with
 /// 16-bit params). The passes inside forward and backward (stage 2-3 gradient slots, stage 3
-/// gathers, 16-bit working copies) are not counted. Local, pure.
+/// gathers, 16-bit working copies) are the stage compute's, per micro-batch (step_model.cpp,
+/// engine_micro_passes). Local, pure.
 double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params);
 
 /// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on

@@ -7,11 +7,13 @@
 #include "perf/step_model.hpp"
 
 #include "core/error.hpp"
+#include "model/gpt.hpp"
 #include "model/param_layout.hpp"
 #include "train/trainer.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -456,6 +458,47 @@ TEST(StepModel, OffloadHandComputed) {
   EXPECT_NEAR(predict_step(z, mach).offload_hidden_s, std::min(stream, owned / 1e7), 1e-12);
   // A negative or zero storage rate is refused.
   EXPECT_THROW(parse_machine_text(std::string(kMachine) + "[storage]\nread_gbs = 0\nwrite_gbs = 1\n", "t"), ConfigError);
+}
+
+TEST(StepModel, EnginePassesInsideMicroBatches) {
+  // The small deck at dp = 2 with 2 micro-batches, fp32: against stage 1 (no engine passes inside a
+  // micro-batch), stage 2 adds per micro-batch in backward the gradient slots' zeroing (padded P)
+  // and the accumulation of the reduced piece (owned s); stage 3 also copies the owned piece into
+  // each gather: the 2 block units once per step (two slots hold both), the embedding and head once
+  // per step; half in forward, half in backward for the blocks, the specials in forward. 4-byte
+  // elements at the test machine's 2e9 B/s (no copy_gbs).
+  const MachineSpec mach = parse_machine_text(kMachine, "test");
+  Config c = small_deck(2, 1, 1, 16, 4);
+  c.parallel.zero_stage = 1;
+  const StepPrediction p1 = predict_step(c, mach);
+  ASSERT_EQ(p1.num_micro_batches, 2);
+  const ParamLayout L = ParamLayout::make(c.model, 1);
+  const GptSchedule sched = GptSchedule::make(L, c.model);
+  double P = 0, s = 0, s_blocks = 0, s_special = 0;
+  for (size_t u = 0; u < L.units().size(); ++u) {
+    const double su = std::ceil(L.units()[u].numel / 2.0);
+    P += su * 2;
+    s += su;
+    const bool special = std::find(sched.special_units.begin(), sched.special_units.end(), static_cast<int>(u)) !=
+                         sched.special_units.end();
+    (special ? s_special : s_blocks) += su;
+  }
+  const double pass = 4 / 2e9;
+  c.parallel.zero_stage = 2;
+  const StepPrediction p2 = predict_step(c, mach);
+  EXPECT_NEAR(p2.forward_s, p1.forward_s, 1e-15);
+  EXPECT_NEAR(p2.backward_s - p1.backward_s, 2 * (P + s) * pass, 1e-12);
+  c.parallel.zero_stage = 3;
+  const StepPrediction p3 = predict_step(c, mach);
+  EXPECT_NEAR(p3.forward_s - p1.forward_s, (s_blocks / 2 + s_special) * pass, 1e-12);
+  EXPECT_NEAR(p3.backward_s - p1.backward_s, (2 * (P + s) + s_blocks / 2) * pass, 1e-12);
+  // 16-bit working params below stage 3: each unit converted at its use, forward and backward.
+  c.parallel.zero_stage = 1;
+  c.train.param_dtype = Precision::bf16;
+  validate(c, 2);
+  const StepPrediction ph = predict_step(c, mach);
+  EXPECT_NEAR(ph.forward_s - p1.forward_s, 2 * kPsi * pass, 1e-12);
+  EXPECT_NEAR(ph.backward_s - p1.backward_s, 2 * kPsi * pass, 1e-12);
 }
 
 TEST(StepModel, TensorParallelHandComputed) {
