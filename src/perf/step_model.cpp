@@ -134,8 +134,10 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
 /// and accumulate the piece; stage 3 copies the owned piece into the gather buffer at every gather
 /// (block units as often as the dp term gathers them, the embedding and head once per step; + the
 /// 16-bit conversion of the gathered unit), half in forward, half in backward; stages 0-2 with
-/// 16-bit working params convert each unit at its use in forward and in backward (not for a peer
-/// assumed to keep 16-bit activations: its GEMMs read the 16-bit weights).
+/// 16-bit working params convert a unit each time it enters its slot, as often as stage 3 gathers
+/// it (not for a peer assumed to keep 16-bit activations: its GEMMs read the 16-bit weights). The
+/// count is the dp term's, exact for pp = 1 under 1F1B; earlier pipeline stages and GPipe fill
+/// slots more often (their warm-up forwards), which neither term counts yet.
 struct MicroPasses {
   double fwd = 0, bwd = 0;
 };
@@ -147,28 +149,32 @@ MicroPasses engine_micro_passes(const Config& cfg, const PeerSchedule& peer, con
   if (par.zero_stage < 2 && !half_p) return {};
   const ParamLayout layout = ParamLayout::make(cfg.model, par.unit_blocks, part);
   const GptSchedule sched = GptSchedule::make(layout, cfg.model);
-  double n = 0, s = 0, P = 0, s_blocks = 0, P_blocks = 0, s_special = 0, P_special = 0, nb = 0;
+  double s = 0, P = 0, n_blocks = 0, s_blocks = 0, P_blocks = 0, n_special = 0, s_special = 0, P_special = 0, nb = 0;
   for (size_t u = 0; u < layout.units().size(); ++u) {
     const double n_u = static_cast<double>(layout.units()[u].numel), s_u = std::ceil(n_u / S);
-    n += n_u;
     s += s_u;
     P += s_u * S;
     const bool special = std::find(sched.special_units.begin(), sched.special_units.end(), static_cast<int>(u)) !=
                          sched.special_units.end();
+    (special ? n_special : n_blocks) += n_u;
     (special ? s_special : s_blocks) += s_u;
     (special ? P_special : P_blocks) += s_u * S;
     nb += special ? 0 : 1;
   }
   MicroPasses mp;
   if (par.zero_stage >= 2) mp.bwd += P + s + (half_r ? P + s : 0) + (S == 1 ? s : 0);
+  // Units enter their slot (a ZeRO-3 gather, or below stage 3 a 16-bit unit's conversion) as the dp
+  // term counts gathers: the block units 2 M (nb - 2) + 2 times a step (nb > 2; two slots keep the
+  // two blocks of each forward/backward turn), the embedding and head once a step (own slots).
+  const double fills = nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0;
   if (par.zero_stage == 3) {
-    const double gathers = nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0;  // block gathers per step
-    const double blocks = nb > 0 ? gathers / M * (s_blocks + (half_p ? P_blocks : 0)) / nb : 0.0;
+    const double blocks = nb > 0 ? fills / M * (s_blocks + (half_p ? P_blocks : 0)) / nb : 0.0;
     mp.fwd += blocks / 2 + (s_special + (half_p ? P_special : 0)) / M;
     mp.bwd += blocks / 2;
   } else if (half_p) {
-    mp.fwd += n;
-    mp.bwd += n;
+    const double blocks = nb > 0 ? fills / M * n_blocks / nb : 0.0;
+    mp.fwd += blocks / 2 + n_special / M;
+    mp.bwd += blocks / 2;
   }
   return mp;
 }

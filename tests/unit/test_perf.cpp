@@ -492,13 +492,38 @@ TEST(StepModel, EnginePassesInsideMicroBatches) {
   const StepPrediction p3 = predict_step(c, mach);
   EXPECT_NEAR(p3.forward_s - p1.forward_s, (s_blocks / 2 + s_special) * pass, 1e-12);
   EXPECT_NEAR(p3.backward_s - p1.backward_s, (2 * (P + s) + s_blocks / 2) * pass, 1e-12);
-  // 16-bit working params below stage 3: each unit converted at its use, forward and backward.
+  // 16-bit working params below stage 3: a unit is converted when it enters its slot, so here
+  // (2 block units, two slots) every unit once per step: kPsi in all, the blocks half in forward and
+  // half in backward, the embedding and head in forward.
   c.parallel.zero_stage = 1;
   c.train.param_dtype = Precision::bf16;
   validate(c, 2);
   const StepPrediction ph = predict_step(c, mach);
-  EXPECT_NEAR(ph.forward_s - p1.forward_s, 2 * kPsi * pass, 1e-12);
-  EXPECT_NEAR(ph.backward_s - p1.backward_s, 2 * kPsi * pass, 1e-12);
+  double n_special = 0;
+  for (int u : sched.special_units) n_special += static_cast<double>(L.units()[static_cast<size_t>(u)].numel);
+  EXPECT_NEAR(ph.forward_s - p1.forward_s, ((kPsi - n_special) / 2 + n_special) * pass, 1e-12);
+  EXPECT_NEAR(ph.backward_s - p1.backward_s, (kPsi - n_special) / 2 * pass, 1e-12);
+  // Four block units, 2 micro-batches: the blocks enter their slots 2 M (nb - 2) + 2 = 10 times a
+  // step (the two blocks at each forward/backward turn stay), i.e. 10 block units' elements.
+  Config d = small_deck(2, 1, 1, 16, 4);
+  d.model.n_layer = 4;
+  d.parallel.zero_stage = 1;
+  validate(d, 2);
+  const StepPrediction d32 = predict_step(d, mach);
+  d.train.param_dtype = Precision::bf16;
+  validate(d, 2);
+  const StepPrediction d16 = predict_step(d, mach);
+  const ParamLayout L4 = ParamLayout::make(d.model, 1);
+  const GptSchedule sched4 = GptSchedule::make(L4, d.model);
+  double block_unit = 0, special4 = 0;
+  for (size_t u = 0; u < L4.units().size(); ++u) {
+    const bool special = std::find(sched4.special_units.begin(), sched4.special_units.end(), static_cast<int>(u)) !=
+                         sched4.special_units.end();
+    if (special) special4 += static_cast<double>(L4.units()[u].numel);
+    else block_unit = static_cast<double>(L4.units()[u].numel);
+  }
+  EXPECT_NEAR((d16.forward_s + d16.backward_s) - (d32.forward_s + d32.backward_s),
+              (10 * block_unit + special4) * pass, 1e-12);
 }
 
 TEST(StepModel, TensorParallelHandComputed) {
