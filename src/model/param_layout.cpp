@@ -54,8 +54,7 @@ void ParamLayout::add(const std::string& name, std::vector<std::int64_t> shape, 
   t.shape = tp_partition_shape(t.global_shape, split_dim, split_groups, part_.tp_size);
   t.numel = 1;
   for (auto d : t.shape) t.numel *= d;
-  t.valid = 0;
-  for (const Run& r : tp_runs(t.global_shape, split_dim, split_groups, part_.tp_size, part_.tp_rank)) t.valid += r.count;
+  t.valid = tp_partition_numel(t.global_shape, split_dim, split_groups, part_.tp_size, part_.tp_rank);
   t.offset = numel_;
   t.unit = static_cast<int>(units_.size()) - 1;
   t.decay = decay;

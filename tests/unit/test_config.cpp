@@ -2,6 +2,7 @@
 // resolved deck round-trips.
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/tp_partition.hpp"
 
 #include <gtest/gtest.h>
 
@@ -377,4 +378,40 @@ TEST(Config, HelpListsEveryKey) {
 }
 
 }  // namespace
+}  // namespace trident
+
+namespace trident {
+
+// tp_partition_numel counts without building the runs: it must equal the sum of tp_runs' counts
+// (the oracle) for every partition, padded ones (a vocabulary not divisible by tp) included, and
+// refuse exactly what tp_runs refuses.
+TEST(TpPartition, NumelIsTheSumOfTheRuns) {
+  struct Case {
+    std::vector<std::int64_t> shape;
+    int split_dim, groups;
+  };
+  const std::vector<Case> cases = {{{65, 12}, 0, 1},    {{12, 65}, 1, 1},  {{48, 8}, 0, 3},  {{4, 24, 6}, 1, 2},
+                                   {{4, 24, 6}, 2, 1},  {{7}, -1, 1},     {{100, 16}, 0, 1}, {{3, 5}, 0, 1}};
+  int checked = 0;
+  for (const Case& c : cases)
+    for (int P : {1, 2, 3, 4, 8})
+      for (int r = 0; r < P; ++r) {
+        std::int64_t sum = 0;
+        bool refused = false;
+        try {
+          for (const trident::Run& run : tp_runs(c.shape, c.split_dim, c.groups, P, r)) sum += run.count;
+        } catch (const Error&) {
+          refused = true;
+        }
+        if (refused) {
+          EXPECT_THROW(tp_partition_numel(c.shape, c.split_dim, c.groups, P, r), Error);
+          continue;
+        }
+        EXPECT_EQ(tp_partition_numel(c.shape, c.split_dim, c.groups, P, r), sum)
+            << "split_dim " << c.split_dim << " groups " << c.groups << " tp " << P << " rank " << r;
+        ++checked;
+      }
+  EXPECT_GT(checked, 100);
+}
+
 }  // namespace trident
