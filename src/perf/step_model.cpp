@@ -128,6 +128,18 @@ StageCompute stage_compute(const Config& cfg, const MachineSpec& mach, const Pee
   return s;
 }
 
+/// True for the units with slots of their own (embedding, head: GptSchedule::special_units).
+bool is_special_unit(const GptSchedule& sched, size_t u) {
+  return std::find(sched.special_units.begin(), sched.special_units.end(), static_cast<int>(u)) !=
+         sched.special_units.end();
+}
+
+/// Times per step the `nb` block units enter their two alternating slots (a ZeRO-3 gather, or
+/// below stage 3 a 16-bit unit's conversion), with M micro-batches: the two blocks resident at each
+/// turn of the schedule (forward -> backward of a micro-batch, backward -> next forward) stay, so
+/// 2 M (nb - 2) + 2 for nb > 2, each block once for nb <= 2. Exact for pp = 1 under 1F1B.
+double block_fills_per_step(double nb, int M) { return nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0; }
+
 /// The ZeRO engine's passes over its buffers inside one micro-batch on the stage `part` (in
 /// master-dtype elements, as engine_passes counts them), forward and backward: stages 2-3 zero each
 /// unit's padded gradient slot, reduce-scatter it (a copy over one rank; + the 16-bit conversions)
@@ -154,8 +166,7 @@ MicroPasses engine_micro_passes(const Config& cfg, const PeerSchedule& peer, con
     const double n_u = static_cast<double>(layout.units()[u].numel), s_u = std::ceil(n_u / S);
     s += s_u;
     P += s_u * S;
-    const bool special = std::find(sched.special_units.begin(), sched.special_units.end(), static_cast<int>(u)) !=
-                         sched.special_units.end();
+    const bool special = is_special_unit(sched, u);
     (special ? n_special : n_blocks) += n_u;
     (special ? s_special : s_blocks) += s_u;
     (special ? P_special : P_blocks) += s_u * S;
@@ -163,10 +174,9 @@ MicroPasses engine_micro_passes(const Config& cfg, const PeerSchedule& peer, con
   }
   MicroPasses mp;
   if (par.zero_stage >= 2) mp.bwd += P + s + (half_r ? P + s : 0) + (S == 1 ? s : 0);
-  // Units enter their slot (a ZeRO-3 gather, or below stage 3 a 16-bit unit's conversion) as the dp
-  // term counts gathers: the block units 2 M (nb - 2) + 2 times a step (nb > 2; two slots keep the
-  // two blocks of each forward/backward turn), the embedding and head once a step (own slots).
-  const double fills = nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0;
+  // Units enter their slot as the dp term counts gathers: the blocks block_fills_per_step times,
+  // the embedding and head once a step (own slots).
+  const double fills = block_fills_per_step(nb, M);
   if (par.zero_stage == 3) {
     const double blocks = nb > 0 ? fills / M * (s_blocks + (half_p ? P_blocks : 0)) / nb : 0.0;
     mp.fwd += blocks / 2 + (s_special + (half_p ? P_special : 0)) / M;
@@ -314,10 +324,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   const auto& units = layout.units();
   double local_owned = 0, n_total = 0;
   double dp_total = 0, overlappable_reduce = 0, overlappable_gather = 0, block_ag = 0;
-  auto is_special = [&](size_t u) {
-    return std::find(sched.special_units.begin(), sched.special_units.end(), static_cast<int>(u)) !=
-           sched.special_units.end();
-  };
+  auto is_special = [&](size_t u) { return is_special_unit(sched, u); };
   size_t n_block_units = 0;
   for (size_t u = 0; u < units.size(); ++u) n_block_units += is_special(u) ? 0 : 1;
   for (size_t u = 0; u < units.size(); ++u) {
@@ -347,11 +354,9 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   }
   double block_gathers_per_unit = 1.0;  // gathers of each block unit per step (stage 3)
   if (par.zero_stage == 3 && n_block_units > 0) {
-    // Blocks share two alternating slots: the two blocks resident at each turn of the schedule
-    // (forward -> backward of a micro-batch, backward -> next forward) are not gathered again, so a
-    // step gathers 2 M (n_b - 2) + 2 block units for n_b > 2, and each block once for n_b <= 2.
+    // Blocks share two alternating slots (block_fills_per_step).
     const double nb = static_cast<double>(n_block_units);
-    const double count = nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0;
+    const double count = block_fills_per_step(nb, M);
     block_gathers_per_unit = count / nb;
     const double gathered = block_ag * count / nb;
     dp_total += gathered;
