@@ -131,9 +131,9 @@ storage = dict(kv.split("=") for kv in storage.split())
 ranks = int(ranks)
 k = json.load(open(f"{raw}/kernels.json"))
 cpu = k.get("context", {})
-def rate(prefix, counter):
+def rate(prefix, counter, required=True):
     rows = [b for b in k["benchmarks"] if b["name"].startswith(prefix) and b.get("run_type", "iteration") == "iteration"]
-    if not rows:
+    if not rows and required:
         sys.exit(f"machine_file.sh: no {prefix} in {raw}/kernels.json")
     # Google Benchmark's rate counters are per CPU second; per wall-clock second they are scaled by
     # cpu_time / real_time (equal on a quiet machine; smaller when the core is shared).
@@ -141,12 +141,7 @@ def rate(prefix, counter):
 lin = rate("BM_LinearForward", "FLOP/s")
 peak = max(lin.values())
 deck_shape = lin.get("BM_LinearForward/N:384/C:128/OC:384", peak)
-def optional(prefix, counter):  # cases newer than some raw results (--reuse)
-    try:
-        return rate(prefix, counter)
-    except SystemExit:
-        return {}
-lin_b = optional("BM_LinearBackward", "FLOP/s")
+lin_b = rate("BM_LinearBackward", "FLOP/s", required=False)  # newer than some raw results (--reuse)
 if not lin_b:
     print(f"machine_file.sh: warning: no BM_LinearBackward in {raw}/kernels.json (older raw results): no "
           "gemm_backward_efficiency written (the backward GEMMs then run at gemm_efficiency)", file=sys.stderr)
@@ -154,7 +149,7 @@ attn = rate("BM_Attention", "FLOP/s")
 ln = rate("BM_LayerNorm", "bytes/s")
 gelu = rate("BM_Gelu", "elements/s")
 adam = rate("BM_AdamW", "params/s")
-copy = optional("BM_Copy", "bytes/s")
+copy = rate("BM_Copy", "bytes/s", required=False)
 if not copy:
     print(f"machine_file.sh: warning: no BM_Copy in {raw}/kernels.json (older raw results): no copy_gbs written "
           "(the ZeRO engine's buffer passes then run at memory_gbs, an in-cache rate)", file=sys.stderr)
