@@ -49,7 +49,10 @@ const char* name_of(OffloadKind v) {
 const char* name_of(ModelArch v) { return v == ModelArch::llama ? "llama" : "gpt2"; }
 const char* name_of(AttentionKernel v) { return v == AttentionKernel::fused ? "fused" : "gemm"; }
 const char* name_of(HostGemmChoice v) {
-  return v == HostGemmChoice::openblas ? "openblas" : v == HostGemmChoice::onednn ? "onednn" : "auto";
+  return v == HostGemmChoice::openblas ? "openblas"
+         : v == HostGemmChoice::onednn ? "onednn"
+         : v == HostGemmChoice::shape  ? "shape"
+                                       : "auto";
 }
 const std::vector<ModelArch>& all_model_archs() {
   static const std::vector<ModelArch> all = {ModelArch::gpt2, ModelArch::llama};
@@ -224,11 +227,12 @@ class Schema {
                "tensor cores on a GPU, oneDNN's AVX512-BF16 kernels on a CPU; needs dtype = float, and a CUDA build or a host "
                "build with oneDNN on a CPU with AVX512-BF16)");
     add_choice("train", "host_gemm", &t.host_gemm,
-               {HostGemmChoice::auto_, HostGemmChoice::openblas, HostGemmChoice::onednn},
+               {HostGemmChoice::auto_, HostGemmChoice::openblas, HostGemmChoice::onednn, HostGemmChoice::shape},
                "library of the fp32 GEMMs in a host build: openblas (its sgemm), onednn (oneDNN's fp32 "
-               "matmul; needs a build with oneDNN), or auto: the faster of the two by a GEMM probe of this CPU, "
-               "measured once and recorded in the peak cache (so a resume on the same machine takes the same one). "
-               "double GEMMs and CUDA builds ignore it");
+               "matmul; needs a build with oneDNN), auto: the faster of the two by a GEMM probe of this CPU, "
+               "measured once and recorded in the peak cache (so a resume on the same machine takes the same one), "
+               "or shape: the faster of the two for each GEMM shape of the run, each shape probed at its first use "
+               "and recorded in the peak cache likewise. double GEMMs and CUDA builds ignore it");
     add_choice("train", "activation_checkpointing", &t.activation_checkpointing, {Recompute::none, Recompute::block},
                "none, or block: keep only each block's input and recompute its forward during backward");
     add("train", "peak_tflops", &t.peak_tflops,

@@ -64,8 +64,9 @@ enum class ModelArch { gpt2, llama };
 enum class AttentionKernel { gemm, fused };
 
 /// The library of fp32 GEMMs in a host build ([train] host_gemm; kernels/gemm.hpp HostGemm): auto
-/// picks the faster of the two by a probe recorded per CPU (train/peak.hpp).
-enum class HostGemmChoice { auto_, openblas, onednn };
+/// picks the faster of the two by a probe recorded per CPU (train/peak.hpp); shape picks it for
+/// each GEMM shape of the run, by a probe of that shape recorded per CPU.
+enum class HostGemmChoice { auto_, openblas, onednn, shape };
 
 /// The deck name of each value ("1f1b", "float", "double", "bf16", "block", "continue", ...).
 const char* name_of(PipelineScheduleKind v);

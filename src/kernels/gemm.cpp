@@ -4,6 +4,20 @@
 #include "core/error.hpp"
 
 #include <string>
+#include <tuple>
+
+namespace trident {
+
+std::string GemmShape::text() const {
+  return std::string{ta, tb} + " " + std::to_string(batch) + "x" + std::to_string(m) + "x" + std::to_string(n) + "x" +
+         std::to_string(k);
+}
+
+bool GemmShape::operator<(const GemmShape& o) const {
+  return std::tie(ta, tb, batch, m, n, k) < std::tie(o.ta, o.tb, o.batch, o.m, o.n, o.k);
+}
+
+}  // namespace trident
 
 namespace trident::detail {
 

@@ -13,7 +13,11 @@
 
 #include "core/types.hpp"
 
+#include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace trident {
 
@@ -49,6 +53,36 @@ void set_host_gemm(HostGemm lib);
 HostGemm host_gemm();
 /// True where set_host_gemm(lib) is accepted. Local.
 bool host_gemm_available(HostGemm lib);
+
+/// One native float GEMM shape as the per-shape library choice keys it: op(A) (m, k), op(B)
+/// (k, n), `batch` such products (1 for gemm()). Strides are not part of it.
+struct GemmShape {
+  char ta = 'N', tb = 'N';
+  std::int64_t batch = 1, m = 0, n = 0, k = 0;
+  /// "NT 1x2048x1152x384" (trans, batch x m x n x k): the text of logs and of the peak cache.
+  std::string text() const;
+  bool operator<(const GemmShape& o) const;
+};
+
+/// Picks the library of one native float GEMM shape ([train] host_gemm = shape: train/peak.hpp
+/// installs one that reads, or probes and records, a per-CPU table). Called once per new shape
+/// and process, outside any lock the seam holds; it may call time_host_gemm() but not gemm().
+using HostGemmChooser = std::function<HostGemm(const GemmShape&)>;
+
+/// Installs `chooser` for the native float GEMMs of this process and forgets the choices made so
+/// far; an empty one goes back to the one library of set_host_gemm(). Local (process-wide). Throws
+/// Error for a non-empty chooser in a build without oneDNN.
+void set_host_gemm_chooser(HostGemmChooser chooser);
+
+/// The shapes the installed chooser has decided in this process, with their library, in shape
+/// order (empty without a chooser). Local.
+std::vector<std::pair<GemmShape, HostGemm>> host_gemm_choices();
+
+/// FLOP/s of `lib` on GEMMs of shape `s` with freshly filled contiguous operands (alpha 1, beta 0):
+/// the best of `rounds` timed calls after one warm-up, each timed call repeated until it spans
+/// about a millisecond. Local; the operands are plain host memory, not in the memory ledger.
+/// Throws Error for a library this build lacks, or a shape with a non-positive extent.
+double time_host_gemm(HostGemm lib, const GemmShape& s, int rounds);
 
 /// Frees the bf16 input scratch that GemmInputs::bf16 GEMMs keep between calls (it grows again at
 /// the next one): after a one-off large GEMM such as the peak probe. Local; fences.

@@ -39,6 +39,13 @@ void set_host_gemm(HostGemm lib) {
   if (lib != HostGemm::openblas) throw Error("gemm: a CUDA build's GEMMs are cuBLAS's: [train] host_gemm does not apply");
 }
 HostGemm host_gemm() { return HostGemm::openblas; }
+void set_host_gemm_chooser(HostGemmChooser chooser) {
+  if (chooser) throw Error("gemm: a CUDA build's GEMMs are cuBLAS's: [train] host_gemm does not apply");
+}
+std::vector<std::pair<GemmShape, HostGemm>> host_gemm_choices() { return {}; }
+double time_host_gemm(HostGemm, const GemmShape&, int) {
+  throw Error("time_host_gemm: a CUDA build's GEMMs are cuBLAS's");
+}
 
 namespace {
 

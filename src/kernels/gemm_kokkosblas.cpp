@@ -12,7 +12,11 @@
 
 #include <KokkosBlas3_gemm.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 namespace trident {
@@ -50,10 +54,38 @@ HostGemm host_gemm() { return g_host_gemm; }
 
 namespace {
 
-/// Whether a native float GEMM goes to oneDNN (set_host_gemm(HostGemm::onednn)).
+/// The per-shape choice ([train] host_gemm = shape): the chooser and what it decided so far.
+std::atomic<bool> g_has_chooser{false};
+std::mutex g_choice_mutex;
+HostGemmChooser g_chooser;
+std::map<GemmShape, HostGemm> g_choices;
+
+/// The library of a native float GEMM of shape s under the installed chooser: the recorded
+/// choice, or the chooser's, asked once per shape (outside the lock: it times GEMMs).
+HostGemm chosen_library(const GemmShape& s) {
+  HostGemmChooser chooser;
+  {
+    std::lock_guard<std::mutex> lock(g_choice_mutex);
+    const auto it = g_choices.find(s);
+    if (it != g_choices.end()) return it->second;
+    chooser = g_chooser;
+  }
+  const HostGemm lib = chooser ? chooser(s) : g_host_gemm.load();
+  std::lock_guard<std::mutex> lock(g_choice_mutex);
+  return g_choices.emplace(s, lib).first->second;  // a concurrent first call may have won: use its choice
+}
+
+/// Whether a native float GEMM of this shape goes to oneDNN: set_host_gemm(HostGemm::onednn), or
+/// the per-shape chooser's pick.
 template <class T>
-bool onednn_native() {
-  return std::is_same_v<T, float> && TRIDENT_HAVE_ONEDNN && g_host_gemm.load() == HostGemm::onednn;
+bool onednn_native(char ta, char tb, std::int64_t batch, const detail::GemmDims& d) {
+  if constexpr (!std::is_same_v<T, float> || !TRIDENT_HAVE_ONEDNN) {
+    (void)ta, (void)tb, (void)batch, (void)d;
+    return false;
+  } else {
+    if (!g_has_chooser.load()) return g_host_gemm.load() == HostGemm::onednn;
+    return chosen_library(GemmShape{ta, tb, batch, d.m, d.n, d.k}) == HostGemm::onednn;
+  }
 }
 
 /// The oneDNN path of gemm() and gemm_batched(): bf16 inputs, or native float inputs under
@@ -84,7 +116,7 @@ void gemm(char transA, char transB, T alpha, View2<const T> A, View2<const T> B,
           GemmInputs inputs) {
   const auto d = detail::gemm_dims("gemm", transA, transB, A.extent(0), A.extent(1), B.extent(0), B.extent(1),
                                    C.extent(0), C.extent(1));
-  if (inputs == GemmInputs::bf16 || onednn_native<T>())
+  if (inputs == GemmInputs::bf16 || onednn_native<T>(transA, transB, 1, d))
     return gemm_onednn<T>(inputs == GemmInputs::bf16, transA, transB, d, 1, alpha, A.data(), A.stride(0), 0,
                           static_cast<std::int64_t>(A.span()), B.data(), B.stride(0), 0,
                           static_cast<std::int64_t>(B.span()), beta, C.data(), C.stride(0), 0);
@@ -96,8 +128,9 @@ template <class T>
 void gemm_batched(char transA, char transB, T alpha, View3<const T> A, View3<const T> B, T beta, View3<T> C,
                   GemmInputs inputs) {
   const auto d = detail::gemm_batched_dims<T>(transA, transB, A, B, C);
-  if (inputs == GemmInputs::bf16 || onednn_native<T>())
-    return gemm_onednn<T>(inputs == GemmInputs::bf16, transA, transB, d, static_cast<std::int64_t>(C.extent(0)),
+  const auto batch = static_cast<std::int64_t>(C.extent(0));
+  if (inputs == GemmInputs::bf16 || onednn_native<T>(transA, transB, batch, d))
+    return gemm_onednn<T>(inputs == GemmInputs::bf16, transA, transB, d, batch,
                           alpha, A.data(), A.stride(1), A.stride(0), static_cast<std::int64_t>(A.span()), B.data(),
                           B.stride(1), B.stride(0), static_cast<std::int64_t>(B.span()), beta, C.data(), C.stride(1),
                           C.stride(0));
@@ -109,6 +142,63 @@ void gemm_batched(char transA, char transB, T alpha, View3<const T> A, View3<con
     KokkosBlas::gemm(ta, tb, alpha, as_matrix<const T>(A.data() + i * sa, A.extent(1), A.extent(2)),
                      as_matrix<const T>(B.data() + i * sb, B.extent(1), B.extent(2)), beta,
                      as_matrix(C.data() + i * sc, C.extent(1), C.extent(2)));
+}
+
+void set_host_gemm_chooser(HostGemmChooser chooser) {
+  if (chooser && !host_gemm_available(HostGemm::onednn))
+    throw Error("gemm: this build has no oneDNN: a per-shape choice of the fp32 GEMM library needs both libraries");
+  std::lock_guard<std::mutex> lock(g_choice_mutex);
+  g_choices.clear();
+  g_has_chooser = static_cast<bool>(chooser);
+  g_chooser = std::move(chooser);
+}
+
+std::vector<std::pair<GemmShape, HostGemm>> host_gemm_choices() {
+  std::lock_guard<std::mutex> lock(g_choice_mutex);
+  return {g_choices.begin(), g_choices.end()};
+}
+
+double time_host_gemm(HostGemm lib, const GemmShape& s, int rounds) {
+  if (!host_gemm_available(lib)) throw Error("time_host_gemm: this build has no oneDNN");
+  if (s.batch <= 0 || s.m <= 0 || s.n <= 0 || s.k <= 0 || rounds <= 0)
+    throw Error("time_host_gemm: shape " + s.text() + " or rounds " + std::to_string(rounds) + " is not positive");
+  // Row-major operands stored as the call reads them: A is (k, m) for 'T', else (m, k); B likewise.
+  const std::int64_t a_rows = s.ta == 'T' ? s.k : s.m, a_cols = s.ta == 'T' ? s.m : s.k;
+  const std::int64_t b_rows = s.tb == 'T' ? s.n : s.k, b_cols = s.tb == 'T' ? s.k : s.n;
+  const std::int64_t sa = a_rows * a_cols, sb = b_rows * b_cols, sc = s.m * s.n;
+  std::vector<float> a(static_cast<size_t>(s.batch * sa)), b(static_cast<size_t>(s.batch * sb)),
+      c(static_cast<size_t>(s.batch * sc));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.02f * static_cast<float>(i % 13) - 0.12f;
+  const char ta[2] = {s.ta, '\0'}, tb[2] = {s.tb, '\0'};
+  const auto call = [&] {
+    if (lib == HostGemm::onednn) {
+#if TRIDENT_HAVE_ONEDNN
+      detail::onednn_gemm(false, s.ta, s.tb, s.batch, s.m, s.n, s.k, 1.f, a.data(), a_cols, sa, s.batch * sa,
+                          b.data(), b_cols, sb, s.batch * sb, 0.f, c.data(), s.n, sc);
+#endif
+      return;
+    }
+    for (std::int64_t i = 0; i < s.batch; ++i)
+      KokkosBlas::gemm(ta, tb, 1.f, as_matrix<const float>(a.data() + i * sa, a_rows, a_cols),
+                       as_matrix<const float>(b.data() + i * sb, b_rows, b_cols), 0.f,
+                       as_matrix(c.data() + i * sc, s.m, s.n));
+  };
+  using clock = std::chrono::steady_clock;
+  call();  // warm-up: primitive creation, thread pools, page faults
+  // Repetitions per timed round: enough for about a millisecond, so small shapes are not timer noise.
+  const auto t0 = clock::now();
+  call();
+  const double once = std::chrono::duration<double>(clock::now() - t0).count();
+  const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 1000);
+  double best = 1e30;
+  for (int r = 0; r < rounds; ++r) {
+    const auto t = clock::now();
+    for (int i = 0; i < reps; ++i) call();
+    best = std::min(best, std::chrono::duration<double>(clock::now() - t).count() / reps);
+  }
+  return 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
+         static_cast<double>(s.k) / best;
 }
 
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_GEMM_INSTANTIATE)

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 extern "C" int openblas_get_num_threads() __attribute__((weak));  // absent without OpenBLAS
@@ -117,21 +119,107 @@ void record(const std::string& path_in, const std::string& key, double flops) {
   fs::rename(tmp, path);
 }
 
+/// An exclusive flock on `path` for this scope; none (and no error) where it cannot be had, e.g.
+/// a read-only directory or a file system without locks: then two processes may both probe a
+/// shape and the later record wins, which costs time, not correctness.
+class CacheLock {
+ public:
+  explicit CacheLock(const std::string& path) {
+    if (path.empty()) return;
+    std::error_code ec;
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~CacheLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+/// [train] host_gemm = shape: the library of one fp32 GEMM shape, from the two lines of the peak
+/// cache that hold both libraries' rates on that shape (keys key_ob / key_od + " | shape " + shape), or
+/// measured now and recorded when steady or decisive, under the cache's lock so the ranks of one machine (and
+/// later runs and resumes on it) take the same library for the same shape: a rank that finds the
+/// shape recorded while it waited for the lock takes the record. Rank-local; logs what it measured.
+HostGemm choose_for_shape(const std::string& path, const std::string& key_ob, const std::string& key_od,
+                          const GemmShape& shape) {
+  const std::string k[2] = {key_ob + " | shape " + shape.text(), key_od + " | shape " + shape.text()};
+  const HostGemm lib[2] = {HostGemm::openblas, HostGemm::onednn};
+  CacheLock lock(path.empty() ? std::string() : path + ".lock");
+  double rate[2] = {0, 0};
+  std::string date;
+  if (!path.empty() && lookup(path, k[0], rate[0], date) && lookup(path, k[1], rate[1], date))
+    return rate[1] > rate[0] ? HostGemm::onednn : HostGemm::openblas;
+  // As resolve_host_gemm's probe: rounds alternate between the libraries, best round each. It is
+  // recorded when steady (each library's two best rounds within 10%) or decisive (every round of
+  // the faster library beat every round of the other): a reading a passing load could have turned
+  // around is used by this run only.
+  std::vector<double> rounds[2];
+  for (int r = 0; r < 5; ++r)
+    for (int i = 0; i < 2; ++i) rounds[i].push_back(time_host_gemm(lib[i], shape, 1));
+  bool steady = true;
+  for (int i = 0; i < 2; ++i) {
+    std::sort(rounds[i].begin(), rounds[i].end(), std::greater<>());
+    rate[i] = rounds[i][0];
+    steady = steady && rounds[i][1] >= 0.9 * rounds[i][0];
+  }
+  const int win = rate[1] > rate[0] ? 1 : 0;
+  const bool decisive = rounds[win].back() > rounds[1 - win].front();
+  const HostGemm pick = lib[win];
+  bool recorded = false;
+  if (!path.empty() && (steady || decisive)) {
+    try {
+      for (int i = 0; i < 2; ++i) record(path, k[i], rate[i]);
+      recorded = true;
+    } catch (const std::exception& e) {
+      log::warn("cannot record the GEMM probe of shape %s in %s (%s): later runs will measure again",
+                shape.text().c_str(), path.c_str(), e.what());
+    }
+  }
+  log::info("fp32 GEMM %s (trans, batch x m x n x k): %s (oneDNN %.0f GFLOP/s, OpenBLAS %.0f GFLOP/s, measured now%s)",
+            shape.text().c_str(), pick == HostGemm::onednn ? "oneDNN" : "OpenBLAS", rate[1] / 1e9, rate[0] / 1e9,
+            recorded ? ", recorded" : path.empty() ? "" : "; unsteady and close, so not recorded");
+  return pick;
+}
+
 }  // namespace
 
+std::string host_gemm_choices_text() {
+  const auto choices = host_gemm_choices();
+  if (choices.empty()) return "";
+  int od = 0;
+  std::string ob_shapes;
+  for (const auto& [shape, lib] : choices) {
+    if (lib == HostGemm::onednn) ++od;
+    else ob_shapes += (ob_shapes.empty() ? "" : ", ") + shape.text();
+  }
+  return log::format("%zu shapes: oneDNN for %d, OpenBLAS for %zu%s%s", choices.size(), od, choices.size() - od,
+                     ob_shapes.empty() ? "" : " (", ob_shapes.empty() ? "" : (ob_shapes + ")").c_str());
+}
+
 std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
+  set_host_gemm_chooser({});  // a process may train several runs (tests): none inherits a table
   const char* why = nullptr;
   HostGemm lib = HostGemm::openblas;
   std::string detail;
+  const bool per_shape = cfg.host_gemm == HostGemmChoice::shape;
   if (cfg.host_gemm == HostGemmChoice::openblas) {
     why = "[train] host_gemm = openblas";
   } else if (cfg.host_gemm == HostGemmChoice::onednn) {
     lib = HostGemm::onednn;
     why = "[train] host_gemm = onednn";
   } else if (!host_gemm_available(HostGemm::onednn)) {
-    why = "auto: this build has no oneDNN";
+    why = per_shape ? "shape: this build has no oneDNN" : "auto: this build has no oneDNN";
   } else if (cfg.dtype == Precision::f64) {
-    why = "auto: double GEMMs are OpenBLAS's";
+    why = per_shape ? "shape: double GEMMs are OpenBLAS's" : "auto: double GEMMs are OpenBLAS's";
   } else {
     // auto: rank 0 compares the recorded (or now measured) probe of both libraries.
     int choice = 0;
@@ -186,7 +274,20 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
   }
   set_host_gemm(lib);
   if (why != nullptr) detail = why;
-  return std::string(lib == HostGemm::onednn ? "oneDNN" : "OpenBLAS") + " (" + detail + ")";
+  const std::string text = std::string(lib == HostGemm::onednn ? "oneDNN" : "OpenBLAS") + " (" + detail + ")";
+  if (!per_shape || why != nullptr) return text;
+  // shape: the auto pick above stays the library of the MFU peak's key; every GEMM shape of the
+  // run then takes its own pick (the keys count each library's own threads, as auto's do).
+  std::string key[2];
+  for (int i = 0; i < 2; ++i) {
+    set_host_gemm(i == 0 ? HostGemm::openblas : HostGemm::onednn);
+    key[i] = peak_cache_key(Precision::f32) + (i == 0 ? " | openblas" : "");
+  }
+  set_host_gemm(lib);
+  const std::string path = peak_cache_path();
+  set_host_gemm_chooser([path, k0 = key[0], k1 = key[1]](const GemmShape& s) { return choose_for_shape(path, k0, k1, s); });
+  return "per shape, each shape's pick read from or recorded in " + (path.empty() ? std::string("no cache") : path) +
+         "; " + text + " for the MFU peak";
 }
 
 void require_bf16_gemms(const TrainConfig& cfg, Communicator& world, const std::string& context,

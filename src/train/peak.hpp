@@ -36,7 +36,18 @@ std::string peak_cache_key(Precision compute = Precision::f32);
 /// rank 0 reads from the peak cache (key peak_cache_key() + " | openblas" / " | onednn") or
 /// measures and records, so runs and resumes on one machine choose alike. Collective over world.
 /// Call before the first training GEMM and before resolve_peak_flops() (whose probe it changes).
+/// shape: as auto for the process-wide library (the MFU peak's), then a per-shape chooser
+/// (kernels/gemm.hpp set_host_gemm_chooser) that takes, for each fp32 GEMM shape at its first use,
+/// the faster library in the two lines of the peak cache recorded for that shape, or probes both
+/// on that shape (time_host_gemm, 5 alternating rounds) and records them when steady or decisive
+/// (every round of the faster beat every round of the other); the ranks of one machine share
+/// the cache under a file lock, so they, and later runs and resumes, pick alike. Every call first
+/// removes the chooser of an earlier run of the process.
 std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world);
+
+/// "N shapes: oneDNN for a, OpenBLAS for b (shapes...)": what the per-shape chooser decided so
+/// far in this process; "" without one. Local.
+std::string host_gemm_choices_text();
 
 /// With cfg.compute_dtype = bf16, checks that every rank's GEMMs can take bf16 inputs (a CUDA build,
 /// or oneDNN on a CPU with AVX512-BF16): each rank checks its own CPU and a refusal on some ranks

@@ -1032,6 +1032,8 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   if (!final_save(StopReason::end_of_run, trainer.step()))
     return StopPolicy::exit_status(StopReason::end_of_run, /*final_saved=*/false);  // reported by final_save
   const double secs = run_timer.seconds();
+  if (const std::string choices = host_gemm_choices_text(); !choices.empty())
+    log::info("fp32 GEMMs per shape on rank 0: %s", choices.c_str());
   log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",
             static_cast<long long>(first_step + 1), static_cast<long long>(trainer.step()), secs,
             human(tokens_per_step * static_cast<double>(trainer.step() - first_step) / secs).c_str(), last_val);

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <utility>
 #include <vector>
@@ -375,6 +376,68 @@ TEST(Kernels, GemmThroughOneDnnMatchesDefinition) {
   // the batch through oneDNN, each matrix through OpenBLAS
   expect_batched_equals_per_matrix(3, 40, 24, 36, [] { set_host_gemm(HostGemm::openblas); });
   EXPECT_EQ(host_gemm(), HostGemm::openblas);
+}
+
+// [train] host_gemm = shape: the seam asks the installed chooser once per new shape (the batch is
+// part of the shape, strides are not) and runs each GEMM through the library it picked, bitwise as
+// that library alone; removing the chooser forgets the choices. time_host_gemm() times either library.
+TEST(Kernels, GemmPerShapeChooserRoutesEachShape) {
+  if (!host_gemm_available(HostGemm::onednn)) GTEST_SKIP() << "this build has no oneDNN";
+  const int M = 48, N = 40, K = 300;
+  std::vector<float> A(M * K), B(N * K);
+  for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(std::sin(0.37 * i));
+  for (size_t i = 0; i < B.size(); ++i) B[i] = static_cast<float>(std::cos(0.11 * i + 1));
+  const Buffer<float> a = device_array(A), b = device_array(B);
+  // C = A B^T with m rows of A (m <= M): the shape (NT, 1, m, N, K).
+  const auto product = [&](int m) {
+    Buffer<float> c("c", static_cast<size_t>(m) * N);
+    gemm<float>('N', 'T', 1.f, as_matrix<const float>(a.data(), m, K), as_matrix<const float>(b.data(), N, K), 0.f,
+                as_matrix(c.data(), m, N));
+    return to_host_vector(View1<float>(c.data(), c.extent(0)));
+  };
+  set_host_gemm(HostGemm::openblas);
+  const std::vector<float> ob48 = product(48), ob40 = product(40);
+  set_host_gemm(HostGemm::onednn);
+  const std::vector<float> od48 = product(48), od40 = product(40);
+  ASSERT_NE(ob48, od48) << "the two libraries give the same bits here, so this test could not see the routing";
+  ASSERT_NE(ob40, od40) << "the two libraries give the same bits here, so this test could not see the routing";
+
+  std::map<std::string, int> asked;
+  set_host_gemm(HostGemm::openblas);  // the process-wide library must not matter under a chooser
+  set_host_gemm_chooser([&](const GemmShape& s) {
+    ++asked[s.text()];
+    return s.m == 48 ? HostGemm::onednn : HostGemm::openblas;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(product(48), od48) << "round " << r;
+    EXPECT_EQ(product(40), ob40) << "round " << r;
+  }
+  // The batched call of the same matrices is another shape (batch 2).
+  Buffer<float> a2("a2", 2 * A.size()), b2("b2", 2 * B.size()), c2("c2", 2 * M * N);
+  for (int i = 0; i < 2; ++i) {
+    Kokkos::deep_copy(View1<float>(a2.data() + i * A.size(), A.size()), View1<const float>(a.data(), A.size()));
+    Kokkos::deep_copy(View1<float>(b2.data() + i * B.size(), B.size()), View1<const float>(b.data(), B.size()));
+  }
+  gemm_batched<float>('N', 'T', 1.f, View3<const float>(a2.data(), 2, M, K), View3<const float>(b2.data(), 2, N, K), 0.f,
+                      View3<float>(c2.data(), 2, M, N));
+  const std::vector<float> batched = to_host_vector(View1<float>(c2.data(), c2.extent(0)));
+  EXPECT_EQ(std::vector<float>(batched.begin() + M * N, batched.end()), od48) << "batch 2 of shape m 48: oneDNN";
+  EXPECT_EQ(asked, (std::map<std::string, int>{{"NT 1x40x40x300", 1}, {"NT 1x48x40x300", 1}, {"NT 2x48x40x300", 1}}));
+  const auto choices = host_gemm_choices();
+  ASSERT_EQ(choices.size(), 3u);
+  EXPECT_EQ(choices[0].first.text(), "NT 1x40x40x300");
+  EXPECT_EQ(choices[0].second, HostGemm::openblas);
+  EXPECT_EQ(choices[1].second, HostGemm::onednn);
+  set_host_gemm_chooser({});
+  EXPECT_TRUE(host_gemm_choices().empty());
+  EXPECT_EQ(product(48), ob48) << "without a chooser: the process-wide library again";
+
+  for (HostGemm lib : {HostGemm::openblas, HostGemm::onednn})
+    for (const GemmShape& s : {GemmShape{'N', 'T', 1, 64, 48, 32}, GemmShape{'T', 'N', 3, 16, 8, 24}}) {
+      const double f = time_host_gemm(lib, s, 2);
+      EXPECT_TRUE(std::isfinite(f) && f > 1e6) << s.text() << ": " << f << " FLOP/s";
+    }
+  EXPECT_THROW(time_host_gemm(HostGemm::openblas, GemmShape{'N', 'N', 1, 0, 4, 4}, 1), Error);
 }
 
 TEST(Kernels, GemmRejectsWrongShapes) {
