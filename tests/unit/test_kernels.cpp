@@ -520,6 +520,19 @@ TEST(Kernels, HostBf16RoundingEqualsToBf16) {
   std::vector<bf16_t> out(in.size());
   detail::round_to_bf16_host(out.data(), in.data(), static_cast<std::int64_t>(in.size()));
   for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], to_bf16(in[i])) << std::hex << "input bits 0x" << bits[i];
+  // Blocks of 32 (the AVX512-BF16 path's unit) with one subnormal among normal values, at every
+  // position of the block, and lengths that leave a tail.
+  for (int pos = 0; pos < 32; ++pos)
+    for (int n : {32, 45, 64 + 7}) {
+      std::vector<float> x(n);
+      for (int i = 0; i < n; ++i) x[i] = static_cast<float>(std::sin(0.7 * i + pos)) * 3.f;
+      std::uint32_t sub = 0x00012345u + static_cast<std::uint32_t>(pos) * 0x1111u;
+      if (pos % 2) sub |= 0x80000000u;
+      std::memcpy(&x[pos], &sub, sizeof sub);
+      std::vector<bf16_t> y(n);
+      detail::round_to_bf16_host(y.data(), x.data(), n);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(y[i], to_bf16(x[i])) << "length " << n << ", subnormal at " << pos << ", element " << i;
+    }
 }
 #endif
 
