@@ -134,22 +134,16 @@ bool is_special_unit(const GptSchedule& sched, size_t u) {
          sched.special_units.end();
 }
 
-/// Times per step the `nb` block units enter their two alternating slots (a ZeRO-3 gather, or
-/// below stage 3 a 16-bit unit's conversion), with M micro-batches: the two blocks resident at each
-/// turn of the schedule (forward -> backward of a micro-batch, backward -> next forward) stay, so
-/// 2 M (nb - 2) + 2 for nb > 2, each block once for nb <= 2. Exact for pp = 1 under 1F1B.
-double block_fills_per_step(double nb, int M) { return nb <= 2 ? nb : 2.0 * M * (nb - 2.0) + 2.0; }
 
 /// The ZeRO engine's passes over its buffers inside one micro-batch on the stage `part` (in
 /// master-dtype elements, as engine_passes counts them), forward and backward: stages 2-3 zero each
 /// unit's padded gradient slot, reduce-scatter it (a copy over one rank; + the 16-bit conversions)
 /// and accumulate the piece; stage 3 copies the owned piece into the gather buffer at every gather
 /// (block units as often as the dp term gathers them, the embedding and head once per step; + the
-/// 16-bit conversion of the gathered unit), half in forward, half in backward; stages 0-2 with
+/// 16-bit conversion of the gathered unit), in the pass that gathers; stages 0-2 with
 /// 16-bit working params convert a unit each time it enters its slot, as often as stage 3 gathers
 /// it (not for a peer assumed to keep 16-bit activations: its GEMMs read the 16-bit weights). The
-/// count is the dp term's, exact for pp = 1 under 1F1B; earlier pipeline stages and GPipe fill
-/// slots more often (their warm-up forwards), which neither term counts yet.
+/// count is the dp term's: block_slot_fills on this stage's own schedule, by pass direction.
 struct MicroPasses {
   double fwd = 0, bwd = 0;
 };
@@ -174,22 +168,51 @@ MicroPasses engine_micro_passes(const Config& cfg, const PeerSchedule& peer, con
   }
   MicroPasses mp;
   if (par.zero_stage >= 2) mp.bwd += P + s + (half_r ? P + s : 0) + (S == 1 ? s : 0);
-  // Units enter their slot as the dp term counts gathers: the blocks block_fills_per_step times,
-  // the embedding and head once a step (own slots).
-  const double fills = block_fills_per_step(nb, M);
+  // Units enter their slot as the dp term counts gathers: the blocks block_slot_fills times in
+  // each direction (the stage's own schedule; a peer's interleaved schedule is counted as 1F1B),
+  // the embedding and head once a step in forward (own slots). Block units are of equal size.
+  const SlotFills fills = block_slot_fills(nb, par.pp_schedule, M, part.pp_size, part.pp_rank);
+  double per_block = 0, special = 0;  // elements passed per block unit fill, and for the specials
   if (par.zero_stage == 3) {
-    const double blocks = nb > 0 ? fills / M * (s_blocks + (half_p ? P_blocks : 0)) / nb : 0.0;
-    mp.fwd += blocks / 2 + (s_special + (half_p ? P_special : 0)) / M;
-    mp.bwd += blocks / 2;
+    per_block = nb > 0 ? (s_blocks + (half_p ? P_blocks : 0)) / nb : 0.0;
+    special = s_special + (half_p ? P_special : 0);
   } else if (half_p) {
-    const double blocks = nb > 0 ? fills / M * n_blocks / nb : 0.0;
-    mp.fwd += blocks / 2 + n_special / M;
-    mp.bwd += blocks / 2;
+    per_block = nb > 0 ? n_blocks / nb : 0.0;
+    special = n_special;
   }
+  mp.fwd += (fills.fwd * per_block + special) / M;
+  mp.bwd += fills.bwd * per_block / M;
   return mp;
 }
 
 }  // namespace
+
+SlotFills block_slot_fills(double nb, PipelineScheduleKind kind, int M, int pp, int stage) {
+  if (nb <= 0 || M <= 0) return {};
+  // Passes in a row: same direction (ff, bb) or a turn (fb, bf), from the schedule's shape:
+  // 1F1B: F^w (F B)^(M - w) B^w; GPipe (and 1F1B with w = M): F^M B^M.
+  const int w = kind == PipelineScheduleKind::gpipe ? M : std::min(std::max(pp - stage - 1, 0), M);
+  double ff, fb, bf, bb;
+  if (w < M) {
+    ff = w;
+    fb = M - w;
+    bf = M - w - 1;
+    bb = w;
+  } else {
+    ff = M - 1;
+    fb = 1;
+    bf = 0;
+    bb = M - 1;
+  }
+  // A pass after one of the same direction finds, at each unit, the slot holding the last unit
+  // of that parity from the previous pass: a hit only for the units 0 and 1 (forward; nb - 1 and
+  // nb - 2 backward) when they were that last unit, i.e. nb <= 2, or unit 1 when nb = 3.
+  const double same = nb >= 4 ? nb : nb == 3 ? 2 : 0, turn = nb - std::min(nb, 2.0);
+  SlotFills f;
+  f.fwd = nb + ff * same + bf * turn;  // the first forward fills every block unit
+  f.bwd = fb * turn + bb * same;
+  return f;
+}
 
 double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params) {
   const double P = s * S;  // the padded all-gather / reduce-scatter buffer
@@ -265,7 +288,7 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   size_t crit = 0;
   std::vector<StageCompute> comp(static_cast<size_t>(pp));
   std::vector<double> tpc(static_cast<size_t>(pp)), p2p(static_cast<size_t>(pp));
-  std::map<std::tuple<int, bool, bool>, MicroPasses> micro;
+  std::map<std::tuple<int, bool, bool, int>, MicroPasses> micro;
   for (int s = 0; s < pp; ++s) {
     const ModelPart part = ModelPart::make(m, par, 0, s);
     require_config(pp == 1 || part.n_layers % v == 0, "interleaved pipeline: stage " + std::to_string(s) + "'s " +
@@ -273,8 +296,10 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
                                                std::to_string(v) + " chunks");
     const bool first = s == 0, last = s == pp - 1;
     comp[static_cast<size_t>(s)] = stage_compute(cfg, mach, peer, part, first, last);
-    // Stages of equal blocks and ends have equal units: one layout each (the planner asks often).
-    const auto key = std::make_tuple(part.n_layers, first, last);
+    // Stages of equal blocks, ends and warm-up have equal passes: one layout each (the planner
+    // asks often; the warm-up min(pp - s - 1, M) is the same for all but the last M stages).
+    const int warm = par.pp_schedule == PipelineScheduleKind::gpipe ? M : std::min(pp - s - 1, M);
+    const auto key = std::make_tuple(part.n_layers, first, last, warm);
     auto known = micro.find(key);
     if (known == micro.end()) known = micro.emplace(key, engine_micro_passes(cfg, peer, part, S, M)).first;
     const MicroPasses& mp = known->second;
@@ -354,9 +379,9 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
   }
   double block_gathers_per_unit = 1.0;  // gathers of each block unit per step (stage 3)
   if (par.zero_stage == 3 && n_block_units > 0) {
-    // Blocks share two alternating slots (block_fills_per_step).
+    // Blocks share two alternating slots (block_slot_fills, on the critical stage's schedule).
     const double nb = static_cast<double>(n_block_units);
-    const double count = block_fills_per_step(nb, M);
+    const double count = block_slot_fills(nb, par.pp_schedule, M, pp, static_cast<int>(crit)).total();
     block_gathers_per_unit = count / nb;
     const double gathered = block_ag * count / nb;
     dp_total += gathered;

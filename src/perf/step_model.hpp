@@ -155,6 +155,22 @@ double narayanan_flops(const ModelConfig& m, double global_batch, bool recompute
 /// engine_micro_passes). Local, pure.
 double engine_passes(int stage, int S, double n, double s, bool half_reduce, bool half_params);
 
+/// Times per step the `nb` block units of one pipeline stage enter their slots, by pass: a ZeRO-3
+/// all-gather, or below stage 3 the conversion of 16-bit working params. The engine's rule
+/// (train/zero.cpp): block unit k lives in slot k % 2, a unit enters when its slot holds another,
+/// every slot is invalid at the start of a step; a forward acquires the blocks in order, a backward
+/// in reverse. So the first pass fills all nb; a pass after one of the other direction keeps the two
+/// units resident at the turn (nb - min(nb, 2)); a pass after one of the same direction (GPipe, the
+/// warm-up forwards and cool-down backwards of 1F1B on stage s < pp - 1) refills all nb when nb >= 4,
+/// 2 of 3, none when nb <= 2 (a slot then still holds the same-parity unit the pass starts with). The passes are those of PipelineSchedule(kind, M, pp, stage) (train/
+/// pipeline_schedule.hpp): 1F1B with w = min(pp - stage - 1, M) warm-up forwards, or GPipe. pp = 1
+/// under 1F1B gives 2 M (nb - 2) + 2 in all (nb > 2). Local, pure, O(1).
+struct SlotFills {
+  double fwd = 0, bwd = 0;  ///< fills in forward and in backward passes, per step
+  double total() const { return fwd + bwd; }
+};
+SlotFills block_slot_fills(double nb, PipelineScheduleKind kind, int M, int pp, int stage);
+
 /// Predicted step time and memory of `cfg` (validated for dp * tp * pp ranks, vocab resolved) on
 /// machine `mach`, with the pipeline run as `peer` says (default: as Trident runs it). Local, pure.
 /// Throws what predict_memory throws for a layout it cannot build, ConfigError when the deck has

@@ -217,5 +217,17 @@ traffic_check "$WORK/np1_z0.off" 1 0
 traffic_check "$WORK/np1_z1_bf16.off" 1 1
 traffic_check "$WORK/np2_z3.off" 2 3
 traffic_check "$WORK/np2_z3_params.off" 2 3
+# The order of the passes decides how often the blocks enter their two slots (perf/step_model.hpp,
+# block_slot_fills): 4 layers, 4 micro-batches on one rank, ZeRO-3 with the parameter shard
+# offloaded, so every gather is a read the run counts. GPipe (a forward after a forward refills
+# every block) reads 30 block units a step, 1F1B 18; both predicted exactly.
+for sch in gpipe 1f1b; do
+  expect_exit 0 "step +6/6" -- "$TRIDENT" train --config "$WORK/d.ini" --train.out_dir="$WORK/np1_z3_$sch.off" \
+    --model.n_layer=4 --train.micro_batch_size=2 --parallel.pp_schedule=$sch "${PAR[@]}"
+  traffic_check "$WORK/np1_z3_$sch.off" 1 3
+done
+check "GPipe reads more parameter records a step than 1F1B" \
+  awk -v a="$(col1 "$WORK/np1_z3_gpipe.off" offload_read_mib)" -v b="$(col1 "$WORK/np1_z3_1f1b.off" offload_read_mib)" \
+  'BEGIN { exit !(a > b && b > 0) }'
 
 exit "$FAILED"
