@@ -1,5 +1,6 @@
 #include "core/memory.hpp"
 
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -58,6 +59,18 @@ void MemoryLedger::reset_peaks() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_peak = g_current;
   g_total_peak = g_total;
+}
+
+void advise_huge_pages(void* p, std::size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  if (p == nullptr || bytes < 2 * kHuge) return;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+#else
+  (void)p, (void)bytes;
+#endif
 }
 
 std::int64_t peak_rss_bytes() {

@@ -2,6 +2,7 @@
 // tolerance argument), plus the invariants of the counter-based RNG and the AdamW formula.
 #include "core/error.hpp"
 #include "fd.hpp"
+#include "core/rng.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -115,6 +116,44 @@ TEST(Kernels, VectorExpMatchesStdExp) {
   EXPECT_EQ(special[1], 1.0f);
   EXPECT_TRUE(std::isnan(special[2]));
   EXPECT_NEAR(special[3], std::exp(-1.0f), 4 * std::numeric_limits<float>::epsilon());
+}
+
+// kernels/vmath.cpp's Box-Muller (libmvec log and cos) against core/rng.hpp's scalar normal_from,
+// on Philox words and on the extremes of the uniform words (u = 2^-32 gives the largest |z|, u = 1
+// gives 0): within a few double ulps; and fill_normal on the host, which uses it, rounds to the
+// same float as the scalar formula for (nearly) every element of 200k, and within 1 float ulp.
+TEST(Kernels, VectorBoxMullerMatchesNormalFrom) {
+  const int n = 200003;
+  std::vector<std::uint32_t> a(n), b(n);
+  for (int i = 0; i < n; ++i) {
+    const auto r = philox4(7u, 9u, static_cast<std::uint32_t>(i), 0u, 0x1A1A1A1Au, 0u);
+    a[static_cast<size_t>(i)] = r.v[0];
+    b[static_cast<size_t>(i)] = r.v[1];
+  }
+  for (std::uint32_t edge : {0u, 1u, 0x7fffffffu, 0xfffffffeu, 0xffffffffu}) {
+    a.push_back(edge);
+    b.push_back(0x3fffffffu ^ edge);
+  }
+  std::vector<double> z(a.size());
+  detail::box_muller(z.data(), a.data(), b.data(), static_cast<std::int64_t>(a.size()));
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double want = normal_from(a[i], b[i]);
+    ASSERT_NEAR(z[i], want, 16 * std::numeric_limits<double>::epsilon() * std::max(1.0, std::fabs(want)))
+        << "words " << a[i] << ", " << b[i];
+  }
+  Buffer<float> x("x", n);
+  fill_normal<float>(View1<float>(x.data(), n), 0x123456789abcdefull, 77u, 1000, 0.02);
+  const std::vector<float> got = to_host_vector(View1<float>(x.data(), n));
+  int differ = 0;
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t idx = 1000 + static_cast<std::uint64_t>(i), seed = 0x123456789abcdefull;
+    const auto r = philox4(lo32(seed), hi32(seed) ^ 77u, lo32(idx), hi32(idx), 0x1A1A1A1Au, 0u);
+    const float want = static_cast<float>(0.02 * normal_from(r.v[0], r.v[1]));
+    const float g = got[static_cast<size_t>(i)];
+    if (g != want) ++differ;
+    ASSERT_LE(std::fabs(g - want), std::fabs(want) * std::numeric_limits<float>::epsilon() + 1e-30f) << i;
+  }
+  EXPECT_LE(differ, 3) << "elements whose float differs from the scalar formula's";
 }
 
 TEST(Kernels, LayerNormMatchesDefinitionOnRaggedShapes) {
