@@ -18,7 +18,7 @@ int cmd_eval(Runtime& rt, const std::vector<std::string>& args) {
   EvalRunOptions opt;
   po::options_description desc(
       "usage: trident eval --checkpoint PATH [--data FILE] [--split val|train] [--tp N] [--pp N]\n"
-      "                    [--compute-dtype float|bf16] [--attention gemm|fused] [--host-gemm auto|openblas|onednn]\n\n"
+      "                    [--compute-dtype float|bf16] [--attention gemm|fused] [--host-gemm auto|openblas|onednn|shape]\n\n"
       "Prints the mean loss (nats per token) and perplexity of a checkpoint's model on a whole split\n"
       "of a token file: every window of block_size + 1 tokens starting every block_size tokens, as a\n"
       "training run's whole-split evaluation ([train] eval_iters = 0) does, so on the layout that\n"
@@ -41,7 +41,7 @@ int cmd_eval(Runtime& rt, const std::vector<std::string>& args) {
       "attention", po::value<std::string>(&opt.attention),
       "attention kernel: gemm or fused; default: the checkpoint's [model] attention (fused needs less memory)")(
       "host-gemm", po::value<std::string>(&opt.host_gemm),
-      "library of fp32 GEMMs on the host: auto, openblas or onednn; default: the checkpoint's [train] host_gemm");
+      "library of fp32 GEMMs on the host: auto, openblas, onednn or shape (per GEMM shape); default: the checkpoint's [train] host_gemm");
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "", 0, vm, "eval")) return 0;
   if (opt.checkpoint.empty()) throw ConfigError("no --checkpoint given (try `trident eval --help`)");

@@ -43,6 +43,12 @@ MPI collectives: blocking all-reduces and reduce-scatters go out in pieces (MPIC
 reductions run 15x slower past 16-32 MiB on shared memory; docs/scaling.md).
   TRIDENT_MPI_REDUCE_CHUNK_MB=N MiB per reduction piece (default 16; 0: whole messages)
   TRIDENT_MPI_CUDA_AWARE=1|0    MPI takes device buffers (1) or they are staged through host (0)
+
+GEMM probes: the peak behind MFU and the [train] host_gemm = auto | shape picks are measured once
+per CPU model and thread count and recorded in a small file (shared by the ranks of a machine
+under a file lock), then read back by later runs and resumes.
+  TRIDENT_PEAK_CACHE=FILE|off   the record (default $XDG_CACHE_HOME/trident/gemm_peak.tsv, else
+                                ~/.cache/trident/gemm_peak.tsv); off: measure in every run
 )";
 
 // glibc runs an executable's constructors with (argc, argv, envp) after the shared libraries are

@@ -88,20 +88,23 @@ bool all_finite(View1<const T> x) {
 template <class T>
 void fill_normal(View1<T> x, std::uint64_t seed, std::uint32_t stream, std::uint64_t offset, double stddev) {
   if constexpr (std::is_same_v<MemSpace, Kokkos::HostSpace>) {
-    // Host: the same Philox words, Box-Muller over blocks through the vector math library.
+    // Host: the same Philox words, Box-Muller over blocks through the vector math library. Every
+    // block is a whole one (the last one's words past n are drawn and dropped), so every element
+    // goes through the same vectorised loop body whatever the split of a tensor into shards: its
+    // value depends on (seed, stream, offset + i) only.
     constexpr std::int64_t kBlock = 512;
     std::uint32_t a[kBlock], b[kBlock];
     double z[kBlock];
     const auto n = static_cast<std::int64_t>(x.extent(0));
     for (std::int64_t i0 = 0; i0 < n; i0 += kBlock) {
       const std::int64_t m = std::min(kBlock, n - i0);
-      for (std::int64_t j = 0; j < m; ++j) {
+      for (std::int64_t j = 0; j < kBlock; ++j) {
         const std::uint64_t idx = offset + static_cast<std::uint64_t>(i0 + j);
         const auto r = philox4(lo32(seed), hi32(seed) ^ stream, lo32(idx), hi32(idx), 0x1A1A1A1Au, 0u);
         a[j] = r.v[0];
         b[j] = r.v[1];
       }
-      detail::box_muller(z, a, b, m);
+      detail::box_muller(z, a, b, kBlock);
       for (std::int64_t j = 0; j < m; ++j) x(static_cast<size_t>(i0 + j)) = static_cast<T>(stddev * z[j]);
     }
     return;

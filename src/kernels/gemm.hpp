@@ -65,8 +65,10 @@ struct GemmShape {
 };
 
 /// Picks the library of one native float GEMM shape ([train] host_gemm = shape: train/peak.hpp
-/// installs one that reads, or probes and records, a per-CPU table). Called once per new shape
-/// and process, outside any lock the seam holds; it may call time_host_gemm() but not gemm().
+/// installs one that reads, or probes and records, a per-CPU table). Called at the first use of
+/// each shape in the process (threads that meet a new shape together may each call it; the first
+/// answer stored is used by all), outside any lock the seam holds; it may call time_host_gemm()
+/// but not gemm().
 using HostGemmChooser = std::function<HostGemm(const GemmShape&)>;
 
 /// Installs `chooser` for the native float GEMMs of this process and forgets the choices made so
@@ -78,11 +80,15 @@ void set_host_gemm_chooser(HostGemmChooser chooser);
 /// order (empty without a chooser). Local.
 std::vector<std::pair<GemmShape, HostGemm>> host_gemm_choices();
 
-/// FLOP/s of `lib` on GEMMs of shape `s` with freshly filled contiguous operands (alpha 1, beta 0):
-/// the best of `rounds` timed calls after one warm-up, each timed call repeated until it spans
-/// about a millisecond. Local; the operands are plain host memory, not in the memory ledger.
-/// Throws Error for a library this build lacks, or a shape with a non-positive extent.
-double time_host_gemm(HostGemm lib, const GemmShape& s, int rounds);
+/// FLOP/s of each of `libs` on GEMMs of shape `s` (alpha 1, beta 0): rate[l][r] is libs[l] in
+/// round r. One set of contiguous operands serves every library and round (allocated and filled
+/// once: batch * (m k + k n + m n) floats of plain host memory, not in the memory ledger). Each
+/// library first makes one warm-up call and one call that sizes its repetitions (enough for about
+/// a millisecond per round, at most 1000); the rounds then alternate between the libraries, so a
+/// load that comes and goes touches each alike. Cost: about 2 + rounds * max(1 ms, one call) per
+/// library. Local. Throws Error for a library this build lacks, a shape with a non-positive
+/// extent or rounds <= 0.
+std::vector<std::vector<double>> time_host_gemm(const GemmShape& s, const std::vector<HostGemm>& libs, int rounds);
 
 /// Frees the bf16 input scratch that GemmInputs::bf16 GEMMs keep between calls (it grows again at
 /// the next one): after a one-off large GEMM such as the peak probe. Local; fences.

@@ -43,7 +43,7 @@ void set_host_gemm_chooser(HostGemmChooser chooser) {
   if (chooser) throw Error("gemm: a CUDA build's GEMMs are cuBLAS's: [train] host_gemm does not apply");
 }
 std::vector<std::pair<GemmShape, HostGemm>> host_gemm_choices() { return {}; }
-double time_host_gemm(HostGemm, const GemmShape&, int) {
+std::vector<std::vector<double>> time_host_gemm(const GemmShape&, const std::vector<HostGemm>&, int) {
   throw Error("time_host_gemm: a CUDA build's GEMMs are cuBLAS's");
 }
 

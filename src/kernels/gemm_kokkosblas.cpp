@@ -158,11 +158,13 @@ std::vector<std::pair<GemmShape, HostGemm>> host_gemm_choices() {
   return {g_choices.begin(), g_choices.end()};
 }
 
-double time_host_gemm(HostGemm lib, const GemmShape& s, int rounds) {
-  if (!host_gemm_available(lib)) throw Error("time_host_gemm: this build has no oneDNN");
+std::vector<std::vector<double>> time_host_gemm(const GemmShape& s, const std::vector<HostGemm>& libs, int rounds) {
+  for (HostGemm lib : libs)
+    if (!host_gemm_available(lib)) throw Error("time_host_gemm: this build has no oneDNN");
   if (s.batch <= 0 || s.m <= 0 || s.n <= 0 || s.k <= 0 || rounds <= 0)
     throw Error("time_host_gemm: shape " + s.text() + " or rounds " + std::to_string(rounds) + " is not positive");
   // Row-major operands stored as the call reads them: A is (k, m) for 'T', else (m, k); B likewise.
+  // One set for every library and round.
   const std::int64_t a_rows = s.ta == 'T' ? s.k : s.m, a_cols = s.ta == 'T' ? s.m : s.k;
   const std::int64_t b_rows = s.tb == 'T' ? s.n : s.k, b_cols = s.tb == 'T' ? s.k : s.n;
   const std::int64_t sa = a_rows * a_cols, sb = b_rows * b_cols, sc = s.m * s.n;
@@ -171,7 +173,7 @@ double time_host_gemm(HostGemm lib, const GemmShape& s, int rounds) {
   for (size_t i = 0; i < a.size(); ++i) a[i] = 0.01f * static_cast<float>(i % 17) - 0.08f;
   for (size_t i = 0; i < b.size(); ++i) b[i] = 0.02f * static_cast<float>(i % 13) - 0.12f;
   const char ta[2] = {s.ta, '\0'}, tb[2] = {s.tb, '\0'};
-  const auto call = [&] {
+  const auto call = [&](HostGemm lib) {
     if (lib == HostGemm::onednn) {
 #if TRIDENT_HAVE_ONEDNN
       detail::onednn_gemm(false, s.ta, s.tb, s.batch, s.m, s.n, s.k, 1.f, a.data(), a_cols, sa, s.batch * sa,
@@ -185,20 +187,26 @@ double time_host_gemm(HostGemm lib, const GemmShape& s, int rounds) {
                        as_matrix(c.data() + i * sc, s.m, s.n));
   };
   using clock = std::chrono::steady_clock;
-  call();  // warm-up: primitive creation, thread pools, page faults
-  // Repetitions per timed round: enough for about a millisecond, so small shapes are not timer noise.
-  const auto t0 = clock::now();
-  call();
-  const double once = std::chrono::duration<double>(clock::now() - t0).count();
-  const int reps = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 1000);
-  double best = 1e30;
-  for (int r = 0; r < rounds; ++r) {
-    const auto t = clock::now();
-    for (int i = 0; i < reps; ++i) call();
-    best = std::min(best, std::chrono::duration<double>(clock::now() - t).count() / reps);
+  // Per library: a warm-up call (primitive creation, thread pools, page faults), then the
+  // repetitions per timed round: enough for about a millisecond, so small shapes are not timer noise.
+  std::vector<int> reps(libs.size());
+  for (size_t l = 0; l < libs.size(); ++l) {
+    call(libs[l]);
+    const auto t0 = clock::now();
+    call(libs[l]);
+    const double once = std::chrono::duration<double>(clock::now() - t0).count();
+    reps[l] = std::clamp(static_cast<int>(1e-3 / std::max(once, 1e-9)), 1, 1000);
   }
-  return 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
-         static_cast<double>(s.k) / best;
+  const double flop = 2.0 * static_cast<double>(s.batch) * static_cast<double>(s.m) * static_cast<double>(s.n) *
+                      static_cast<double>(s.k);
+  std::vector<std::vector<double>> rate(libs.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t l = 0; l < libs.size(); ++l) {
+      const auto t = clock::now();
+      for (int i = 0; i < reps[l]; ++i) call(libs[l]);
+      rate[l].push_back(flop * reps[l] / std::chrono::duration<double>(clock::now() - t).count());
+    }
+  return rate;
 }
 
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_GEMM_INSTANTIATE)

@@ -129,6 +129,7 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
   });
   ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}, cfg.parallel.comm_backend);
   resolve_host_gemm(cfg.train, world);  // the training run's GEMM library, so its losses are reproduced
+  install_host_gemm_chooser(cfg.train);
   const EvalResult e = cfg.train.dtype == Precision::f64
                            ? run_evaluation<double>(cfg, grid, *data, path, opt.split)
                            : run_evaluation<float>(cfg, grid, *data, path, opt.split);

@@ -22,7 +22,7 @@ struct EvalRunOptions {
   /// Deck values that change how the model is computed, not what it is: "" keeps the checkpoint's.
   /// compute_dtype: [train] compute_dtype (float | bf16), e.g. float to evaluate a bf16-trained
   /// checkpoint on a CPU without bf16 dot products; attention: [model] attention (gemm | fused);
-  /// host_gemm: [train] host_gemm (auto | openblas | onednn). Another value than the run's changes
+  /// host_gemm: [train] host_gemm (auto | openblas | onednn | shape). Another value than the run's changes
   /// the loss in its last digits (another rounding or summation order).
   std::string compute_dtype, attention, host_gemm;
 };

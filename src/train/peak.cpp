@@ -8,13 +8,19 @@
 #include "train/perf.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <fcntl.h>
@@ -34,6 +40,12 @@ std::string peak_cache_path() {
   if (const char* h = std::getenv("HOME"); h && *h) return (fs::path(h) / ".cache" / "trident" / "gemm_peak.tsv").string();
   return "";
 }
+
+namespace {
+std::atomic<double> g_lock_wait_seconds{60.0};  // set_peak_cache_lock_wait()
+}  // namespace
+
+void set_peak_cache_lock_wait(double seconds) { g_lock_wait_seconds = std::max(0.0, seconds); }
 
 std::string peak_cache_key(Precision compute) {
   // The threads of the library the probe times: OpenBLAS for float, oneDNN (OpenMP) for bf16.
@@ -58,8 +70,10 @@ std::string peak_cache_key(Precision compute) {
 namespace {
 
 /// The cache is a small regular file (or absent): a FIFO, a device, a directory or a file past
-/// 1 MiB is neither read nor replaced (a FIFO would block, a device read forever).
+/// 1 MiB is neither read nor replaced (a FIFO would block, a device read forever). record() keeps
+/// it under kKeepCacheBytes by dropping its oldest lines.
 constexpr std::uintmax_t kMaxCacheBytes = 1 << 20;
+constexpr std::size_t kKeepCacheBytes = 512 << 10;
 bool usable_cache(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);  // follows symlinks
@@ -67,12 +81,12 @@ bool usable_cache(const std::string& path) {
   return st.type() == fs::file_type::regular && fs::file_size(path, ec) <= kMaxCacheBytes && !ec;
 }
 
-/// The cache's lines, each at most 1 KiB; none when it is absent or not usable_cache().
+/// The cache's lines of at most 1 KiB, oldest first; none when it is absent or not usable_cache().
 std::vector<std::string> cache_lines(const std::string& path) {
   std::vector<std::string> lines;
   if (!usable_cache(path)) return lines;
   std::ifstream in(path);
-  for (std::string line; std::getline(in, line) && lines.size() < 4096;)
+  for (std::string line; std::getline(in, line);)
     if (!line.empty() && line.size() <= 1024) lines.push_back(line);
   return lines;
 }
@@ -95,41 +109,88 @@ bool lookup(const std::string& path, const std::string& key, double& flops, std:
   return false;
 }
 
-void record(const std::string& path_in, const std::string& key, double flops) {
+/// Creates the folder that will hold `path`, if it names one ("gemm_peak.tsv" names none).
+void create_parent(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent);
+}
+
+/// Replaces (or adds) the lines of `entries` (key, FLOP/s) with today's date, dropping the oldest
+/// lines past kKeepCacheBytes (with a warning), through a temporary file renamed over the cache.
+/// The caller holds the cache's lock (CacheLock) where it can. Throws IoError where the cache is
+/// not usable or cannot be written; the temporary file is removed then.
+void write_cache(const std::string& path_in, const std::vector<std::pair<std::string, double>>& entries) {
   if (!usable_cache(path_in))
     throw IoError("'" + path_in + "' is not a regular file of at most 1 MiB (a peak cache is one)");
   // Through a symlink: replace the file it names, not the link.
   std::error_code ec;
   const std::string path = fs::is_symlink(path_in, ec) ? fs::canonical(path_in).string() : path_in;
   std::vector<std::string> keep;
-  for (const std::string& line : cache_lines(path))
-    if (line.rfind(key + "\t", 0) != 0) keep.push_back(line);
+  for (const std::string& line : cache_lines(path)) {
+    bool replaced = false;
+    for (const auto& e : entries) replaced = replaced || line.rfind(e.first + "\t", 0) == 0;
+    if (!replaced) keep.push_back(line);
+  }
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   std::strftime(date, sizeof date, "%Y-%m-%d", gmtime_r(&now, &tm));
-  keep.push_back(key + "\t" + log::format("%.3f", flops / 1e9) + "\t" + date);
-  fs::create_directories(fs::path(path).parent_path());
+  for (const auto& e : entries) keep.push_back(e.first + "\t" + log::format("%.3f", e.second / 1e9) + "\t" + date);
+  std::size_t bytes = 0, first = keep.size();
+  while (first > 0 && bytes + keep[first - 1].size() + 1 <= kKeepCacheBytes) bytes += keep[--first].size() + 1;
+  if (first > 0)
+    log::warn("peak cache %s: dropped its %zu oldest lines to stay under %zu KiB (those shapes are measured again "
+              "when next used)", path.c_str(), first, kKeepCacheBytes >> 10);
+  create_parent(path);
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  bool written = false;
   {
     std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& l : keep) out << l << "\n";
-    if (!out) throw IoError("cannot write '" + tmp + "'");
+    for (std::size_t i = first; i < keep.size(); ++i) out << keep[i] << "\n";
+    out.flush();
+    written = static_cast<bool>(out);
   }
-  fs::rename(tmp, path);
+  if (written) fs::rename(tmp, path, ec);
+  if (!written || ec) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw IoError("cannot write '" + (written ? path : tmp) + "'" + (ec ? ": " + ec.message() : std::string()));
+  }
 }
 
-/// An exclusive flock on `path` for this scope; none (and no error) where it cannot be had, e.g.
-/// a read-only directory or a file system without locks: then two processes may both probe a
-/// shape and the later record wins, which costs time, not correctness.
+/// An exclusive flock on `path` + ".lock" for this scope, so the ranks of one machine probe a GEMM
+/// shape once and read each other's records. None (and no error) where the cache is off or not
+/// usable_cache(), or the lock file cannot be made (a read-only folder, a file system without
+/// locks): then two processes may both probe a shape and the later record wins, which costs time,
+/// not correctness. It waits at most set_peak_cache_lock_wait() seconds for a holder (logging
+/// once that it waits), then goes on without the lock, so a stopped process cannot hang a run.
 class CacheLock {
  public:
-  explicit CacheLock(const std::string& path) {
-    if (path.empty()) return;
+  explicit CacheLock(const std::string& cache) {
+    if (cache.empty() || !usable_cache(cache)) return;
+    const std::string path = cache + ".lock";
     std::error_code ec;
-    fs::create_directories(fs::path(path).parent_path(), ec);
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty()) fs::create_directories(parent, ec);
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+    if (fd_ < 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    bool told = false, locked = false;
+    while (!(locked = ::flock(fd_, LOCK_EX | LOCK_NB) == 0)) {
+      if (errno != EWOULDBLOCK && errno != EINTR) break;  // no locks on this file system
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (waited >= g_lock_wait_seconds.load()) {
+        log::warn("peak cache lock %s: still held by another process after %.1f s; going on without it", path.c_str(),
+                  waited);
+        break;
+      }
+      if (!told && waited >= 2) {
+        log::info("waiting for the peak cache lock %s (another process is probing a GEMM)", path.c_str());
+        told = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!locked) {
       ::close(fd_);
       fd_ = -1;
     }
@@ -144,50 +205,74 @@ class CacheLock {
   int fd_ = -1;
 };
 
+/// write_cache() under the cache's lock (the auto probe and the MFU peak).
+void record(const std::string& path, const std::vector<std::pair<std::string, double>>& entries) {
+  CacheLock lock(path);
+  write_cache(path, entries);
+}
+
 /// [train] host_gemm = shape: the library of one fp32 GEMM shape, from the two lines of the peak
-/// cache that hold both libraries' rates on that shape (keys key_ob / key_od + " | shape " + shape), or
-/// measured now and recorded when steady or decisive, under the cache's lock so the ranks of one machine (and
-/// later runs and resumes on it) take the same library for the same shape: a rank that finds the
-/// shape recorded while it waited for the lock takes the record. Rank-local; logs what it measured.
+/// cache that hold both libraries' rates on that shape (keys key_ob / key_od + " | shape " + shape),
+/// or measured now (time_host_gemm, 5 alternating rounds, a library's rate its best round). A
+/// steady probe (each library's two best rounds within 10%) is recorded, under the cache's lock,
+/// so the ranks of one machine (and later runs and resumes on it) take the same library for the
+/// same shape: a rank that finds the shape recorded once it has the lock takes the record. An
+/// unsteady probe (a busy machine) decides this process only. A cache that cannot be written is
+/// warned about once per run (*warned). Rank-local; logs what it measured.
 HostGemm choose_for_shape(const std::string& path, const std::string& key_ob, const std::string& key_od,
-                          const GemmShape& shape) {
+                          const GemmShape& shape, std::atomic<bool>* warned) {
   const std::string k[2] = {key_ob + " | shape " + shape.text(), key_od + " | shape " + shape.text()};
-  const HostGemm lib[2] = {HostGemm::openblas, HostGemm::onednn};
-  CacheLock lock(path.empty() ? std::string() : path + ".lock");
+  CacheLock lock(path);
   double rate[2] = {0, 0};
   std::string date;
   if (!path.empty() && lookup(path, k[0], rate[0], date) && lookup(path, k[1], rate[1], date))
     return rate[1] > rate[0] ? HostGemm::onednn : HostGemm::openblas;
-  // As resolve_host_gemm's probe: rounds alternate between the libraries, best round each. It is
-  // recorded when steady (each library's two best rounds within 10%) or decisive (every round of
-  // the faster library beat every round of the other): a reading a passing load could have turned
-  // around is used by this run only.
-  std::vector<double> rounds[2];
-  for (int r = 0; r < 5; ++r)
-    for (int i = 0; i < 2; ++i) rounds[i].push_back(time_host_gemm(lib[i], shape, 1));
+  std::vector<std::vector<double>> rounds = time_host_gemm(shape, {HostGemm::openblas, HostGemm::onednn}, 5);
   bool steady = true;
   for (int i = 0; i < 2; ++i) {
     std::sort(rounds[i].begin(), rounds[i].end(), std::greater<>());
     rate[i] = rounds[i][0];
     steady = steady && rounds[i][1] >= 0.9 * rounds[i][0];
   }
-  const int win = rate[1] > rate[0] ? 1 : 0;
-  const bool decisive = rounds[win].back() > rounds[1 - win].front();
-  const HostGemm pick = lib[win];
-  bool recorded = false;
-  if (!path.empty() && (steady || decisive)) {
+  const HostGemm pick = rate[1] > rate[0] ? HostGemm::onednn : HostGemm::openblas;
+  const char* outcome = "";
+  if (path.empty()) {
+    outcome = "; no peak cache, so not recorded";
+  } else if (!steady) {
+    outcome = "; unsteady (a busy machine?), so for this run only";
+  } else {
     try {
-      for (int i = 0; i < 2; ++i) record(path, k[i], rate[i]);
-      recorded = true;
+      write_cache(path, {{k[0], rate[0]}, {k[1], rate[1]}});
+      outcome = ", recorded";
     } catch (const std::exception& e) {
-      log::warn("cannot record the GEMM probe of shape %s in %s (%s): later runs will measure again",
-                shape.text().c_str(), path.c_str(), e.what());
+      outcome = "; not recorded (the cache cannot be written)";
+      if (!warned->exchange(true))
+        log::warn("cannot record GEMM probes in %s (%s): later runs will measure these shapes again", path.c_str(),
+                  e.what());
     }
   }
   log::info("fp32 GEMM %s (trans, batch x m x n x k): %s (oneDNN %.0f GFLOP/s, OpenBLAS %.0f GFLOP/s, measured now%s)",
             shape.text().c_str(), pick == HostGemm::onednn ? "oneDNN" : "OpenBLAS", rate[1] / 1e9, rate[0] / 1e9,
-            recorded ? ", recorded" : path.empty() ? "" : "; unsteady and close, so not recorded");
+            outcome);
   return pick;
+}
+
+/// The two cache keys of the fp32 libraries ([0] OpenBLAS, [1] oneDNN), each counting its own
+/// threads; leaves set_host_gemm() at `lib`.
+std::array<std::string, 2> library_keys(HostGemm lib) {
+  std::array<std::string, 2> key;
+  for (int i = 0; i < 2; ++i) {
+    set_host_gemm(i == 0 ? HostGemm::openblas : HostGemm::onednn);
+    key[i] = peak_cache_key(Precision::f32) + (i == 0 ? " | openblas" : "");
+  }
+  set_host_gemm(lib);
+  return key;
+}
+
+/// Whether [train] host_gemm = shape has a choice to make in this build: both libraries, float.
+bool per_shape_applies(const TrainConfig& cfg) {
+  return cfg.host_gemm == HostGemmChoice::shape && host_gemm_available(HostGemm::onednn) &&
+         cfg.dtype != Precision::f64;
 }
 
 }  // namespace
@@ -228,11 +313,7 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
       double rate[2] = {0, 0};
       // Each library's key counts its own threads (OpenBLAS's, OpenMP's); oneDNN's is also the
       // key of its fp32 MFU peak (the same 512^3 probe).
-      std::string key[2];
-      for (int i = 0; i < 2; ++i) {
-        set_host_gemm(i == 0 ? HostGemm::openblas : HostGemm::onednn);
-        key[i] = peak_cache_key(Precision::f32) + (i == 0 ? " | openblas" : "");
-      }
+      const std::array<std::string, 2> key = library_keys(HostGemm::openblas);
       std::string date;
       const bool recorded = !path.empty() && lookup(path, key[0], rate[0], date) && lookup(path, key[1], rate[1], date);
       bool measured = false, steady = true;
@@ -255,7 +336,7 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
         }
         if (!path.empty() && steady) {
           try {
-            for (int i = 0; i < 2; ++i) record(path, key[i], rate[i]);
+            record(path, {{key[0], rate[0]}, {key[1], rate[1]}});
           } catch (const std::exception& e) {
             log::warn("cannot record the GEMM library probe in %s (%s): later runs will measure again", path.c_str(),
                       e.what());
@@ -276,18 +357,21 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world) {
   if (why != nullptr) detail = why;
   const std::string text = std::string(lib == HostGemm::onednn ? "oneDNN" : "OpenBLAS") + " (" + detail + ")";
   if (!per_shape || why != nullptr) return text;
-  // shape: the auto pick above stays the library of the MFU peak's key; every GEMM shape of the
-  // run then takes its own pick (the keys count each library's own threads, as auto's do).
-  std::string key[2];
-  for (int i = 0; i < 2; ++i) {
-    set_host_gemm(i == 0 ? HostGemm::openblas : HostGemm::onednn);
-    key[i] = peak_cache_key(Precision::f32) + (i == 0 ? " | openblas" : "");
-  }
-  set_host_gemm(lib);
   const std::string path = peak_cache_path();
-  set_host_gemm_chooser([path, k0 = key[0], k1 = key[1]](const GemmShape& s) { return choose_for_shape(path, k0, k1, s); });
   return "per shape, each shape's pick read from or recorded in " + (path.empty() ? std::string("no cache") : path) +
          "; " + text + " for the MFU peak";
+}
+
+void install_host_gemm_chooser(const TrainConfig& cfg) {
+  set_host_gemm_chooser({});
+  if (!per_shape_applies(cfg)) return;
+  // The process-wide library stays the MFU peak's; every GEMM shape of the run then takes its own
+  // pick (the keys count each library's own threads, as auto's do).
+  const std::array<std::string, 2> key = library_keys(host_gemm());
+  auto warned = std::make_shared<std::atomic<bool>>(false);
+  set_host_gemm_chooser([path = peak_cache_path(), key, warned](const GemmShape& s) {
+    return choose_for_shape(path, key[0], key[1], s, warned.get());
+  });
 }
 
 void require_bf16_gemms(const TrainConfig& cfg, Communicator& world, const std::string& context,
@@ -318,7 +402,7 @@ PeakFlops resolve_peak_flops(const TrainConfig& cfg, Communicator& world) {
       p.source = std::string(bf16 ? "bf16 " : "") + "GEMM probe, measured now";
       if (!path.empty()) {
         try {
-          record(path, key, p.flops);
+          record(path, {{key, p.flops}});
           p.source += ", recorded in " + path + " for the next runs";
         } catch (const std::exception& e) {
           log::warn("cannot record the measured peak in %s (%s): later runs will measure again", path.c_str(), e.what());

@@ -30,20 +30,31 @@ std::string peak_cache_path();
 /// separate probe of the bf16 GEMMs). Local.
 std::string peak_cache_key(Precision compute = Precision::f32);
 
+/// How long a process waits for another's lock on the peak cache (its ".lock" file, flock) before
+/// it goes on without it: 60 s unless set (tests set less). Local (process-wide).
+void set_peak_cache_lock_wait(double seconds);
+
 /// The library of this run's fp32 GEMMs ([train] host_gemm; kernels/gemm.hpp HostGemm), set
 /// process-wide with set_host_gemm() on every rank, and one sentence for the log. auto: OpenBLAS
 /// without oneDNN or with dtype = double; else the faster of both in the 512^3 probe, whose rates
 /// rank 0 reads from the peak cache (key peak_cache_key() + " | openblas" / " | onednn") or
 /// measures and records, so runs and resumes on one machine choose alike. Collective over world.
 /// Call before the first training GEMM and before resolve_peak_flops() (whose probe it changes).
-/// shape: as auto for the process-wide library (the MFU peak's), then a per-shape chooser
+/// shape: as auto for the process-wide library (the MFU peak's); install_host_gemm_chooser() then
+/// adds the per-shape choice. Every call first removes the chooser of an earlier run of the process.
+std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world);
+
+/// [train] host_gemm = shape (in a build with oneDNN, dtype float): installs a per-shape chooser
 /// (kernels/gemm.hpp set_host_gemm_chooser) that takes, for each fp32 GEMM shape at its first use,
 /// the faster library in the two lines of the peak cache recorded for that shape, or probes both
-/// on that shape (time_host_gemm, 5 alternating rounds) and records them when steady or decisive
-/// (every round of the faster beat every round of the other); the ranks of one machine share
-/// the cache under a file lock, so they, and later runs and resumes, pick alike. Every call first
-/// removes the chooser of an earlier run of the process.
-std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world);
+/// on that shape (time_host_gemm, 5 alternating rounds) and records them when steady (each
+/// library's two best rounds within 10%); an unsteady probe decides this process only. The ranks
+/// of one machine share the cache under a file lock (waited for at most 60 s), so they, later runs
+/// and resumes pick alike for every recorded shape; a shape probed unsteadily may be picked
+/// differently by different ranks (a last-bits difference: use a fixed library for runs that must
+/// equal another layout bitwise). Otherwise removes any chooser. Call after resolve_host_gemm()
+/// and resolve_peak_flops() (whose 512^3 probe is the process-wide library's). Local.
+void install_host_gemm_chooser(const TrainConfig& cfg);
 
 /// "N shapes: oneDNN for a, OpenBLAS for b (shapes...)": what the per-shape chooser decided so
 /// far in this process; "" without one. Local.

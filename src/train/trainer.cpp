@@ -648,6 +648,12 @@ std::string human(double v) {
   return log::format("%.0f", v);
 }
 
+/// [train] host_gemm = shape: what rank 0's chooser picked, at the end of a run (however it stops).
+void log_host_gemm_choices() {
+  if (const std::string choices = host_gemm_choices_text(); !choices.empty())
+    log::info("fp32 GEMMs per shape on rank 0: %s", choices.c_str());
+}
+
 /// The Trainer's checkpoints through CheckpointDir's commit protocol: on the training thread, or
 /// with [checkpoint] async on an AsyncCheckpointWriter's thread. Collective over world (the
 /// constructor duplicates it for the writer).
@@ -763,6 +769,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   const ModelConfig& m = cfg.model;
   const std::string host_gemm_text = resolve_host_gemm(cfg.train, world);  // before the peak probe and any step
   const PeakFlops peak_info = resolve_peak_flops(cfg.train, world);
+  install_host_gemm_chooser(cfg.train);  // after the peak probe, which times the process-wide library
   const double peak = peak_info.flops;
   const double tokens_per_step = static_cast<double>(cfg.train.global_batch_size) * m.block_size;
   const double fpt = flops_per_token(m);
@@ -1027,13 +1034,15 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     }
     const StopDecision stop = stops.after_step(world, r.step, stop_signal_received(), checkpoints.last_save_seconds());
     if (stop.reason == StopReason::end_of_run) break;
-    if (stop.stop()) return stops.finish(stop, final_save(stop.reason, r.step), world.rank());
+    if (stop.stop()) {
+      log_host_gemm_choices();
+      return stops.finish(stop, final_save(stop.reason, r.step), world.rank());
+    }
   }
   if (!final_save(StopReason::end_of_run, trainer.step()))
     return StopPolicy::exit_status(StopReason::end_of_run, /*final_saved=*/false);  // reported by final_save
   const double secs = run_timer.seconds();
-  if (const std::string choices = host_gemm_choices_text(); !choices.empty())
-    log::info("fp32 GEMMs per shape on rank 0: %s", choices.c_str());
+  log_host_gemm_choices();
   log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",
             static_cast<long long>(first_step + 1), static_cast<long long>(trainer.step()), secs,
             human(tokens_per_step * static_cast<double>(trainer.step() - first_step) / secs).c_str(), last_val);

@@ -91,8 +91,10 @@ if [ "$complete" = 1 ]; then
   # A resume reads the same table, so it continues bitwise (stopped after step 3, against an
   # uninterrupted run of the same 8 steps).
   expect_exit 0 "done: steps 1-8" -- run1 --train.host_gemm=shape --train.out_dir="$WORK/s_full" --train.max_steps=8
-  expect_exit 0 "stopping after step 3" -- run1 --train.host_gemm=shape --train.out_dir="$WORK/s_cut" \
-    --train.max_steps=8 --train.stop_at_step=3
+  out="$(run1 --train.host_gemm=shape --train.out_dir="$WORK/s_cut" --train.max_steps=8 --train.stop_at_step=3 2>&1)"
+  rc=$?
+  check "shape, stopped at step 3: exit 0 and the per-shape summary logged there too" bash -c "test $rc -eq 0 && \
+grep -q 'stopping after step 3' <<<\"\$1\" && grep -q 'fp32 GEMMs per shape on rank 0: ' <<<\"\$1\"" _ "$out"
   expect_exit 0 "done: steps 4-8" -- run1 --train.host_gemm=shape --train.out_dir="$WORK/s_cut" --resume --train.max_steps=8
   check "shape: the resume equals the uninterrupted run" same "$WORK/s_full/metrics.csv" "$WORK/s_cut/metrics.csv"
 else

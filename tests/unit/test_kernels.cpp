@@ -154,6 +154,17 @@ TEST(Kernels, VectorBoxMullerMatchesNormalFrom) {
     ASSERT_LE(std::fabs(g - want), std::fabs(want) * std::numeric_limits<float>::epsilon() + 1e-30f) << i;
   }
   EXPECT_LE(differ, 3) << "elements whose float differs from the scalar formula's";
+
+  // An element's value depends on (seed, stream, offset + i) only, not on how a tensor is split
+  // into shards (the layouts that must equal one rank): double, where the last bits show, filled
+  // whole and in three pieces whose ends fall mid-block and whose starts are unaligned.
+  const int len = 1500;
+  Buffer<double> whole("whole", len), parts("parts", len);
+  fill_normal<double>(View1<double>(whole.data(), len), 42u, 3u, 70, 1.0);
+  for (const auto& [b0, b1] : {std::pair<int, int>{0, 333}, {333, 1100}, {1100, len}})
+    fill_normal<double>(View1<double>(parts.data() + b0, static_cast<size_t>(b1 - b0)), 42u, 3u,
+                        70 + static_cast<std::uint64_t>(b0), 1.0);
+  EXPECT_EQ(to_host_vector(View1<double>(whole.data(), len)), to_host_vector(View1<double>(parts.data(), len)));
 }
 
 TEST(Kernels, LayerNormMatchesDefinitionOnRaggedShapes) {
@@ -471,12 +482,16 @@ TEST(Kernels, GemmPerShapeChooserRoutesEachShape) {
   EXPECT_TRUE(host_gemm_choices().empty());
   EXPECT_EQ(product(48), ob48) << "without a chooser: the process-wide library again";
 
-  for (HostGemm lib : {HostGemm::openblas, HostGemm::onednn})
-    for (const GemmShape& s : {GemmShape{'N', 'T', 1, 64, 48, 32}, GemmShape{'T', 'N', 3, 16, 8, 24}}) {
-      const double f = time_host_gemm(lib, s, 2);
-      EXPECT_TRUE(std::isfinite(f) && f > 1e6) << s.text() << ": " << f << " FLOP/s";
+  for (const GemmShape& s : {GemmShape{'N', 'T', 1, 64, 48, 32}, GemmShape{'T', 'N', 3, 16, 8, 24}}) {
+    const auto rate = time_host_gemm(s, {HostGemm::openblas, HostGemm::onednn}, 3);
+    ASSERT_EQ(rate.size(), 2u);
+    for (const auto& rounds : rate) {
+      ASSERT_EQ(rounds.size(), 3u);
+      for (double f : rounds) EXPECT_TRUE(std::isfinite(f) && f > 1e6) << s.text() << ": " << f << " FLOP/s";
     }
-  EXPECT_THROW(time_host_gemm(HostGemm::openblas, GemmShape{'N', 'N', 1, 0, 4, 4}, 1), Error);
+  }
+  EXPECT_THROW(time_host_gemm(GemmShape{'N', 'N', 1, 0, 4, 4}, {HostGemm::openblas}, 1), Error);
+  EXPECT_THROW(time_host_gemm(GemmShape{'N', 'N', 1, 4, 4, 4}, {HostGemm::openblas}, 0), Error);
 }
 
 TEST(Kernels, GemmRejectsWrongShapes) {
