@@ -93,8 +93,8 @@ void fill_normal(View1<T> x, std::uint64_t seed, std::uint32_t stream, std::uint
     // goes through the same vectorised loop body whatever the split of a tensor into shards: its
     // value depends on (seed, stream, offset + i) only.
     constexpr std::int64_t kBlock = 512;
-    std::uint32_t a[kBlock], b[kBlock];
-    double z[kBlock];
+    alignas(64) std::uint32_t a[kBlock], b[kBlock];  // aligned: no scalar peel before the vector body
+    alignas(64) double z[kBlock];
     const auto n = static_cast<std::int64_t>(x.extent(0));
     for (std::int64_t i0 = 0; i0 < n; i0 += kBlock) {
       const std::int64_t m = std::min(kBlock, n - i0);

@@ -83,7 +83,8 @@ bool onednn_native(char ta, char tb, std::int64_t batch, const detail::GemmDims&
     (void)ta, (void)tb, (void)batch, (void)d;
     return false;
   } else {
-    if (!g_has_chooser.load()) return g_host_gemm.load() == HostGemm::onednn;
+    // An empty product (a zero extent) has nothing to time: the process-wide library.
+    if (!g_has_chooser.load() || batch * d.m * d.n * d.k == 0) return g_host_gemm.load() == HostGemm::onednn;
     return chosen_library(GemmShape{ta, tb, batch, d.m, d.n, d.k}) == HostGemm::onednn;
   }
 }

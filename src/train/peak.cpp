@@ -43,9 +43,15 @@ std::string peak_cache_path() {
 
 namespace {
 std::atomic<double> g_lock_wait_seconds{60.0};  // set_peak_cache_lock_wait()
+/// Set once a wait for the lock ran out in this process: later locks are tried once, not waited
+/// for, so a stopped holder costs one deadline per process, not one per GEMM shape.
+std::atomic<bool> g_lock_gave_up{false};
 }  // namespace
 
-void set_peak_cache_lock_wait(double seconds) { g_lock_wait_seconds = std::max(0.0, seconds); }
+void set_peak_cache_lock_wait(double seconds) {
+  g_lock_wait_seconds = std::max(0.0, seconds);
+  g_lock_gave_up = false;
+}
 
 std::string peak_cache_key(Precision compute) {
   // The threads of the library the probe times: OpenBLAS for float, oneDNN (OpenMP) for bf16.
@@ -147,44 +153,85 @@ void write_cache(const std::string& path_in, const std::vector<std::pair<std::st
   {
     std::ofstream out(tmp, std::ios::trunc);
     for (std::size_t i = first; i < keep.size(); ++i) out << keep[i] << "\n";
-    out.flush();
-    written = static_cast<bool>(out);
+    out.close();  // a write error may show only here (a full disk)
+    written = !out.fail();
   }
-  if (written) fs::rename(tmp, path, ec);
-  if (!written || ec) {
+  std::error_code renamed;
+  if (written) fs::rename(tmp, path, renamed);
+  if (!written || renamed) {
     std::error_code ignored;
     fs::remove(tmp, ignored);
-    throw IoError("cannot write '" + (written ? path : tmp) + "'" + (ec ? ": " + ec.message() : std::string()));
+    throw IoError("cannot write '" + (written ? path : tmp) + "'" +
+                  (renamed ? ": " + renamed.message() : std::string()));
   }
 }
 
-/// An exclusive flock on `path` + ".lock" for this scope, so the ranks of one machine probe a GEMM
-/// shape once and read each other's records. None (and no error) where the cache is off or not
-/// usable_cache(), or the lock file cannot be made (a read-only folder, a file system without
-/// locks): then two processes may both probe a shape and the later record wins, which costs time,
-/// not correctness. It waits at most set_peak_cache_lock_wait() seconds for a holder (logging
-/// once that it waits), then goes on without the lock, so a stopped process cannot hang a run.
+/// "host pid" of this process, as a lock holder writes it into the lock file.
+std::string holder_text() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string(*host ? host : "unknown-host") + " " + std::to_string(::getpid()) + "\n";
+}
+
+/// Whether the holder named in the lock file `fd` ("host pid") runs on this host and is neither
+/// stopped nor gone (/proc/PID/stat state): a waiter then waits on, for a probe of a large GEMM
+/// may take minutes. A stopped, dead or other-host holder, or an unreadable file, counts against
+/// the deadline.
+bool holder_is_running(int fd) {
+  char buf[320] = {};
+  const ssize_t got = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (got <= 0) return false;
+  std::istringstream in(std::string(buf, static_cast<size_t>(got)));
+  std::string host, me_host;
+  long pid = 0;
+  if (!(in >> host >> pid) || pid <= 0) return false;
+  std::istringstream(holder_text()) >> me_host;
+  if (host != me_host) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state != 'T' && state != 't' && state != 'Z' && state != 'X';
+}
+
+/// An exclusive flock on the cache's ".lock" file (beside the file the cache path resolves to,
+/// so every spelling of one cache shares it) for this scope, so the ranks of one machine probe a
+/// GEMM shape once and read each other's records. The holder writes "host pid" into the lock
+/// file. None (and no error) where the cache is off or not usable_cache(), or the lock file cannot
+/// be opened (a read-only folder, a file system without locks): then two processes may both probe
+/// a shape and the later record wins, which costs time, not correctness. A waiter waits while the
+/// holder runs on this host (a long probe); a holder that is stopped, gone or on another host is
+/// waited for at most set_peak_cache_lock_wait() seconds (logged once), after which this and every
+/// later lock of the process go on without it, so a stopped process cannot hang a run.
 class CacheLock {
  public:
   explicit CacheLock(const std::string& cache) {
     if (cache.empty() || !usable_cache(cache)) return;
-    const std::string path = cache + ".lock";
     std::error_code ec;
+    fs::path resolved = fs::weakly_canonical(cache, ec);
+    if (ec) resolved = cache;
+    const std::string path = resolved.string() + ".lock";
     const fs::path parent = fs::path(path).parent_path();
     if (!parent.empty()) fs::create_directories(parent, ec);
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);  // another user's: flock works read-only
     if (fd_ < 0) return;
-    const auto t0 = std::chrono::steady_clock::now();
+    auto since = std::chrono::steady_clock::now();
     bool told = false, locked = false;
     while (!(locked = ::flock(fd_, LOCK_EX | LOCK_NB) == 0)) {
-      if (errno != EWOULDBLOCK && errno != EINTR) break;  // no locks on this file system
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (waited >= g_lock_wait_seconds.load()) {
-        log::warn("peak cache lock %s: still held by another process after %.1f s; going on without it", path.c_str(),
-                  waited);
+      if ((errno != EWOULDBLOCK && errno != EINTR) || g_lock_gave_up.load()) break;  // no locks here, or given up
+      const auto now = std::chrono::steady_clock::now();
+      if (holder_is_running(fd_)) since = now;
+      const double stalled = std::chrono::duration<double>(now - since).count();
+      if (stalled >= g_lock_wait_seconds.load()) {
+        log::warn("peak cache lock %s: its holder is stopped, gone or on another host and kept it %.1f s; going on "
+                  "without the lock (this run's later GEMM probes too)", path.c_str(), stalled);
+        g_lock_gave_up = true;
         break;
       }
-      if (!told && waited >= 2) {
+      if (!told && std::chrono::duration<double>(now - start_).count() >= 2) {
         log::info("waiting for the peak cache lock %s (another process is probing a GEMM)", path.c_str());
         told = true;
       }
@@ -193,6 +240,11 @@ class CacheLock {
     if (!locked) {
       ::close(fd_);
       fd_ = -1;
+      return;
+    }
+    const std::string me = holder_text();
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+      // A read-only lock file: waiters see no running holder and apply the deadline.
     }
   }
   ~CacheLock() {
@@ -203,6 +255,7 @@ class CacheLock {
 
  private:
   int fd_ = -1;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 /// write_cache() under the cache's lock (the auto probe and the MFU peak).
@@ -222,11 +275,14 @@ void record(const std::string& path, const std::vector<std::pair<std::string, do
 HostGemm choose_for_shape(const std::string& path, const std::string& key_ob, const std::string& key_od,
                           const GemmShape& shape, std::atomic<bool>* warned) {
   const std::string k[2] = {key_ob + " | shape " + shape.text(), key_od + " | shape " + shape.text()};
-  CacheLock lock(path);
   double rate[2] = {0, 0};
   std::string date;
-  if (!path.empty() && lookup(path, k[0], rate[0], date) && lookup(path, k[1], rate[1], date))
-    return rate[1] > rate[0] ? HostGemm::onednn : HostGemm::openblas;
+  // A recorded shape is read without the lock (writers replace the file by a rename); an
+  // unrecorded one is looked up again once the lock is held, as another rank may have probed it.
+  const auto recorded = [&] { return !path.empty() && lookup(path, k[0], rate[0], date) && lookup(path, k[1], rate[1], date); };
+  if (recorded()) return rate[1] > rate[0] ? HostGemm::onednn : HostGemm::openblas;
+  CacheLock lock(path);
+  if (recorded()) return rate[1] > rate[0] ? HostGemm::onednn : HostGemm::openblas;
   std::vector<std::vector<double>> rounds = time_host_gemm(shape, {HostGemm::openblas, HostGemm::onednn}, 5);
   bool steady = true;
   for (int i = 0; i < 2; ++i) {

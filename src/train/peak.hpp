@@ -48,11 +48,14 @@ std::string resolve_host_gemm(const TrainConfig& cfg, Communicator& world);
 /// (kernels/gemm.hpp set_host_gemm_chooser) that takes, for each fp32 GEMM shape at its first use,
 /// the faster library in the two lines of the peak cache recorded for that shape, or probes both
 /// on that shape (time_host_gemm, 5 alternating rounds) and records them when steady (each
-/// library's two best rounds within 10%); an unsteady probe decides this process only. The ranks
-/// of one machine share the cache under a file lock (waited for at most 60 s), so they, later runs
-/// and resumes pick alike for every recorded shape; a shape probed unsteadily may be picked
-/// differently by different ranks (a last-bits difference: use a fixed library for runs that must
-/// equal another layout bitwise). Otherwise removes any chooser. Call after resolve_host_gemm()
+/// library's two best rounds within 10%); an unsteady probe decides this process only. A recorded
+/// shape is read without a lock; to probe, the ranks of one machine take the cache's file lock in
+/// turn (waited for while its holder runs on this machine; a stopped or vanished holder for at most
+/// set_peak_cache_lock_wait(), then no lock for the rest of the process), so they, later runs and
+/// resumes pick alike for every recorded shape. Ranks may pick differently for a shape probed
+/// unsteadily, without a cache (TRIDENT_PEAK_CACHE=off), with an unwritable one or after the lock
+/// was given up (a last-bits difference: use a fixed library for runs that must equal another
+/// layout bitwise). An empty GEMM takes the process-wide library. Otherwise removes any chooser. Call after resolve_host_gemm()
 /// and resolve_peak_flops() (whose 512^3 probe is the process-wide library's). Local.
 void install_host_gemm_chooser(const TrainConfig& cfg);
 

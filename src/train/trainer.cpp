@@ -1039,8 +1039,10 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       return stops.finish(stop, final_save(stop.reason, r.step), world.rank());
     }
   }
-  if (!final_save(StopReason::end_of_run, trainer.step()))
-    return StopPolicy::exit_status(StopReason::end_of_run, /*final_saved=*/false);  // reported by final_save
+  if (!final_save(StopReason::end_of_run, trainer.step())) {  // reported by final_save
+    log_host_gemm_choices();
+    return StopPolicy::exit_status(StopReason::end_of_run, /*final_saved=*/false);
+  }
   const double secs = run_timer.seconds();
   log_host_gemm_choices();
   log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",

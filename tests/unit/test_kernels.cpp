@@ -158,13 +158,22 @@ TEST(Kernels, VectorBoxMullerMatchesNormalFrom) {
   // An element's value depends on (seed, stream, offset + i) only, not on how a tensor is split
   // into shards (the layouts that must equal one rank): double, where the last bits show, filled
   // whole and in three pieces whose ends fall mid-block and whose starts are unaligned.
+  // Every split point from 1 to 40 and a few mid-block ones: the elements near a piece's end and
+  // start take whatever path a tail or an alignment peel would.
   const int len = 1500;
   Buffer<double> whole("whole", len), parts("parts", len);
   fill_normal<double>(View1<double>(whole.data(), len), 42u, 3u, 70, 1.0);
-  for (const auto& [b0, b1] : {std::pair<int, int>{0, 333}, {333, 1100}, {1100, len}})
-    fill_normal<double>(View1<double>(parts.data() + b0, static_cast<size_t>(b1 - b0)), 42u, 3u,
-                        70 + static_cast<std::uint64_t>(b0), 1.0);
-  EXPECT_EQ(to_host_vector(View1<double>(whole.data(), len)), to_host_vector(View1<double>(parts.data(), len)));
+  const std::vector<double> want = to_host_vector(View1<double>(whole.data(), len));
+  std::vector<int> cuts;
+  for (int c = 1; c <= 40; ++c) cuts.push_back(c);
+  for (int c : {255, 333, 511, 513, 777, 1023, 1100, 1499}) cuts.push_back(c);
+  for (int c : cuts) {
+    fill(View1<double>(parts.data(), len), 0.0);
+    fill_normal<double>(View1<double>(parts.data(), static_cast<size_t>(c)), 42u, 3u, 70, 1.0);
+    fill_normal<double>(View1<double>(parts.data() + c, static_cast<size_t>(len - c)), 42u, 3u,
+                        70 + static_cast<std::uint64_t>(c), 1.0);
+    ASSERT_EQ(to_host_vector(View1<double>(parts.data(), len)), want) << "split at " << c;
+  }
 }
 
 TEST(Kernels, LayerNormMatchesDefinitionOnRaggedShapes) {
