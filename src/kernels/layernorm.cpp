@@ -26,6 +26,42 @@ inline T lane_sum(int C, const F& f) {
   for (int l = 0; l < L; ++l) sum += p[l];
   return sum;
 }
+
+/// The host (Serial) LayerNorm backward over raw rows: the row means as vectorised sums
+/// (lane_sum), the parameter gradients accumulated row by row into per-column sums, vectorised
+/// across the columns, each column still summed over the rows in order (a column-at-a-time loop
+/// reads a row's elements C apart: 4% of a bf16 step at the 10.7M shape, docs/performance.md). The
+/// same expressions as the team kernels. A function of plain pointers: inside layernorm_backward
+/// GCC 12 left the column loop scalar ("no vectype" for the View-derived loads; 6% of a bf16 step
+/// at the 0.8M shape); __restrict records that dinp overlaps neither dout nor inp (layernorm.hpp).
+template <class T>
+void host_layernorm_backward(T* __restrict dinp, std::int64_t ldx, T* dweight, T* dbias, const T* __restrict dout,
+                             std::int64_t ldy, const T* __restrict inp, std::int64_t ldi, const T* __restrict w,
+                             const T* mean, const T* rstd, std::int64_t N, int C) {
+  std::vector<T> dw(static_cast<size_t>(C), T(0)), db(static_cast<size_t>(C), T(0));
+  T* __restrict const dwp = dw.data();
+  T* __restrict const dbp = db.data();
+  for (std::int64_t n = 0; n < N; ++n) {
+    const T m = mean[n], s = rstd[n];
+    const T* __restrict const x = inp + n * ldi;
+    const T* __restrict const dy = dout + n * ldy;
+    T* __restrict const dx = dinp + n * ldx;
+    const T a = lane_sum<T>(C, [&](int c) { return dy[c] * w[c]; });
+    const T b = lane_sum<T>(C, [&](int c) { return dy[c] * w[c] * ((x[c] - m) * s); });
+    const T dnorm_mean = a / C, dnorm_norm_mean = b / C;
+    for (int c = 0; c < C; ++c) {
+      const T xhat = (x[c] - m) * s;
+      const T dnorm = dy[c] * w[c];
+      dx[c] += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
+      dwp[c] += dy[c] * (x[c] - m) * s;
+      dbp[c] += dy[c];
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    dweight[c] += dwp[c];
+    if (dbias != nullptr) dbias[c] += dbp[c];
+  }
+}
 }  // namespace
 
 // Forward and the input gradient are short-row kernels (kernels/row_parallel.hpp): a team thread
@@ -100,36 +136,10 @@ void layernorm_backward(View2<T> dinp, View1<T> dweight, View1<T> dbias, View2<c
   const std::int64_t N = static_cast<std::int64_t>(inp.extent(0));
 #if defined(KOKKOS_ENABLE_SERIAL)
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
-    // One thread: one pass over the rows does all three; the row means as vectorised sums
-    // (lane_sum). The parameter gradients accumulate row by
-    // row into per-column sums, vectorised across the columns, each column still summed over the
-    // rows in order (a column-at-a-time loop reads a row's elements C apart: 4% of a bf16 step at
-    // the 10.7M shape, docs/performance.md). The same expressions as the team kernels below.
-    const bool has_bias = dbias.extent(0) > 0;
-    std::vector<T> dw(static_cast<size_t>(C), T(0)), db(static_cast<size_t>(C), T(0));
-    T* const dwp = dw.data();
-    T* const dbp = db.data();
-    const T* const w = weight.data();
-    for (std::int64_t n = 0; n < N; ++n) {
-      const T m = mean(n), s = rstd(n);
-      const T* const x = &inp(n, 0);
-      const T* const dy = &dout(n, 0);
-      T* const dx = &dinp(n, 0);
-      const T a = lane_sum<T>(C, [&](int c) { return dy[c] * w[c]; });
-      const T b = lane_sum<T>(C, [&](int c) { return dy[c] * w[c] * ((x[c] - m) * s); });
-      const T dnorm_mean = a / C, dnorm_norm_mean = b / C;
-      for (int c = 0; c < C; ++c) {
-        const T xhat = (x[c] - m) * s;
-        const T dnorm = dy[c] * w[c];
-        dx[c] += (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
-        dwp[c] += dy[c] * (x[c] - m) * s;
-        dbp[c] += dy[c];
-      }
-    }
-    for (int c = 0; c < C; ++c) {
-      dweight(c) += dwp[c];
-      if (has_bias) dbias(c) += dbp[c];
-    }
+    // One thread: one pass over the rows does all three (host_layernorm_backward).
+    host_layernorm_backward<T>(dinp.data(), dinp.stride(0), dweight.data(),
+                               dbias.extent(0) > 0 ? dbias.data() : nullptr, dout.data(), dout.stride(0), inp.data(),
+                               inp.stride(0), weight.data(), mean.data(), rstd.data(), N, C);
     return;
   }
 #endif
