@@ -13,6 +13,7 @@
 #include "core/types.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/gemm.hpp"
@@ -149,6 +150,35 @@ void BM_Gelu(benchmark::State& st) {
   st.counters["elements/s"] = benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Gelu)->ArgName("n")->Arg(384 * 512)->Unit(benchmark::kMicrosecond);
+
+// The vocab-parallel cross entropy of one step as the model runs it (kernels/cross_entropy.hpp:
+// row max, partial sums of exponentials, losses, then the logits' gradient in place) over N rows
+// of V logits: GPT-2's padded vocabulary at N = 256, and the example deck's 65 characters.
+void BM_CrossEntropy(benchmark::State& st) {
+  const int N = static_cast<int>(st.range(0)), V = static_cast<int>(st.range(1));
+  auto logits = randn(static_cast<std::int64_t>(N) * V, 11);
+  Buffer<float> work("work", static_cast<size_t>(N) * V), rmax("rmax", N), se("se", N), tl("tl", N), loss("loss", N);
+  Buffer<token_t> tgt("tgt", N);
+  for (int n = 0; n < N; ++n) tgt(n) = static_cast<token_t>((n * 7919) % V);
+  for (auto _ : st) {
+    Kokkos::deep_copy(work, logits);
+    const auto L = as_matrix(work.data(), N, V);
+    const auto Lc = as_matrix<const float>(work.data(), N, V);
+    const View1<const token_t> t(tgt.data(), N);
+    cross_entropy_row_max<float>(View1<float>(rmax.data(), N), Lc, V);
+    cross_entropy_partials<float>(View1<float>(se.data(), N), View1<float>(tl.data(), N), Lc,
+                                  View1<const float>(rmax.data(), N), t, 0, V);
+    benchmark::DoNotOptimize(cross_entropy_losses<float>(View1<float>(loss.data(), N), View1<const float>(se.data(), N),
+                                                         View1<const float>(rmax.data(), N),
+                                                         View1<const float>(tl.data(), N), t));
+    cross_entropy_backward_split<float>(L, Lc, View1<const float>(rmax.data(), N), View1<const float>(se.data(), N), t,
+                                        0, V, 1.f / N);
+    Kokkos::fence();
+  }
+  st.counters["elements/s"] =
+      benchmark::Counter(static_cast<double>(N) * V, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CrossEntropy)->ArgNames({"N", "V"})->Args({256, 50304})->Args({768, 65})->Unit(benchmark::kMicrosecond);
 
 // The llama family's element-wise kernels, forward + backward, at the shapes of
 // tools/bench_families.sh (B*T = 1024 rows): RMSNorm over C, RoPE over (NH + NKV) heads of HS, SwiGLU
