@@ -4,7 +4,11 @@
 // Layer: kernels. kernels/vmath.cpp is compiled with -ffast-math (GCC; src/CMakeLists.txt), as
 // gelu.cpp is, so that GCC calls libmvec's expf/exp (<= 4 ulp) for whole vectors instead of the
 // scalar function per element. The functions have no reductions: the flag changes no summation
-// order, and each element's result depends on that element alone (the same on every layout).
+// order. An element's result depends on that element and on the path that computed it: the loop
+// body (16 lanes), an 8-lane epilogue or the scalar function for the last few elements of an
+// array (within 4 ulp of each other). Callers whose arrays differ between layouts (a vocabulary
+// shard, a slice of a tensor) pass whole, 64-byte aligned blocks of 16 so every element takes the
+// loop body (cross_entropy.cpp, fill_normal's box_muller with blocks of 512).
 #pragma once
 
 #include <cstdint>
