@@ -40,7 +40,7 @@ class AlignedRow {
   T* data_ = nullptr;
 };
 
-int padded_width(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
+inline int padded_width(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
 /// e[0, n) = exp(x[0, n) - m); e holds padded_width(n) (its padding ends up 1).
 template <class T>
