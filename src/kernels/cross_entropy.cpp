@@ -165,8 +165,9 @@ template <class T>
 void cross_entropy_row_max(View1<T> row_max, View2<const T> logits, int valid_cols) {
 #if defined(KOKKOS_ENABLE_SERIAL)
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
+    const int valid = std::min(valid_cols, static_cast<int>(logits.extent(1)));
     for (std::int64_t n = 0; n < static_cast<std::int64_t>(logits.extent(0)); ++n)
-      row_max(n) = row_max_lanes<T>(&logits(n, 0), valid_cols);
+      row_max(n) = row_max_lanes<T>(&logits(n, 0), valid);
     return;
   }
 #endif
@@ -184,12 +185,13 @@ void cross_entropy_partials(View1<T> sumexp, View1<T> target_logit, View2<const 
                             View1<const token_t> targets, token_t vocab_start, int valid_cols) {
 #if defined(KOKKOS_ENABLE_SERIAL)
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
-    AlignedRow<T> e(padded_width(valid_cols));
+    const int valid = std::min(valid_cols, static_cast<int>(logits.extent(1)));
+    AlignedRow<T> e(padded_width(valid));
     for (std::int64_t n = 0; n < static_cast<std::int64_t>(logits.extent(0)); ++n) {
-      row_exp<T>(e.data(), &logits(n, 0), valid_cols, row_max(n));
-      sumexp(n) = row_sum_lanes<T>(e.data(), valid_cols);
+      row_exp<T>(e.data(), &logits(n, 0), valid, row_max(n));
+      sumexp(n) = row_sum_lanes<T>(e.data(), valid);
       const token_t col = targets(n) - vocab_start;
-      target_logit(n) = (targets(n) >= 0 && col >= 0 && col < valid_cols) ? logits(n, col) : T(0);
+      target_logit(n) = (targets(n) >= 0 && col >= 0 && col < valid) ? logits(n, col) : T(0);
     }
     return;
   }

@@ -23,7 +23,8 @@ void cross_entropy_backward(View2<T> dlogits, View2<const T> logits, View1<const
 // (all-reduce max of row_max), z = sum over ranks of exp(l - m), t = the target's logit (found on
 // one rank, zero elsewhere; all-reduce sum); loss = log z + m - t. Columns at or beyond
 // `valid_cols` are padding (the vocabulary padded to a multiple of tp): they get zero probability
-// and zero gradient. With one rank and no padding these give the same values as the fused kernels.
+// and zero gradient; valid_cols is capped at the row's width. With one rank and no padding these give
+// the same values as the fused kernels.
 
 /// row_max[n] = max over the valid columns of logits[n, :] (the lowest float when there are none).
 template <class T>

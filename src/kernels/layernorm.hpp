@@ -16,7 +16,7 @@ void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T
 
 /// dinp += d/dinp, dweight += sum_rows(dout * xhat), dbias += sum_rows(dout) (dbias may be empty).
 /// Accumulates into all three, as the residual stream and gradient accumulation need. dinp must
-/// not overlap dout or inp (the host path is compiled on that promise).
+/// not overlap dout, inp or weight, nor dweight weight (the host path is compiled on that promise).
 template <class T>
 void layernorm_backward(View2<T> dinp, View1<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
                         View1<const T> weight, View1<const T> mean, View1<const T> rstd);

@@ -307,7 +307,23 @@ TEST(Kernels, CrossEntropyLongRowsMatchDefinitionAndSplitForm) {
         const double want = v >= P ? 0.0 : dh(n * V + k * P + v);
         EXPECT_NEAR(dk(n * Vpad + v), want, 1e-12) << "partition " << k << " " << n << "," << v;
       }
+    // In place, as the model calls it (dlogits = logits): the same values, bit for bit.
+    const Buffer<double> inplace = device_array(part_logits[k]);
+    cross_entropy_backward_split<double>(v2(inplace, N, Vpad), v2(inplace, N, Vpad), v1(gmax_dev), v1(gsum_dev),
+                                         tgtv, k * P, P, dloss);
+    EXPECT_EQ(to_host_vector(v1(inplace)), to_host_vector(v1(d))) << "partition " << k << " in place";
   }
+  // A NaN logit in a row makes that row's loss NaN (a diverged run must show it), the others not.
+  std::vector<double> with_nan = part_logits[0];
+  with_nan[1 * Vpad + 2] = std::numeric_limits<double>::quiet_NaN();
+  const Buffer<double> nan_dev = device_array(with_nan);
+  Buffer<double> nmax("nmax", N), nse("nse", N), ntl("ntl", N), nloss("nloss", N);
+  cross_entropy_row_max<double>(v1(nmax), v2(nan_dev, N, Vpad), P);
+  cross_entropy_partials<double>(v1(nse), v1(ntl), v2(nan_dev, N, Vpad), v1(nmax), tgtv, 0, P);
+  cross_entropy_losses<double>(v1(nloss), v1(nse), v1(nmax), v1(ntl), tgtv);
+  const auto nl = host(nloss);
+  EXPECT_TRUE(std::isnan(nl(1))) << nl(1);
+  EXPECT_TRUE(std::isfinite(nl(0))) << nl(0);
 }
 
 TEST(Kernels, EmbeddingForwardMatchesDefinitionOnRaggedShapes) {
@@ -979,6 +995,20 @@ TEST(Kernels, EmbeddingBackwardMatchesFiniteDifferences) {
                              View1<const token_t>(tok.data(), B * T), 0, V, B, T);
   expect_gradient("embedding dwte", v1(wte), v1(dwte), loss);
   expect_gradient("embedding dwpe", v1(wpe), v1(dwpe), loss);
+
+  // A vocabulary shard (rows 1-3 of the table, as a tp rank holds them) without position
+  // embeddings: token 1's three rows and token 3's one are summed in token order, ids 0 and 4
+  // (outside the shard) skipped; exactly the plain loop.
+  Buffer<double> shard("shard", 3 * C);
+  embedding_backward<double>(v2(shard, 3, C), View2<double>(), v2(R, B * T, C), View1<const token_t>(tok.data(), B * T),
+                             1, 3, B, T);
+  const std::vector<token_t> ids = {1, 4, 1, 0, 1, 3};
+  const auto rh = host(R);
+  std::vector<double> want(3 * C, 0.0);
+  for (int n = 0; n < B * T; ++n)
+    if (ids[n] >= 1 && ids[n] < 4)
+      for (int c = 0; c < C; ++c) want[(ids[n] - 1) * C + c] += rh(n * C + c);
+  EXPECT_EQ(to_host_vector(v1(shard)), want);
 }
 
 TEST(Kernels, AdamWMatchesReferenceFormula) {
