@@ -215,11 +215,14 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
         });
     p = View1<const T>(pd.data(), pd.extent(0));
   }
-  // dP = dY V^T; dV = P^T dY
-  gemm_batched<T>('N', 'T', T(1), cbatch(ws.y, heads, Tn, HS), cbatch(ws.v, heads, Tn, HS), T(0),
-                  batch(dpre, heads, Tn, Tn), inputs);
-  gemm_batched<T>('T', 'N', T(1), View3<const T>(p.data(), static_cast<size_t>(heads), Tn, Tn),
-                  cbatch(ws.y, heads, Tn, HS), T(0), batch(ws.dv, heads, Tn, HS), inputs);
+  // dP = dY V^T; dV = P^T dY (dY rounded once for both with bf16 inputs)
+  {
+    GemmInputReuse<T> reuse(inputs, ws.y.data(), heads * Tn * HS);
+    gemm_batched<T>('N', 'T', T(1), cbatch(ws.y, heads, Tn, HS), cbatch(ws.v, heads, Tn, HS), T(0),
+                    batch(dpre, heads, Tn, Tn), inputs);
+    gemm_batched<T>('T', 'N', T(1), View3<const T>(p.data(), static_cast<size_t>(heads), Tn, Tn),
+                    cbatch(ws.y, heads, Tn, HS), T(0), batch(ws.dv, heads, Tn, HS), inputs);
+  }
   // Softmax backward per row: dS = P * (dP - sum(P * dP)), with dP through the dropout mask.
   // Short rows as in forward. The mask and the dot product stay separate loops, as in the former
   // one-thread-per-row kernel: fused into one reduction, the host compiler contracted a * d into
@@ -246,11 +249,14 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { d[t2] = 0; });
         });
       });
-  // dQ = scale dS K; dK = scale dS^T Q
-  gemm_batched<T>('N', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.k, heads, Tn, HS), T(0),
-                  batch(ws.dq, heads, Tn, HS), inputs);
-  gemm_batched<T>('T', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.q, heads, Tn, HS), T(0),
-                  batch(ws.dk, heads, Tn, HS), inputs);
+  // dQ = scale dS K; dK = scale dS^T Q (dS rounded once for both with bf16 inputs)
+  {
+    GemmInputReuse<T> reuse(inputs, dpre.data(), heads * Tn * Tn);
+    gemm_batched<T>('N', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.k, heads, Tn, HS), T(0),
+                    batch(ws.dq, heads, Tn, HS), inputs);
+    gemm_batched<T>('T', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.q, heads, Tn, HS), T(0),
+                    batch(ws.dk, heads, Tn, HS), inputs);
+  }
   unpack_heads<T>(dqkv, ws.dq, 0, B, Tn, HS, NH);
   unpack_heads<T>(dqkv, ws.dk, C, B, Tn, HS, NH, group);
   unpack_heads<T>(dqkv, ws.dv, C + Ckv, B, Tn, HS, NH, group);

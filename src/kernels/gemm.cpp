@@ -2,9 +2,12 @@
 #include "kernels/gemm.hpp"
 
 #include "core/error.hpp"
+#include "kernels/instantiate.hpp"
 
+#include <atomic>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 namespace trident {
 
@@ -16,6 +19,40 @@ std::string GemmShape::text() const {
 bool GemmShape::operator<(const GemmShape& o) const {
   return std::tie(ta, tb, batch, m, n, k) < std::tie(o.ta, o.tb, o.batch, o.m, o.n, o.k);
 }
+
+namespace {
+std::atomic<bool> g_reuse_alive{false};  // one GemmInputReuse at a time
+}  // namespace
+
+template <class T>
+GemmInputReuse<T>::GemmInputReuse(GemmInputs inputs, const T* data, std::int64_t n) {
+  if (g_reuse_alive.load()) throw Error("gemm: GemmInputReuse scopes do not nest (one is alive already)");
+  if constexpr (std::is_same_v<T, float>) {
+    if (inputs != GemmInputs::bf16 || n <= 0 || !gemm_bf16_supported()) return;
+    g_reuse_alive.store(true);
+    active_ = true;
+    try {
+      detail::gemm_reuse_keep(data, n);
+    } catch (...) {
+      detail::gemm_reuse_end();
+      g_reuse_alive.store(false);
+      throw;
+    }
+  } else {
+    (void)inputs, (void)data, (void)n;
+  }
+}
+
+template <class T>
+GemmInputReuse<T>::~GemmInputReuse() {
+  if (!active_) return;
+  detail::gemm_reuse_end();
+  g_reuse_alive.store(false);
+}
+
+#define TRIDENT_INST(T) template class GemmInputReuse<T>;
+TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
+#undef TRIDENT_INST
 
 }  // namespace trident
 

@@ -94,6 +94,36 @@ std::vector<std::vector<double>> time_host_gemm(const GemmShape& s, const std::v
 /// the next one): after a one-off large GEMM such as the peak probe. Local; fences.
 void gemm_release_scratch();
 
+namespace detail {
+/// The backend's side of GemmInputReuse: keep the bf16 rounding of in[0, n) for the GEMMs until
+/// gemm_reuse_end(). Local.
+void gemm_reuse_keep(const float* in, std::int64_t n);
+void gemm_reuse_end();
+}  // namespace detail
+
+/// Rounds a GEMM operand that several GemmInputs::bf16 GEMMs in a row read to bf16 once, instead
+/// of once per GEMM (the backward of a linear layer reads dY in dX = dY W and in dW = dY^T X): from
+/// construction to destruction, a bf16 GEMM whose A or B lies inside [data, data + n) reads the
+/// copy made at construction. The copy lives at the front of the GEMMs' bf16 input scratch, so a
+/// scope adds no memory beyond n elements while it lives and none after it (the scratch grows to
+/// the largest kept + rounded operands of one GEMM, what Block::gemm_operand_elements bounds).
+/// Results are bitwise those without the scope (rounding is elementwise and deterministic).
+/// Does nothing for GemmInputs::native, for T other than float, and where bf16 GEMMs are not
+/// supported (the GEMMs then raise their own error). The caller must not write the operand while
+/// the scope lives (GEMMs would read the stale copy), and scopes do not nest: the constructor
+/// throws Error if another one is alive. Local (process-wide); fences on growth of the scratch.
+template <class T>
+class GemmInputReuse {
+ public:
+  GemmInputReuse(GemmInputs inputs, const T* data, std::int64_t n);
+  ~GemmInputReuse();
+  GemmInputReuse(const GemmInputReuse&) = delete;
+  GemmInputReuse& operator=(const GemmInputReuse&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 /// C = alpha op(A) op(B) + beta C. Local; asynchronous on the device like any Kokkos kernel.
 /// Shapes: op(A) (M, K), op(B) (K, N), C (M, N); K = 0 gives C = beta C. Throws Error for a
 /// trans character other than 'N'/'T', inconsistent shapes, GemmInputs::bf16 where it is not

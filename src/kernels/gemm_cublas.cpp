@@ -10,13 +10,14 @@
 // bf16 inputs (GemmInputs::bf16): A and B are rounded to bfloat16 into a scratch buffer by a Kokkos
 // kernel (kernels/convert.hpp, round to nearest even as PyTorch) and multiplied with
 // cublasGemmEx / cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F (fp32 accumulation), C in fp32.
-// The scratch is the one allocation of the kernels layer that outlives a call: it grows to the
-// largest A + B seen, is counted under MemCategory::activations, and is freed with the cuBLAS
-// handle at Kokkos::finalize.
+// The scratch (kernels/bf16_staging.hpp) is the one allocation of the kernels layer that outlives
+// a call: it grows to the largest A + B seen (an operand kept by GemmInputReuse counted once), is
+// counted under MemCategory::activations, and is freed with the cuBLAS handle at Kokkos::finalize.
 #include "kernels/gemm.hpp"
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "kernels/bf16_staging.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/instantiate.hpp"
 
@@ -55,10 +56,15 @@ void check(cublasStatus_t s, const char* call) {
                 std::to_string(static_cast<int>(s)) + ")");
 }
 
-/// The process's cuBLAS handle and bf16 scratch, created at the first GEMM.
+/// to_bf16 of in[0, n) on the device, in stream order.
+void round_on_device(bf16_t* out, const float* in, std::int64_t n) {
+  convert_to_bf16<float>(View1<bf16_t>(out, static_cast<size_t>(n)), View1<const float>(in, static_cast<size_t>(n)));
+}
+
+/// The process's cuBLAS handle and bf16 input scratch, created at the first GEMM.
 struct Cublas {
   cublasHandle_t handle = nullptr;
-  TrackedBuffer<bf16_t> scratch;
+  detail::Bf16Staging staging{round_on_device};
 };
 Cublas* g_cublas = nullptr;
 
@@ -81,27 +87,25 @@ Cublas& cublas() {
   return *g_cublas;
 }
 
-/// bf16 copies of a (na elements) and b (nb elements), valid until the next GEMM.
+/// bf16 copies of a (na elements) and b (nb elements), valid until the next GEMM (a copy kept by
+/// GemmInputReuse where it covers the operand).
 std::pair<const bf16_t*, const bf16_t*> bf16_inputs(const float* a, std::int64_t na, const float* b, std::int64_t nb) {
-  Cublas& c = cublas();
-  if (c.scratch.size() < na + nb) {
-    Kokkos::fence("trident::gemm: grow the bf16 scratch");  // earlier GEMMs may still read it
-    c.scratch = TrackedBuffer<bf16_t>();
-    c.scratch = TrackedBuffer<bf16_t>("trident::gemm::bf16_inputs", na + nb, MemCategory::activations);
-  }
-  bf16_t* s = c.scratch.data();
-  convert_to_bf16<float>(View1<bf16_t>(s, static_cast<size_t>(na)), View1<const float>(a, static_cast<size_t>(na)));
-  convert_to_bf16<float>(View1<bf16_t>(s + na, static_cast<size_t>(nb)), View1<const float>(b, static_cast<size_t>(nb)));
-  return {s, s + na};
+  return cublas().staging.inputs(a, na, b, nb);
 }
 
 }  // namespace
 
 void gemm_release_scratch() {
   if (g_cublas == nullptr) return;
-  Kokkos::fence("trident::gemm: release the bf16 scratch");
-  g_cublas->scratch = TrackedBuffer<bf16_t>();
+  g_cublas->staging.release();
 }
+
+namespace detail {
+void gemm_reuse_keep(const float* in, std::int64_t n) { cublas().staging.keep(in, n); }
+void gemm_reuse_end() {
+  if (g_cublas != nullptr) g_cublas->staging.end_keep();
+}
+}  // namespace detail
 
 namespace {
 

@@ -38,6 +38,22 @@ void gemm_release_scratch() {
 #endif
 }
 
+namespace detail {
+// GemmInputReuse (kernels/gemm.cpp) calls these only where gemm_bf16_supported(), i.e. with oneDNN.
+void gemm_reuse_keep(const float* in, std::int64_t n) {
+#if TRIDENT_HAVE_ONEDNN
+  onednn_reuse_keep(in, n);
+#else
+  (void)in, (void)n;
+#endif
+}
+void gemm_reuse_end() {
+#if TRIDENT_HAVE_ONEDNN
+  onednn_reuse_end();
+#endif
+}
+}  // namespace detail
+
 namespace {
 std::atomic<HostGemm> g_host_gemm{HostGemm::openblas};
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/memory.hpp"
+#include "kernels/bf16_staging.hpp"
 #include "kernels/convert.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -55,13 +56,13 @@ struct Cached {
   dnnl::memory::desc a, b, c;
 };
 
-/// The engine, stream, primitive cache and bf16 scratch of the process, created at the first bf16
+/// The engine, stream, primitive cache and bf16 input scratch of the process, created at the first
 /// GEMM and freed before Kokkos finalizes (the scratch is a Kokkos allocation).
 struct OneDnn {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   std::map<Key, Cached> primitives;
-  TrackedBuffer<bf16_t> scratch;
+  Bf16Staging staging{round_to_bf16_host};
   std::mutex mutex;
 };
 OneDnn* g_onednn = nullptr;
@@ -178,7 +179,19 @@ void onednn_release_scratch() {
   std::lock_guard<std::mutex> create(g_create);
   if (g_onednn == nullptr) return;
   std::lock_guard<std::mutex> lock(g_onednn->mutex);
-  g_onednn->scratch = TrackedBuffer<bf16_t>();
+  g_onednn->staging.release();
+}
+
+void onednn_reuse_keep(const float* in, std::int64_t n) {
+  OneDnn& d = onednn();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  d.staging.keep(in, n);
+}
+
+void onednn_reuse_end() {
+  OneDnn& d = onednn();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  d.staging.end_keep();
 }
 
 void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N,
@@ -204,16 +217,9 @@ void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch,
   void* a_in = const_cast<float*>(A);  // oneDNN's memory takes a non-const handle; it only reads
   void* b_in = const_cast<float*>(B);
   if (bf16_inputs) {
-    if (d.scratch.size() < a_span + b_span) {
-      d.scratch = TrackedBuffer<bf16_t>();
-      d.scratch = TrackedBuffer<bf16_t>("trident::gemm::bf16_inputs", a_span + b_span, MemCategory::activations);
-    }
-    bf16_t* a16 = d.scratch.data();
-    bf16_t* b16 = a16 + a_span;
-    round_to_bf16_host(a16, A, a_span);
-    round_to_bf16_host(b16, B, b_span);
-    a_in = a16;
-    b_in = b16;
+    const auto [a16, b16] = d.staging.inputs(A, a_span, B, b_span);
+    a_in = const_cast<bf16_t*>(a16);
+    b_in = const_cast<bf16_t*>(b16);
   }
   const auto positive = [](std::int64_t v) { return v > 1 ? v : std::int64_t{1}; };
   const Key key{transA, transB, batch, M, N, K, positive(lda), positive(ldb), positive(ldc),

@@ -24,15 +24,22 @@ std::string onednn_bf16_unavailable_reason();
 /// compiler vectorises. Bitwise equal to to_bf16 for every input. Local.
 void round_to_bf16_host(bf16_t* out, const float* in, std::int64_t n);
 
-/// Frees the bf16 scratch of onednn_gemm() (kernels/gemm.hpp: gemm_release_scratch()). Local.
+/// Frees the bf16 scratch of onednn_gemm() (kernels/gemm.hpp: gemm_release_scratch()) unless a
+/// GemmInputReuse scope keeps copies in it. Local.
 void onednn_release_scratch();
+
+/// The host side of GemmInputReuse (kernels/gemm.hpp, kernels/bf16_staging.hpp): keep the bf16
+/// rounding of in[0, n) for the next bf16 GEMMs, and forget every kept copy. Local.
+void onednn_reuse_keep(const float* in, std::int64_t n);
+void onednn_reuse_end();
 
 /// One GEMM, or a batch of equal ones, on row-major float operands through oneDNN's matmul:
 ///   C_i = alpha op(A_i) op(B_i) + beta C_i,  i < batch,
 /// op(A_i) (M, K), op(B_i) (K, N), C_i (M, N); lda/ldb/ldc are row strides, sa/sb/sc the strides
 /// between the matrices of a batch; a_span/b_span the elements A and B cover from their first.
 /// bf16_inputs: A and B are rounded to bf16 (nearest even, kernels/convert.hpp) into a scratch
-/// buffer that grows to the largest A + B seen (MemCategory::activations); else the matmul reads
+/// buffer that grows to the largest A + B seen (MemCategory::activations), an operand that a
+/// GemmInputReuse scope keeps read from its kept copy instead; else the matmul reads
 /// them as fp32 (HostGemm::onednn, kernels/gemm.hpp). It accumulates in fp32 and writes C in fp32.
 /// Primitives are cached by shape, strides, alpha, beta and input type (the shapes of a run are
 /// few and fixed). Synchronous. Throws Error for bf16 inputs when onednn_bf16_unavailable_reason()

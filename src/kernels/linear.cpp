@@ -40,8 +40,13 @@ void add_bias(View2<T> out, View1<const T> bias) {
 template <class T>
 void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
                      View2<const T> weight, bool accumulate_dinp, GemmInputs inputs) {
-  if (dinp.extent(0) > 0) gemm<T>('N', 'N', T(1), dout, weight, accumulate_dinp ? T(1) : T(0), dinp, inputs);
-  gemm<T>('T', 'N', T(1), dout, inp, T(1), dweight, inputs);
+  {
+    // Both GEMMs read dout: with bf16 inputs it is rounded once for the two.
+    const bool both = dinp.extent(0) > 0;
+    GemmInputReuse<T> reuse(both ? inputs : GemmInputs::native, dout.data(), static_cast<std::int64_t>(dout.span()));
+    if (both) gemm<T>('N', 'N', T(1), dout, weight, accumulate_dinp ? T(1) : T(0), dinp, inputs);
+    gemm<T>('T', 'N', T(1), dout, inp, T(1), dweight, inputs);
+  }
   if (dbias.extent(0) == 0) return;
   // dbias sums the N rows of dout: a column reduction (kernels/row_parallel.hpp; fixed order, no atomics).
   const std::int64_t N = static_cast<std::int64_t>(dout.extent(0));

@@ -1,6 +1,7 @@
 // Each kernel's backward against central finite differences in double (tests/fd.hpp gives the
 // tolerance argument), plus the invariants of the counter-based RNG and the AdamW formula.
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "fd.hpp"
 #include "core/rng.hpp"
 #include "kernels/adamw.hpp"
@@ -583,6 +584,83 @@ TEST(Kernels, GemmBf16AtTrainingSizesMatchesDefinition) {
         }
       }
     }
+}
+
+// GemmInputReuse (kernels/gemm.hpp): an operand kept by a scope is rounded once and the GEMMs of the
+// scope read that copy. Oracles: the same GEMMs without a scope (bitwise: rounding is elementwise),
+// and the contract itself: an operand overwritten inside the scope still multiplies as it was when
+// the scope began (proof that the copy is read), and as it is once the scope has ended.
+TEST(Kernels, GemmInputReuseReadsOneRoundedCopyAndChangesNoBit) {
+  if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  const int M = 48, N = 40, K = 72;
+  std::vector<float> A0(2 * M * K), A1(2 * M * K), Bv(K * N);
+  for (size_t i = 0; i < A0.size(); ++i) A0[i] = static_cast<float>(std::sin(0.31 * i));
+  for (size_t i = 0; i < A1.size(); ++i) A1[i] = static_cast<float>(std::cos(0.17 * i));
+  for (size_t i = 0; i < Bv.size(); ++i) Bv[i] = static_cast<float>(std::sin(0.07 * i + 2));
+  // A's operand is the second half of a larger buffer: a kept range covers operands inside it.
+  const Buffer<float> a = device_array(A0), a_new = device_array(A1), b = device_array(Bv);
+  const float* op = a.data() + M * K;
+  // 'N': (M x K) A times (K x N) B; 'T': A^T (K x M) times the first M x N of B.
+  auto product = [&](char ta, Buffer<float>& c) {
+    if (ta == 'N')
+      gemm<float>('N', 'N', 1.f, as_matrix<const float>(op, M, K), as_matrix<const float>(b.data(), K, N), 0.f,
+                  as_matrix(c.data(), M, N), GemmInputs::bf16);
+    else
+      gemm<float>('T', 'N', 1.f, as_matrix<const float>(op, M, K), as_matrix<const float>(b.data(), M, N), 0.f,
+                  as_matrix(c.data(), K, N), GemmInputs::bf16);
+  };
+  Buffer<float> nn0("nn0", M * N), tn0("tn0", K * N), nn1("nn1", M * N), tn1("tn1", K * N), nn2("nn2", M * N),
+      tn2("tn2", K * N), nn_new("nn_new", M * N);
+  product('N', nn0);  // without a scope
+  product('T', tn0);
+  const std::int64_t scratch_before = MemoryLedger::current(MemCategory::activations);
+  {
+    GemmInputReuse<float> reuse(GemmInputs::bf16, a.data(), 2 * M * K);
+    EXPECT_THROW(GemmInputReuse<float>(GemmInputs::bf16, b.data(), K * N), Error);  // scopes do not nest
+    product('N', nn1);
+    product('T', tn1);
+    Kokkos::deep_copy(a, a_new);  // against the contract, to see which copy the GEMMs read
+    product('N', nn2);
+    product('T', tn2);
+  }
+  EXPECT_EQ(to_host_vector(v1(nn1)), to_host_vector(v1(nn0)));
+  EXPECT_EQ(to_host_vector(v1(tn1)), to_host_vector(v1(tn0)));
+  EXPECT_EQ(to_host_vector(v1(nn2)), to_host_vector(v1(nn0))) << "the GEMM rounded the operand again";
+  EXPECT_EQ(to_host_vector(v1(tn2)), to_host_vector(v1(tn0))) << "the GEMM rounded the operand again";
+  product('N', nn_new);  // the scope has ended: the new values
+  EXPECT_NE(to_host_vector(v1(nn_new)), to_host_vector(v1(nn0)));
+  {  // native inputs keep nothing: a new scope is allowed after the first ended, and changes reach the GEMM
+    GemmInputReuse<float> none(GemmInputs::native, a.data(), 2 * M * K);
+    GemmInputReuse<double> other(GemmInputs::bf16, nullptr, 0);  // a no-op for double: it does not count as alive
+  }
+  // The scratch grew by at most the kept range and one GEMM's other operand (bf16, 2 bytes each).
+  EXPECT_LE(MemoryLedger::current(MemCategory::activations) - scratch_before,
+            static_cast<std::int64_t>(2 * (2 * M * K + K * N + M * K)));
+}
+
+// linear_backward with bf16 inputs (dout kept for dX and dW) is bitwise the two GEMMs it stands for.
+TEST(Kernels, LinearBackwardBf16EqualsItsTwoGemms) {
+  if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  const int N = 33, C = 24, OC = 40;
+  auto fill = [](int n, double f) {
+    std::vector<float> v(n);
+    for (int i = 0; i < n; ++i) v[i] = static_cast<float>(std::sin(f * i + 0.5));
+    return v;
+  };
+  const Buffer<float> inp = device_array(fill(N * C, 0.13)), w = device_array(fill(OC * C, 0.29)),
+                      dout = device_array(fill(N * OC, 0.41)), dw0 = device_array(fill(OC * C, 0.05));
+  Buffer<float> dinp1("dinp1", N * C), dinp2("dinp2", N * C), dw1("dw1", OC * C), dw2("dw2", OC * C), db("db", 0);
+  Kokkos::deep_copy(dw1, dw0);
+  Kokkos::deep_copy(dw2, dw0);
+  linear_backward<float>(as_matrix(dinp1.data(), N, C), as_matrix(dw1.data(), OC, C), View1<float>(),
+                         as_matrix<const float>(dout.data(), N, OC), as_matrix<const float>(inp.data(), N, C),
+                         as_matrix<const float>(w.data(), OC, C), false, GemmInputs::bf16);
+  gemm<float>('N', 'N', 1.f, as_matrix<const float>(dout.data(), N, OC), as_matrix<const float>(w.data(), OC, C), 0.f,
+              as_matrix(dinp2.data(), N, C), GemmInputs::bf16);
+  gemm<float>('T', 'N', 1.f, as_matrix<const float>(dout.data(), N, OC), as_matrix<const float>(inp.data(), N, C), 1.f,
+              as_matrix(dw2.data(), OC, C), GemmInputs::bf16);
+  EXPECT_EQ(to_host_vector(v1(dinp1)), to_host_vector(v1(dinp2)));
+  EXPECT_EQ(to_host_vector(v1(dw1)), to_host_vector(v1(dw2)));
 }
 
 #if TRIDENT_HAVE_ONEDNN && !TRIDENT_HAVE_CUDA

@@ -1,0 +1,60 @@
+// kernels/bf16_staging.hpp: the bf16 copies of GEMM inputs (GemmInputs::bf16, kernels/gemm.hpp)
+// that both GEMM backends make: one buffer holding, first, the operands a GemmInputReuse scope keeps
+// for several GEMMs and, after them, the operands rounded for the current GEMM alone. Private to the
+// kernels layer: the backends (kernels/gemm_onednn.cpp, kernels/gemm_cublas.cpp) own one each.
+//
+// Layer: kernels. Local. Not thread-safe: the owner serialises calls (the host backend under its
+// mutex; the CUDA backend runs on the thread that drives Kokkos).
+#pragma once
+
+#include "core/memory.hpp"
+#include "kernels/convert.hpp"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace trident::detail {
+
+class Bf16Staging {
+ public:
+  /// out[i] = to_bf16(in[i]) for i < n (kernels/convert.hpp), on the backend's memory space; may
+  /// be asynchronous in stream order (the CUDA backend).
+  using Round = void (*)(bf16_t* out, const float* in, std::int64_t n);
+
+  explicit Bf16Staging(Round round) : round_(round) {}
+
+  /// Rounds in[0, n) into the kept region (after what is kept already) and keeps the copy until
+  /// end_keep(). The buffer grows as needed, copying what is kept (fencing first: earlier GEMMs may
+  /// still read it). n <= 0 keeps nothing.
+  void keep(const float* in, std::int64_t n);
+  /// Forgets every kept copy (their room is reused by the next GEMMs).
+  void end_keep();
+  /// Copies kept so far.
+  std::size_t kept() const { return kept_.size(); }
+
+  /// The bf16 inputs of one GEMM reading a[0, na) and b[0, nb): a kept copy where the operand lies
+  /// wholly inside a kept range (then it is not rounded again), else a copy rounded now into the
+  /// buffer after the kept region. Valid until the next call.
+  std::pair<const bf16_t*, const bf16_t*> inputs(const float* a, std::int64_t na, const float* b, std::int64_t nb);
+
+  /// Frees the buffer unless copies are kept (then it keeps them). Fences first.
+  void release();
+
+ private:
+  struct Kept {
+    const float* in;
+    std::int64_t n, offset;  ///< the copy of in[0, n) is buf_[offset, offset + n)
+  };
+  /// The kept copy of in[0, n), or nullptr.
+  const bf16_t* find(const float* in, std::int64_t n) const;
+  /// Grows the buffer to at least n elements, keeping buf_[0, kept_end_).
+  void reserve(std::int64_t n);
+
+  Round round_;
+  TrackedBuffer<bf16_t> buf_;
+  std::vector<Kept> kept_;
+  std::int64_t kept_end_ = 0;
+};
+
+}  // namespace trident::detail
