@@ -6,11 +6,12 @@ namespace trident::detail {
 
 void Bf16Staging::reserve(std::int64_t n) {
   if (buf_.size() >= n) return;
-  Kokkos::fence();  // earlier GEMMs may still read the buffer
-  if (kept_end_ == 0) buf_ = TrackedBuffer<bf16_t>();    // nothing to carry over: free before allocating
-  TrackedBuffer<bf16_t> grown("trident::gemm::bf16_inputs", n, MemCategory::activations);
-  if (kept_end_ > 0) Kokkos::deep_copy(grown.slice(0, kept_end_), buf_.slice(0, kept_end_));
-  buf_ = std::move(grown);
+  Kokkos::fence();                  // earlier GEMMs may still read the buffer
+  buf_ = TrackedBuffer<bf16_t>();  // free first, so the peak is the new size alone
+  buf_ = TrackedBuffer<bf16_t>("trident::gemm::bf16_inputs", n, MemCategory::activations);
+  // The kept copies again, from their sources (unchanged while kept: GemmInputReuse's contract),
+  // so the bits are those of the first rounding.
+  for (const Kept& k : kept_) round_(buf_.data() + k.offset, k.in, k.n);
 }
 
 void Bf16Staging::keep(const float* in, std::int64_t n) {
@@ -21,7 +22,7 @@ void Bf16Staging::keep(const float* in, std::int64_t n) {
   kept_end_ += n;
 }
 
-void Bf16Staging::end_keep() {
+void Bf16Staging::end_keep() noexcept {
   kept_.clear();
   kept_end_ = 0;
 }
@@ -36,10 +37,11 @@ const bf16_t* Bf16Staging::find(const float* in, std::int64_t n) const {
 
 std::pair<const bf16_t*, const bf16_t*> Bf16Staging::inputs(const float* a, std::int64_t na, const float* b,
                                                             std::int64_t nb) {
-  const bf16_t* a16 = find(a, na);
-  const bf16_t* b16 = find(b, nb);
-  const std::int64_t ra = a16 == nullptr ? na : 0, rb = b16 == nullptr ? nb : 0;
+  // Grow before taking any pointer into the buffer: growth replaces it.
+  const std::int64_t ra = find(a, na) == nullptr ? na : 0, rb = find(b, nb) == nullptr ? nb : 0;
   reserve(kept_end_ + ra + rb);
+  const bf16_t* a16 = ra == 0 ? find(a, na) : nullptr;
+  const bf16_t* b16 = rb == 0 ? find(b, nb) : nullptr;
   bf16_t* s = buf_.data() + kept_end_;
   if (a16 == nullptr) {
     round_(s, a, na);

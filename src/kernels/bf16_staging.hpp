@@ -25,13 +25,18 @@ class Bf16Staging {
   explicit Bf16Staging(Round round) : round_(round) {}
 
   /// Rounds in[0, n) into the kept region (after what is kept already) and keeps the copy until
-  /// end_keep(). The buffer grows as needed, copying what is kept (fencing first: earlier GEMMs may
-  /// still read it). n <= 0 keeps nothing.
+  /// end_keep(); in[0, n) must not change until then. The buffer grows as needed: it fences
+  /// (earlier GEMMs may still read it), frees the old buffer before allocating the new one (the
+  /// peak is the new size) and rounds the kept copies again from their sources. n <= 0 keeps
+  /// nothing.
   void keep(const float* in, std::int64_t n);
   /// Forgets every kept copy (their room is reused by the next GEMMs).
-  void end_keep();
+  void end_keep() noexcept;
   /// Copies kept so far.
   std::size_t kept() const { return kept_.size(); }
+  /// The buffer now: [data, data + size).
+  const bf16_t* data() const { return buf_.data(); }
+  std::int64_t size() const { return buf_.size(); }
 
   /// The bf16 inputs of one GEMM reading a[0, na) and b[0, nb): a kept copy where the operand lies
   /// wholly inside a kept range (then it is not rounded again), else a copy rounded now into the
@@ -48,7 +53,7 @@ class Bf16Staging {
   };
   /// The kept copy of in[0, n), or nullptr.
   const bf16_t* find(const float* in, std::int64_t n) const;
-  /// Grows the buffer to at least n elements, keeping buf_[0, kept_end_).
+  /// Grows the buffer to at least n elements, the kept copies rounded again into its front.
   void reserve(std::int64_t n);
 
   Round round_;

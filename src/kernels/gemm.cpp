@@ -26,21 +26,23 @@ std::atomic<bool> g_reuse_alive{false};  // one GemmInputReuse at a time
 
 template <class T>
 GemmInputReuse<T>::GemmInputReuse(GemmInputs inputs, const T* data, std::int64_t n) {
-  if (g_reuse_alive.load()) throw Error("gemm: GemmInputReuse scopes do not nest (one is alive already)");
-  if constexpr (std::is_same_v<T, float>) {
-    if (inputs != GemmInputs::bf16 || n <= 0 || !gemm_bf16_supported()) return;
-    g_reuse_alive.store(true);
-    active_ = true;
-    try {
-      detail::gemm_reuse_keep(data, n);
-    } catch (...) {
-      detail::gemm_reuse_end();
-      g_reuse_alive.store(false);
-      throw;
-    }
-  } else {
-    (void)inputs, (void)data, (void)n;
+  bool used = false;
+  if constexpr (std::is_same_v<T, float>) used = inputs == GemmInputs::bf16 && n > 0 && gemm_bf16_supported();
+  if (!used) {
+    if (g_reuse_alive.load()) throw Error("gemm: GemmInputReuse scopes do not nest (one is alive already)");
+    return;
   }
+  bool expected = false;
+  if (!g_reuse_alive.compare_exchange_strong(expected, true))
+    throw Error("gemm: GemmInputReuse scopes do not nest (one is alive already)");
+  try {
+    if constexpr (std::is_same_v<T, float>) detail::gemm_reuse_keep(data, n);
+  } catch (...) {
+    detail::gemm_reuse_end();
+    g_reuse_alive.store(false);
+    throw;
+  }
+  active_ = true;
 }
 
 template <class T>

@@ -96,17 +96,19 @@ void gemm_release_scratch();
 
 namespace detail {
 /// The backend's side of GemmInputReuse: keep the bf16 rounding of in[0, n) for the GEMMs until
-/// gemm_reuse_end(). Local.
+/// gemm_reuse_end(), which never throws. Local.
 void gemm_reuse_keep(const float* in, std::int64_t n);
-void gemm_reuse_end();
+void gemm_reuse_end() noexcept;
 }  // namespace detail
 
 /// Rounds a GEMM operand that several GemmInputs::bf16 GEMMs in a row read to bf16 once, instead
 /// of once per GEMM (the backward of a linear layer reads dY in dX = dY W and in dW = dY^T X): from
 /// construction to destruction, a bf16 GEMM whose A or B lies inside [data, data + n) reads the
-/// copy made at construction. The copy lives at the front of the GEMMs' bf16 input scratch, so a
-/// scope adds no memory beyond n elements while it lives and none after it (the scratch grows to
-/// the largest kept + rounded operands of one GEMM, what Block::gemm_operand_elements bounds).
+/// copy made at construction. The copy lives at the front of the GEMMs' bf16 input scratch, in
+/// place of the room the GEMMs would round that operand into: where each GEMM of the scope reads
+/// the kept operand, the scratch peaks at the largest A + B of one GEMM, as without a scope (what
+/// Block::gemm_operand_elements bounds; growth frees the old scratch first and rounds the kept
+/// copy again from its source).
 /// Results are bitwise those without the scope (rounding is elementwise and deterministic).
 /// Does nothing for GemmInputs::native, for T other than float, and where bf16 GEMMs are not
 /// supported (the GEMMs then raise their own error). The caller must not write the operand while

@@ -102,7 +102,7 @@ void gemm_release_scratch() {
 
 namespace detail {
 void gemm_reuse_keep(const float* in, std::int64_t n) { cublas().staging.keep(in, n); }
-void gemm_reuse_end() {
+void gemm_reuse_end() noexcept {
   if (g_cublas != nullptr) g_cublas->staging.end_keep();
 }
 }  // namespace detail

@@ -47,7 +47,7 @@ void gemm_reuse_keep(const float* in, std::int64_t n) {
   (void)in, (void)n;
 #endif
 }
-void gemm_reuse_end() {
+void gemm_reuse_end() noexcept {
 #if TRIDENT_HAVE_ONEDNN
   onednn_reuse_end();
 #endif

@@ -188,10 +188,11 @@ void onednn_reuse_keep(const float* in, std::int64_t n) {
   d.staging.keep(in, n);
 }
 
-void onednn_reuse_end() {
-  OneDnn& d = onednn();
-  std::lock_guard<std::mutex> lock(d.mutex);
-  d.staging.end_keep();
+void onednn_reuse_end() noexcept {
+  std::lock_guard<std::mutex> create(g_create);
+  if (g_onednn == nullptr) return;  // released at finalize: nothing is kept
+  std::lock_guard<std::mutex> lock(g_onednn->mutex);
+  g_onednn->staging.end_keep();
 }
 
 void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N,

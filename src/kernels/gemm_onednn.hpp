@@ -31,7 +31,7 @@ void onednn_release_scratch();
 /// The host side of GemmInputReuse (kernels/gemm.hpp, kernels/bf16_staging.hpp): keep the bf16
 /// rounding of in[0, n) for the next bf16 GEMMs, and forget every kept copy. Local.
 void onednn_reuse_keep(const float* in, std::int64_t n);
-void onednn_reuse_end();
+void onednn_reuse_end() noexcept;
 
 /// One GEMM, or a batch of equal ones, on row-major float operands through oneDNN's matmul:
 ///   C_i = alpha op(A_i) op(B_i) + beta C_i,  i < batch,

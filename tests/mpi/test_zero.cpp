@@ -138,11 +138,15 @@ TEST(Zero, Bf16GemmScratchPredictionEqualsAllocation) {
     TokenDataset data(cfg.data.path, 64.0);
     gemm_release_scratch();
     const std::int64_t before = MemoryLedger::current(MemCategory::activations);
+    MemoryLedger::reset_peak(MemCategory::activations);
     Trainer<float> t(cfg, grid, data);
     t.train_step();
     const std::int64_t got = MemoryLedger::current(MemCategory::activations) - before;
     const std::int64_t want = predict_memory(cfg)[static_cast<size_t>(MemCategory::activations)];
     EXPECT_EQ(got, want) << (llama ? "llama " : "gpt2 ") << attention;  // activations: the same on every dp rank
+    // ... and the peak too: the bf16 scratch grows by freeing first (kernels/bf16_staging.hpp), also
+    // while GemmInputReuse keeps a copy in it.
+    EXPECT_EQ(MemoryLedger::peak(MemCategory::activations) - before, want) << (llama ? "llama " : "gpt2 ") << attention;
     EXPECT_GT(want, Gpt<float>::activation_elements(cfg.model, ParamLayout::make(cfg.model),
                                                     static_cast<int>(cfg.train.micro_batch_size), cfg.model.block_size,
                                                     false) * 4)

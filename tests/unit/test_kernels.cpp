@@ -6,6 +6,7 @@
 #include "core/rng.hpp"
 #include "kernels/adamw.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/bf16_staging.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
@@ -613,7 +614,10 @@ TEST(Kernels, GemmInputReuseReadsOneRoundedCopyAndChangesNoBit) {
       tn2("tn2", K * N), nn_new("nn_new", M * N);
   product('N', nn0);  // without a scope
   product('T', tn0);
+  // From an empty scratch, so the scope's first GEMM grows it while a copy is kept.
+  gemm_release_scratch();
   const std::int64_t scratch_before = MemoryLedger::current(MemCategory::activations);
+  MemoryLedger::reset_peak(MemCategory::activations);
   {
     GemmInputReuse<float> reuse(GemmInputs::bf16, a.data(), 2 * M * K);
     EXPECT_THROW(GemmInputReuse<float>(GemmInputs::bf16, b.data(), K * N), Error);  // scopes do not nest
@@ -633,10 +637,57 @@ TEST(Kernels, GemmInputReuseReadsOneRoundedCopyAndChangesNoBit) {
     GemmInputReuse<float> none(GemmInputs::native, a.data(), 2 * M * K);
     GemmInputReuse<double> other(GemmInputs::bf16, nullptr, 0);  // a no-op for double: it does not count as alive
   }
-  // The scratch grew by at most the kept range and one GEMM's other operand (bf16, 2 bytes each).
-  EXPECT_LE(MemoryLedger::current(MemCategory::activations) - scratch_before,
-            static_cast<std::int64_t>(2 * (2 * M * K + K * N + M * K)));
+  // The scratch peaked at the kept range and one GEMM's other operand (bf16, 2 bytes each): the
+  // largest A + B of a GEMM, as without a scope (the growth freed the first buffer before the next).
+  const std::int64_t bound = 2 * (2 * M * K + K * N);
+  EXPECT_EQ(MemoryLedger::current(MemCategory::activations) - scratch_before, bound);
+  EXPECT_EQ(MemoryLedger::peak(MemCategory::activations) - scratch_before, bound);
 }
+
+#if !TRIDENT_HAVE_CUDA
+// Bf16Staging itself (host memory): a growth while a copy is kept rounds the kept copy again into
+// the new buffer and hands out pointers into that buffer, never the freed one.
+namespace staging_test {
+int g_rounded = 0;  // elements rounded
+void count_round(bf16_t* out, const float* in, std::int64_t n) {
+  g_rounded += static_cast<int>(n);
+  for (std::int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+}
+}  // namespace staging_test
+
+TEST(Kernels, Bf16StagingGrowthKeepsCopiesValid) {
+  std::vector<float> x(400), y(1000);  // x[0, 300) kept
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.3 * i)) * 1.001f;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(std::cos(0.7 * i)) * 1.003f;
+  detail::Bf16Staging st(staging_test::count_round);
+  st.keep(x.data(), 300);  // exactly 300: the next GEMM must grow
+  EXPECT_EQ(staging_test::g_rounded, 300);
+  // A GEMM reading y and a part of x: y rounded, x's part read from the kept copy.
+  auto [a16, b16] = st.inputs(y.data(), 1000, x.data() + 100, 150);
+  EXPECT_EQ(staging_test::g_rounded, 300 + 300 + 1000) << "the growth rounds the kept copy again, y once";
+  const auto inside = [&st](const bf16_t* p, std::int64_t n) { return p >= st.data() && p + n <= st.data() + st.size(); };
+  EXPECT_TRUE(inside(a16, 1000) && inside(b16, 150)) << "a pointer into the buffer the growth freed";
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(a16[i], to_bf16(y[i])) << i;
+  for (int i = 0; i < 150; ++i) ASSERT_EQ(b16[i], to_bf16(x[100 + i])) << i;
+  // No growth now: nothing is rounded again, and the kept copy is still read.
+  auto [c16, d16] = st.inputs(x.data(), 300, y.data(), 1000);
+  EXPECT_EQ(staging_test::g_rounded, 1600 + 1000);
+  for (int i = 0; i < 300; ++i) ASSERT_EQ(c16[i], to_bf16(x[i])) << i;
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(d16[i], to_bf16(y[i])) << i;
+  // x[200, 300) lies inside the kept range (read from it); x[200, 400) only partly (rounded on its own).
+  st.inputs(x.data() + 200, 100, y.data(), 1);
+  EXPECT_EQ(staging_test::g_rounded, 2600 + 1);
+  auto [e16, f16] = st.inputs(x.data() + 200, 200, y.data(), 1);
+  EXPECT_EQ(staging_test::g_rounded, 2601 + 201);
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(e16[i], to_bf16(x[200 + i])) << i;
+  (void)f16;
+  st.end_keep();
+  EXPECT_EQ(st.kept(), 0u);
+  st.inputs(x.data(), 300, y.data(), 1);  // nothing kept: x rounded
+  EXPECT_EQ(staging_test::g_rounded, 2802 + 301);
+  st.release();
+}
+#endif
 
 // linear_backward with bf16 inputs (dout kept for dX and dW) is bitwise the two GEMMs it stands for.
 TEST(Kernels, LinearBackwardBf16EqualsItsTwoGemms) {
