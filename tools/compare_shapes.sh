@@ -26,9 +26,17 @@
 # --profile: also `perf record` one Trident run per shape and dtype and print its top symbols (where
 # the time goes); needs perf and kernel.perf_event_paranoid <= 2.
 #
+# --rounds N (default 1): run every job N times, the runs of a shape in the order above in odd
+# rounds and in reverse in even ones, so that a load that comes and goes touches each code alike;
+# each run's own row in the CSV (column round), and the tables give per shape and run the median of
+# the rounds' tokens/s with their range, and per ratio the median of the rounds' ratios with their
+# range [min-max]. On the project's VMs one round's ratios move by up to ~20% between runs
+# (docs/performance.md).
+#
 # How to run (a quiet machine; ~15 minutes with the defaults):
 #   tools/compare_shapes.sh                                  # all three shapes
 #   tools/compare_shapes.sh --shapes 0.8m,10.7m --out /tmp/cs --profile
+#   tools/compare_shapes.sh --rounds 3                       # medians of 3 rounds (~45 minutes)
 # Markdown table on stdout (progress on stderr); CSV in --results.
 source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
@@ -42,6 +50,7 @@ trident="$ROOT/build/bin/trident"
 python=/usr/bin/python3
 data_text="$ROOT/../shared/data/tinyshakespeare.txt"
 profile=0
+rounds=1
 mpiexec_cmd="${MPIEXEC:-mpiexec}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -52,11 +61,13 @@ while [ $# -gt 0 ]; do
     --python) python="$2"; shift 2 ;;
     --data) data_text="$2"; shift 2 ;;
     --profile) profile=1; shift ;;
+    --rounds) rounds="$2"; shift 2 ;;
     *) echo "compare_shapes: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
 die() { echo "compare_shapes: error: $*" >&2; exit 1; }
 note() { echo "compare_shapes: $*" >&2; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds wants a positive whole number, got '$rounds'"
 [ -x "$trident" ] || die "no Trident binary at $trident (build first: tools/build.sh)"
 [ -f "$data_text" ] || die "text file '$data_text' not found (--data)"
 [ -n "$out" ] || out="$(mktemp -d /tmp/compare_shapes.XXXXXX)"
@@ -77,15 +88,20 @@ shape_args() {
   esac
 }
 
-echo "shape,run,params_m,tokens_per_step,steps,tokens_per_sec_core,model_gflops,peak_gflops,share_of_peak,final_train_loss,activations_mib" > "$results"
+echo "shape,run,params_m,tokens_per_step,steps,tokens_per_sec_core,model_gflops,peak_gflops,share_of_peak,final_train_loss,activations_mib,round" > "$results"
 IFS=',' read -r -a shape_list <<<"$shapes"
+runs=(trident_fp32 trident_bf16 trident_bf16_fused torch_fp32 torch_bf16)
+for round in $(seq 1 "$rounds"); do
 for s in "${shape_list[@]}"; do
   read -r L H C T B S <<<"$(shape_args "$s")"
   warm=$((S / 10 > 5 ? S / 10 : 5))
-  for run in trident_fp32 trident_bf16 trident_bf16_fused torch_fp32 torch_bf16; do
-    dir="$out/$s/$run"
+  order=("${runs[@]}")
+  if [ $((round % 2)) = 0 ]; then order=(); for ((i = ${#runs[@]} - 1; i >= 0; i--)); do order+=("${runs[$i]}"); done; fi
+  sdir="$out/$s"; [ "$rounds" = 1 ] || sdir="$out/$s/round$round"
+  for run in "${order[@]}"; do
+    dir="$sdir/$run"
     rm -rf "$dir"; mkdir -p "$dir"
-    note "$s $run ($S steps) ..."
+    note "$s $run ($S steps$([ "$rounds" = 1 ] || echo ", round $round of $rounds")) ..."
     case "$run" in
       trident_*)
         dt=float; att=gemm
@@ -96,7 +112,7 @@ for s in "${shape_list[@]}"; do
               --train.log_interval=10 --checkpoint.interval=0 --checkpoint.save_final=false
               --train.compute_dtype="$dt" --model.attention="$att" --train.out_dir="$dir/run")
         "$mpiexec_cmd" -n 1 "$trident" "${args[@]}" > "$dir/log.txt" 2>&1 || die "$s $run failed: see $dir/log.txt"
-        if [ "$profile" = 1 ] && [ "$run" != trident_bf16_fused ]; then
+        if [ "$profile" = 1 ] && [ "$round" = 1 ] && [ "$run" != trident_bf16_fused ]; then
           note "$s $run: perf record ..."
           rm -rf "$dir/prof"
           perf record -F 499 -g -o "$dir/perf.data" -- "$trident" "${args[@]/--train.out_dir=*/--train.out_dir=$dir/prof}" \
@@ -115,9 +131,9 @@ for s in "${shape_list[@]}"; do
     esac
   done
   # One row per run, from the runs' own files.
-  "$python" - "$out/$s" "$s" "$L" "$C" "$T" "$B" "$S" >> "$results" <<'EOF'
+  "$python" - "$sdir" "$s" "$L" "$C" "$T" "$B" "$S" "$round" >> "$results" <<'EOF'
 import csv, json, os, re, sys
-d, shape, L, C, T, B, S = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
+d, shape, L, C, T, B, S, rnd = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:])
 V = 65
 # Trident's model/family.cpp flops_per_token for GPT-2 blocks without biases (tied head):
 # parameters = wte V C + wpe T C + L (12 C^2 + 2 C) + C; FLOPs/token = 6 (params - T C) + 12 L C T.
@@ -142,37 +158,57 @@ for run in ("trident_fp32", "trident_bf16", "trident_bf16_fused", "torch_fp32", 
         loss = float(rows[-1]["train_loss"])
     pk = peaks["bf16" if "bf16" in run else "fp32"]
     g = tps * fpt / 1e9
-    print("%s,%s,%.2f,%d,%d,%.1f,%.2f,%.2f,%.3f,%.4f,%s" % (shape, run, params / 1e6, B * T, S, tps, g, pk, g / pk, loss, act))
+    print("%s,%s,%.2f,%d,%d,%.1f,%.2f,%.2f,%.3f,%.4f,%s,%d" % (shape, run, params / 1e6, B * T, S, tps, g, pk, g / pk, loss, act, rnd))
 EOF
+done
 done
 
 # The table and the ratios.
 "$python" - "$results" "$out" "$profile" <<'EOF'
-import csv, os, sys
+import csv, os, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 out, profile = sys.argv[2], sys.argv[3] == "1"
-by = {(r["shape"], r["run"]): r for r in rows}
+rounds = sorted({int(r["round"]) for r in rows})
+shapes = list(dict.fromkeys(r["shape"] for r in rows))
+runs = list(dict.fromkeys(r["run"] for r in rows))
+by = {(r["shape"], r["run"], int(r["round"])): r for r in rows}
+med = statistics.median
+many = len(rounds) > 1
+def tps(s, run, k):
+    return float(by[(s, run, k)]["tokens_per_sec_core"])
+if many:
+    print("Medians of %d rounds, [min-max] over the rounds (each run's own row in the CSV)." % len(rounds))
+    print()
 print("| shape | params (M) | run | tokens/s per core | model GFLOP/s | of the probe's peak | final train loss | activations MiB |")
 print("|---|---|---|---|---|---|---|---|")
-for r in rows:
-    print("| %s | %s | %s | %.0f | %.1f | %.0f%% of %.0f | %s | %s |" % (r["shape"], r["params_m"], r["run"],
-          float(r["tokens_per_sec_core"]), float(r["model_gflops"]), 100 * float(r["share_of_peak"]),
-          float(r["peak_gflops"]), r["final_train_loss"], r["activations_mib"] or "-"))
+for s in shapes:
+    for run in runs:
+        rs = [by[(s, run, k)] for k in rounds]
+        t = [float(r["tokens_per_sec_core"]) for r in rs]
+        g = med([float(r["model_gflops"]) for r in rs])
+        pk = float(rs[0]["peak_gflops"])
+        spread = " [%.0f-%.0f]" % (min(t), max(t)) if many else ""
+        print("| %s | %s | %s | %.0f%s | %.1f | %.0f%% of %.0f | %s | %s |" % (s, rs[0]["params_m"], run, med(t), spread, g,
+              100 * g / pk, pk, rs[0]["final_train_loss"], rs[0]["activations_mib"] or "-"))
 print()
 print("| shape | trident fp32 / torch fp32 | trident bf16 / torch bf16 | trident bf16 / trident fp32 | torch bf16 / torch fp32 |")
 print("|---|---|---|---|---|")
-for s in dict.fromkeys(r["shape"] for r in rows):
-    t = lambda run: float(by[(s, run)]["tokens_per_sec_core"])
-    print("| %s | %.2fx | %.2fx | %.2fx | %.2fx |" % (s, t("trident_fp32") / t("torch_fp32"),
-          t("trident_bf16") / t("torch_bf16"), t("trident_bf16") / t("trident_fp32"),
-          t("torch_bf16") / t("torch_fp32")))
+pairs = [("trident_fp32", "torch_fp32"), ("trident_bf16", "torch_bf16"), ("trident_bf16", "trident_fp32"),
+         ("torch_bf16", "torch_fp32")]
+for s in shapes:
+    cells = []
+    for a, b in pairs:
+        q = [tps(s, a, k) / tps(s, b, k) for k in rounds]
+        cells.append("%.2fx" % med(q) + (" [%.2f-%.2f]" % (min(q), max(q)) if many else ""))
+    print("| %s | %s |" % (s, " | ".join(cells)))
 if profile:
-    for s in dict.fromkeys(r["shape"] for r in rows):
+    for s in shapes:
         for run in ("trident_fp32", "trident_bf16"):
-            p = os.path.join(out, s, run, "profile.txt")
+            p = os.path.join(out, s, "round1" if many else "", run, "profile.txt")
             if os.path.exists(p):
                 print("\n%s %s, perf top symbols (self time):\n```" % (s, run))
                 print(open(p).read().rstrip())
                 print("```")
 EOF
+
 note "results in $results; runs under $out"
