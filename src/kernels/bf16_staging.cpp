@@ -15,7 +15,7 @@ void Bf16Staging::reserve(std::int64_t n) {
 }
 
 void Bf16Staging::keep(const float* in, std::int64_t n) {
-  if (n <= 0 || find(in, n) != nullptr) return;
+  if (n <= 0 || kept_offset(in, n) >= 0) return;
   reserve(kept_end_ + n);
   round_(buf_.data() + kept_end_, in, n);
   kept_.push_back(Kept{in, n, kept_end_});
@@ -27,31 +27,28 @@ void Bf16Staging::end_keep() noexcept {
   kept_end_ = 0;
 }
 
-const bf16_t* Bf16Staging::find(const float* in, std::int64_t n) const {
+std::int64_t Bf16Staging::kept_offset(const float* in, std::int64_t n) const {
   // std::less gives a total order on pointers into different arrays too.
   const std::less<const float*> before;
   for (const Kept& k : kept_)
-    if (!before(in, k.in) && !before(k.in + k.n, in + n)) return buf_.data() + k.offset + (in - k.in);
-  return nullptr;
+    if (!before(in, k.in) && !before(k.in + k.n, in + n)) return k.offset + (in - k.in);
+  return -1;
 }
 
 std::pair<const bf16_t*, const bf16_t*> Bf16Staging::inputs(const float* a, std::int64_t na, const float* b,
                                                             std::int64_t nb) {
-  // Grow before taking any pointer into the buffer: growth replaces it.
-  const std::int64_t ra = find(a, na) == nullptr ? na : 0, rb = find(b, nb) == nullptr ? nb : 0;
-  reserve(kept_end_ + ra + rb);
-  const bf16_t* a16 = ra == 0 ? find(a, na) : nullptr;
-  const bf16_t* b16 = rb == 0 ? find(b, nb) : nullptr;
-  bf16_t* s = buf_.data() + kept_end_;
-  if (a16 == nullptr) {
-    round_(s, a, na);
-    a16 = s;
+  std::int64_t oa = kept_offset(a, na), ob = kept_offset(b, nb);
+  const std::int64_t ra = oa < 0 ? na : 0, rb = ob < 0 ? nb : 0;  // elements to round now
+  reserve(kept_end_ + ra + rb);  // offsets, not pointers, survive a growth
+  if (oa < 0) {
+    oa = kept_end_;
+    round_(buf_.data() + oa, a, na);
   }
-  if (b16 == nullptr) {
-    round_(s + ra, b, nb);
-    b16 = s + ra;
+  if (ob < 0) {
+    ob = kept_end_ + ra;
+    round_(buf_.data() + ob, b, nb);
   }
-  return {a16, b16};
+  return {buf_.data() + oa, buf_.data() + ob};
 }
 
 void Bf16Staging::release() {

@@ -51,8 +51,8 @@ class Bf16Staging {
     const float* in;
     std::int64_t n, offset;  ///< the copy of in[0, n) is buf_[offset, offset + n)
   };
-  /// The kept copy of in[0, n), or nullptr.
-  const bf16_t* find(const float* in, std::int64_t n) const;
+  /// Where in buf_ the kept copy of in[0, n) starts, or -1 where no kept range holds all of it.
+  std::int64_t kept_offset(const float* in, std::int64_t n) const;
   /// Grows the buffer to at least n elements, the kept copies rounded again into its front.
   void reserve(std::int64_t n);
 

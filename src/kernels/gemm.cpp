@@ -28,13 +28,11 @@ template <class T>
 GemmInputReuse<T>::GemmInputReuse(GemmInputs inputs, const T* data, std::int64_t n) {
   bool used = false;
   if constexpr (std::is_same_v<T, float>) used = inputs == GemmInputs::bf16 && n > 0 && gemm_bf16_supported();
-  if (!used) {
-    if (g_reuse_alive.load()) throw Error("gemm: GemmInputReuse scopes do not nest (one is alive already)");
-    return;
-  }
+  // A scope that keeps nothing still refuses to nest (the mistake is the caller's in any dtype).
   bool expected = false;
-  if (!g_reuse_alive.compare_exchange_strong(expected, true))
+  if (used ? !g_reuse_alive.compare_exchange_strong(expected, true) : g_reuse_alive.load())
     throw Error("gemm: GemmInputReuse scopes do not nest (one is alive already)");
+  if (!used) return;
   try {
     if constexpr (std::is_same_v<T, float>) detail::gemm_reuse_keep(data, n);
   } catch (...) {

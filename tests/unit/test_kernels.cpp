@@ -700,7 +700,7 @@ TEST(Kernels, LinearBackwardBf16EqualsItsTwoGemms) {
   };
   const Buffer<float> inp = device_array(fill(N * C, 0.13)), w = device_array(fill(OC * C, 0.29)),
                       dout = device_array(fill(N * OC, 0.41)), dw0 = device_array(fill(OC * C, 0.05));
-  Buffer<float> dinp1("dinp1", N * C), dinp2("dinp2", N * C), dw1("dw1", OC * C), dw2("dw2", OC * C), db("db", 0);
+  Buffer<float> dinp1("dinp1", N * C), dinp2("dinp2", N * C), dw1("dw1", OC * C), dw2("dw2", OC * C);
   Kokkos::deep_copy(dw1, dw0);
   Kokkos::deep_copy(dw2, dw0);
   linear_backward<float>(as_matrix(dinp1.data(), N, C), as_matrix(dw1.data(), OC, C), View1<float>(),
