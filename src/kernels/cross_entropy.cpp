@@ -50,33 +50,6 @@ void row_exp(T* e, const T* x, int n, T m) {
   detail::exp_shifted_inplace(e, padded_width(n), m);
 }
 
-/// max of x[0, n) in 16 lanes (exact: the sequential max's value; a NaN is never taken, as
-/// there); the lowest float when n == 0.
-template <class T>
-T row_max_lanes(const T* x, int n) {
-  T p[kLanes];
-  std::fill(p, p + kLanes, std::numeric_limits<T>::lowest());
-  int v = 0;
-  for (; v + kLanes <= n; v += kLanes)
-    for (int l = 0; l < kLanes; ++l) p[l] = x[v + l] > p[l] ? x[v + l] : p[l];
-  for (int l = 0; v < n; ++v, ++l) p[l] = x[v] > p[l] ? x[v] : p[l];
-  T m = p[0];
-  for (int l = 1; l < kLanes; ++l) m = p[l] > m ? p[l] : m;
-  return m;
-}
-
-/// sum of e[0, n) in 16 interleaved lanes, added in lane order.
-template <class T>
-T row_sum_lanes(const T* e, int n) {
-  T p[kLanes] = {};
-  int v = 0;
-  for (; v + kLanes <= n; v += kLanes)
-    for (int l = 0; l < kLanes; ++l) p[l] += e[v + l];
-  for (int l = 0; v < n; ++v, ++l) p[l] += e[v];
-  T sum = 0;
-  for (int l = 0; l < kLanes; ++l) sum += p[l];
-  return sum;
-}
 }  // namespace
 #endif
 
@@ -167,7 +140,7 @@ void cross_entropy_row_max(View1<T> row_max, View2<const T> logits, int valid_co
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
     const int valid = std::min(valid_cols, static_cast<int>(logits.extent(1)));
     for (std::int64_t n = 0; n < static_cast<std::int64_t>(logits.extent(0)); ++n)
-      row_max(n) = row_max_lanes<T>(&logits(n, 0), valid);
+      row_max(n) = lane_max<T>(&logits(n, 0), valid);
     return;
   }
 #endif
@@ -189,7 +162,8 @@ void cross_entropy_partials(View1<T> sumexp, View1<T> target_logit, View2<const 
     AlignedRow<T> e(padded_width(valid));
     for (std::int64_t n = 0; n < static_cast<std::int64_t>(logits.extent(0)); ++n) {
       row_exp<T>(e.data(), &logits(n, 0), valid, row_max(n));
-      sumexp(n) = row_sum_lanes<T>(e.data(), valid);
+      const T* ev = e.data();
+      sumexp(n) = lane_sum<T>(valid, [&](const int v) { return ev[v]; });
       const token_t col = targets(n) - vocab_start;
       target_logit(n) = (targets(n) >= 0 && col >= 0 && col < valid) ? logits(n, col) : T(0);
     }

@@ -10,22 +10,6 @@
 namespace trident {
 
 namespace {
-/// Sum over c in [0, C) of f(c) on the host: 16 interleaved partial sums (element c goes to partial
-/// c % 16), added in partial order at the end. A fixed order for a given C, so deterministic and
-/// the same on every layout (a LayerNorm row is never split across ranks), and one the compiler
-/// vectorises (a scalar chain of dependent adds runs at one add per FP latency).
-template <class T, class F>
-inline T lane_sum(int C, const F& f) {
-  constexpr int L = 16;
-  T p[L] = {};
-  int c = 0;
-  for (; c + L <= C; c += L)
-    for (int l = 0; l < L; ++l) p[l] += f(c + l);
-  for (int l = 0; c < C; ++c, ++l) p[l] += f(c);
-  T sum = 0;
-  for (int l = 0; l < L; ++l) sum += p[l];
-  return sum;
-}
 
 /// The host (Serial) LayerNorm backward over raw rows: the row means as vectorised sums
 /// (lane_sum), the parameter gradients accumulated row by row into per-column sums, vectorised

@@ -36,6 +36,7 @@
 #include "core/types.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace trident {
@@ -129,6 +130,42 @@ void column_sums(const char* label, int cols, const Partial& partial, const Stor
             store(c0 + j, sum);
           });
       });
+}
+
+/// Sum over c in [0, n) of f(c) on the host: 16 interleaved partial sums (element c goes to partial
+/// c % 16), added in partial order at the end. A fixed order for a given n, so deterministic and
+/// the same on every layout (such a row is never split across ranks), and one the compiler
+/// vectorises (a scalar chain of dependent adds runs at one add per FP latency: the softmax rows
+/// of attention spent most of their time there). Host code only (LayerNorm, attention softmax).
+template <class T, class F>
+inline T lane_sum(int n, const F& f) {
+  constexpr int L = 16;
+  T p[L] = {};
+  int c = 0;
+  for (; c + L <= n; c += L)
+    for (int l = 0; l < L; ++l) p[l] += f(c + l);
+  for (int l = 0; c < n; ++c, ++l) p[l] += f(c);
+  T sum = 0;
+  for (int l = 0; l < L; ++l) sum += p[l];
+  return sum;
+}
+
+/// max(a[0], ..., a[n - 1]) on the host in 16 interleaved lanes: bitwise the value of the
+/// index-order loop (a maximum does not depend on the order), vectorised; a NaN is never taken
+/// (a row holding one still ends as NaN through its exponentials); the lowest finite T for n = 0.
+/// Host code only (cross entropy).
+template <class T>
+inline T lane_max(const T* a, int n) {
+  constexpr int L = 16;
+  T p[L];
+  for (int l = 0; l < L; ++l) p[l] = std::numeric_limits<T>::lowest();
+  int c = 0;
+  for (; c + L <= n; c += L)
+    for (int l = 0; l < L; ++l) p[l] = a[c + l] > p[l] ? a[c + l] : p[l];
+  for (int l = 0; c < n; ++c, ++l) p[l] = a[c] > p[l] ? a[c] : p[l];
+  T m = p[0];
+  for (int l = 1; l < L; ++l) m = p[l] > m ? p[l] : m;
+  return m;
 }
 
 }  // namespace trident

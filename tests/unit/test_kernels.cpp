@@ -20,6 +20,7 @@
 #include "kernels/linear.hpp"
 #include "kernels/rmsnorm.hpp"
 #include "kernels/rope.hpp"
+#include "kernels/row_parallel.hpp"
 #include "kernels/swiglu.hpp"
 #include "kernels/vmath.hpp"
 
@@ -90,6 +91,44 @@ TEST(Kernels, LayerNormForwardNormalises) {
 // vocabulary), so a row, column or lane that a team misses or takes twice shows. The oracle is the
 // definition in serial double loops; only summation order differs (a few ulps of double), hence 1e-12.
 constexpr int kRaggedRows = 70, kRaggedCols = 37;
+
+/// The host row reductions of LayerNorm and cross entropy (kernels/row_parallel.hpp):
+/// lane_max is the index-order loop's value (exact in any order; NaN never taken; lowest for an
+/// empty row), lane_sum is the 16 lane partials (element i in lane i % 16, each in index order)
+/// added in lane order, bit for bit, and within float rounding of the exact sum, for every row
+/// length up to 70 (full blocks of 16 and every remainder).
+TEST(Kernels, LaneMaxAndLaneSumAreTheStatedOrder) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  std::vector<float> a(70);
+  for (float& x : a) x = nd(gen);
+  EXPECT_EQ(lane_max(a.data(), 0), std::numeric_limits<float>::lowest());
+  for (int n = 1; n <= 70; ++n) {
+    SCOPED_TRACE(n);
+    float m = a[0];
+    for (int i = 1; i < n; ++i) m = a[i] > m ? a[i] : m;
+    EXPECT_EQ(lane_max(a.data(), n), m);
+    float lanes[16] = {};
+    double exact = 0;
+    for (int i = 0; i < n; ++i) {
+      lanes[i % 16] += a[i];
+      exact += a[i];
+    }
+    float expect = 0;
+    for (float l : lanes) expect += l;
+    const float got = lane_sum<float>(n, [&](int i) { return a[i]; });
+    EXPECT_EQ(got, expect);
+    double mag = 0;
+    for (int i = 0; i < n; ++i) mag += std::fabs(a[i]);
+    EXPECT_NEAR(got, exact, 4e-7 * mag);
+  }
+  std::vector<float> b = a;
+  b[20] = std::numeric_limits<float>::quiet_NaN();
+  float m = std::numeric_limits<float>::lowest();
+  for (int i = 0; i < 40; ++i)
+    if (i != 20) m = std::max(m, b[i]);
+  EXPECT_EQ(lane_max(b.data(), 40), m) << "a NaN is never the maximum";
+}
 
 TEST(Kernels, VectorExpMatchesStdExp) {
   // kernels/vmath.cpp (-ffast-math, libmvec): within 4 ulp of std::exp on softmax-like inputs
