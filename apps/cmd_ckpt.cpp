@@ -19,12 +19,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
 namespace trident::app {
 
 namespace po = boost::program_options;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -85,25 +87,38 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
   std::vector<std::string> paths;
   std::string kind, npy;
   po::options_description desc(
-      "usage: trident ckpt show PATH [TENSOR] [--kind K] [--all] [--npy FILE]\n\n"
+      "usage: trident ckpt show PATH [TENSOR] [--kind K] [--all] [--npy FILE [--force]]\n\n"
       "Without TENSOR: lists every tensor of checkpoint PATH (a file, or a run or checkpoint\n"
       "directory's latest) with its global shape, tensor-parallel split and element count.\n"
       "With TENSOR (a name as listed): its statistics (min, max, mean, std, NaN and inf counts) and\n"
       "values -- the first and last rows, every value with --all -- joined from whatever layout\n"
-      "wrote the file; --npy FILE writes it for numpy (numpy.load). Reads without verifying the\n"
+      "wrote the file; --npy FILE writes it for numpy (numpy.load): a new file (--force replaces\n"
+      "one; never the checkpoint itself). Reads without verifying the\n"
       "checksums (`trident ckpt verify` does that).\n\noptions");
   desc.add_options()("help,h", "this text")(
       "kind", po::value<std::string>(&kind)->default_value("param"),
       "array to show: param (fp32 master weights), exp_avg or exp_avg_sq (AdamW moments)")(
       "all", "print every value of TENSOR")("npy", po::value<std::string>(&npy), "write TENSOR to this .npy file")(
+      "force", "with --npy: replace an existing file")(
       "path", po::value<std::vector<std::string>>(&paths), "checkpoint, then optionally a tensor name");
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "path", -1, vm, "ckpt show")) return 0;
   if (paths.empty() || paths.size() > 2)
     throw ConfigError("ckpt show takes PATH and optionally one TENSOR (try `trident ckpt show --help`)");
   if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
+  if (npy.empty() && vm.count("force") > 0) throw ConfigError("--force only applies to --npy");
   const ShowResult r = show_checkpoint(paths[0], rt.world(), paths.size() > 1 ? paths[1] : "", kind);
   if (!npy.empty()) {
+    // Never the checkpoint read, and an existing file only with --force (a typo must not replace a
+    // checkpoint, a token file or a deck). Every rank sees the same file system answer here.
+    std::error_code ec;
+    if (fs::exists(npy, ec)) {
+      if (fs::equivalent(npy, r.file, ec))
+        throw ConfigError("--npy " + npy + " is the checkpoint being read: choose another file");
+      if (fs::is_directory(npy, ec)) throw ConfigError("--npy " + npy + " is a directory: give a file name");
+      if (vm.count("force") == 0)
+        throw ConfigError("--npy " + npy + " already exists: choose a new file, or add --force to replace it");
+    }
     run_agreed(rt.world(), "ckpt show --npy", [&] {
       if (rt.world_rank() != 0) return;
       for (const TensorInfo& t : r.tensors)

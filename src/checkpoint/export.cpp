@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -53,9 +54,19 @@ void write_all(std::ofstream& out, const void* data, std::size_t n, const std::s
   if (!out) throw IoError("cannot write '" + path + "': " + std::strerror(errno));
 }
 
+/// Removes a temporary file when its scope ends by an exception (a full disk, a failed read), so
+/// a failed export leaves no *.tmp behind.
+struct RemoveOnThrow {
+  std::string path;
+  ~RemoveOnThrow() {
+    if (std::uncaught_exceptions() > 0) std::remove(path.c_str());
+  }
+};
+
 /// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a file.
 void write_text_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
+  RemoveOnThrow guard{tmp};
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
@@ -157,6 +168,7 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
       const std::string out_path = res.files[static_cast<size_t>(f)], tmp = out_path + ".tmp";
       std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
       if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
+      RemoveOnThrow guard{tmp};
       unsigned char len[8];
       for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((header.size() >> (8 * b)) & 0xffu);
       write_all(out, len, 8, tmp);

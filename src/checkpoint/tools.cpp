@@ -11,6 +11,8 @@
 #include "parallel/agree.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <cmath>
 #include <ctime>
@@ -166,7 +168,7 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
 std::string format_listing(const CheckpointListing& l) {
   std::string s = "checkpoints in " + l.dir;
   s += l.latest_name.empty() ? "\n" : " (latest: " + l.latest_name + ")\n";
-  if (l.entries.empty()) return s + "  (none)\n";
+  if (l.entries.empty()) return s + "  (none)\n" + (l.latest_note.empty() ? "" : "warning: " + l.latest_note + "\n");
   s += log::format("%10s  %-24s %8s  %-27s %-8s %-16s %-19s  %s\n", "step", "file", "MiB",
                    "layout dp x tp x pp, zero", "dtype", "val loss @step", "created", "status");
   for (const CheckpointSummary& e : l.entries) {
@@ -309,8 +311,17 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
   const std::size_t preamble = 10;
   header.resize(((preamble + header.size() + 1 + 63) / 64) * 64 - preamble - 1, ' ');
   header += '\n';
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw IoError("cannot create '" + path + "'");
+  // Through a temporary file and a rename: a failed write (a full disk) leaves no partial .npy
+  // and never touches an existing file of that name.
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
+  const auto fail = [&](const std::string& what) {
+    const int err = errno;
+    out.close();
+    std::remove(tmp.c_str());
+    throw IoError(what + " '" + tmp + "': " + std::strerror(err));
+  };
   const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
   out.write(reinterpret_cast<const char*>(magic), 8);
   const unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff), static_cast<unsigned char>(header.size() >> 8)};
@@ -331,8 +342,11 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
       out.write(reinterpret_cast<const char*>(b), 8);
     }
   }
+  out.flush();
+  if (!out) fail("cannot write");
   out.close();
-  if (!out) throw IoError("cannot write '" + path + "'");
+  if (!out) fail("cannot write");
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename to '" + path + "'");
 }
 
 // ------------------------------------------------------------------------------------------------

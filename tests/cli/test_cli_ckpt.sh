@@ -319,6 +319,19 @@ sys.path.insert(0, sys.argv[1]); import trident_ckpt
 a = np.load(sys.argv[2]); b = trident_ckpt.load(sys.argv[3]).tensors["transformer.h.1.mlp.c_fc.weight"]
 sys.exit(0 if a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes() else 1)
 EOF2
+# --npy never replaces the checkpoint it reads, nor any existing file without --force (a typo once
+# overwrote a checkpoint with a .npy and exited 0).
+sum_t6="$(sha256sum "$t6" | cut -d' ' -f1)"
+expect_exit 2 "is the checkpoint being read" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t6"
+expect_exit 2 "is the checkpoint being read" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t6" --force
+expect_exit 2 "tok.h5 already exists: choose a new file, or add --force" -- \
+  "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/tok.h5"
+expect_exit 2 "c_fc.npy already exists" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy"
+expect_exit 0 "wrote .*c_fc.npy: transformer.wte.weight" -- \
+  "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy" --force
+expect_exit 2 "--force only applies to --npy" -- "$TRIDENT" ckpt show "$t6" --force
+check "show --npy: the checkpoint read is unchanged, and no temporary file is left" \
+  test "$(sha256sum "$t6" | cut -d' ' -f1)" = "$sum_t6" -a ! -e "$WORK/c_fc.npy.tmp"
 # keep = 1 and keep_best = 2: the newest, and the two older ones of lowest validation loss, stay.
 tiny_deck "$WORK/best.ini" "$WORK/best" "$WORK/tok.h5"
 sed -i 's/^max_steps = 6/max_steps = 12/; s/^interval = 3/interval = 2/; s/^keep = 5/keep = 1\nkeep_best = 2/; s/^eval_interval = 3/eval_interval = 2/; s/^lr = 3e-3/lr = 3e-2/' "$WORK/best.ini"
