@@ -78,8 +78,8 @@ std::optional<std::string> CheckpointDir::latest() const {
   return all.back().second;
 }
 
-std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bool verify,
-                                                         const ModelSchema& schema) const {
+std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bool verify, const ModelSchema& schema,
+                                                         std::size_t* tried) const {
   // Rank 0's listing decides, so every rank tries the same files in the same order.
   std::vector<std::string> candidates;
   std::string joined;
@@ -89,6 +89,7 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
   }
   broadcast_string(comm, joined);
   for (size_t a = 0, b; (b = joined.find('\n', a)) != std::string::npos; a = b + 1) candidates.push_back(joined.substr(a, b - a));
+  if (tried != nullptr) *tried = candidates.size();
   std::string pointer;  // what `latest` names, "" when there is no pointer
   {
     std::ifstream in(fs::path(dir_) / "latest");

@@ -55,7 +55,10 @@ class CheckpointDir {
   /// metadata against `schema`, checksums), trying newer files first; each one skipped is reported
   /// with its reason on rank 0. Nothing when there is none. Collective over comm (the files are
   /// opened and verified by all ranks).
-  std::optional<std::string> newest_complete(Communicator& comm, bool verify, const ModelSchema& schema) const;
+  /// `tried`, when given, receives how many committed checkpoints were tried (the same on every
+  /// rank): nothing returned with tried > 0 means every one of them is damaged.
+  std::optional<std::string> newest_complete(Communicator& comm, bool verify, const ModelSchema& schema,
+                                             std::size_t* tried = nullptr) const;
 
   /// Moves the committed checkpoints of `step` and later steps to a new folder
   /// <dir>/superseded/before_step_<step>[.n]/ (never replacing anything). Local (rank 0's work).

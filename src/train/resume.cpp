@@ -2,6 +2,7 @@
 
 #include "checkpoint/commit.hpp"
 #include "checkpoint/verify.hpp"
+#include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/timer.hpp"
 #include "io/checkpoint_file.hpp"
@@ -33,9 +34,18 @@ std::string choose_resume_checkpoint(Communicator& world, const CheckpointDir& c
   } else {
     // The newest committed checkpoint that is complete (checksums verified; a damaged or
     // half-written one is reported and skipped).
-    auto newest = ckdir.newest_complete(world, verify, schema);
+    std::size_t tried = 0;
+    auto newest = ckdir.newest_complete(world, verify, schema, &tried);
     if (newest) chosen = *newest;
-    else log::info("resume: no complete checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
+    else if (tried > 0)
+      // Checkpoints exist but none is usable: starting again from step 0 would supersede them
+      // and the metrics of their steps, so stop and let the user decide (nothing was changed).
+      throw CheckpointError("resume: all " + std::to_string(tried) + " checkpoint(s) in " + ckdir.dir() +
+                                " are incomplete or damaged (reasons above); nothing was changed. Resume from a "
+                                "good copy with --resume PATH, or move the damaged files away (or use "
+                                "another out_dir) to start from step 0",
+                            true);
+    else log::info("resume: no checkpoint in %s yet, starting from step 0", ckdir.dir().c_str());
   }
   if (!chosen.empty() && verify)
     log::info("resume: %s verified (XXH64 checksum of every shard dataset) in %.2f s", chosen.c_str(),

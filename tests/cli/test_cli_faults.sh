@@ -123,6 +123,16 @@ check "after a dangling latest: bitwise equal to the uninterrupted run" same_as_
 expect_exit 1 "is damaged" -- bash -c "cp '$WORK/dmg/checkpoints/step_00000006.h5' '$WORK/bad.h5' && \
   printf 'ZZZZZZZZ' | dd of='$WORK/bad.h5' bs=1 seek=\$(( \$(stat -c %s '$WORK/bad.h5') - 4096 )) conv=notrunc 2>/dev/null; \
   timeout -k 10 120 '$MPIEXEC' -n 2 '$TRIDENT' train --config '$WORK/dmg.ini' --resume '$WORK/bad.h5'"
+# Every checkpoint damaged: --resume stops (exit 1) and changes nothing, rather than starting again
+# from step 0 and moving the checkpoints and their metrics aside.
+mkdir -p "$WORK/alldmg" && cp -r "$WORK/ref/checkpoints" "$WORK/ref/metrics.csv" "$WORK/alldmg/"
+for f in "$WORK/alldmg/checkpoints"/step_*.h5; do truncate -s 1000 "$f"; done
+tree_sum() { (cd "$1" && find . -type f ! -name .trident.lock | sort | xargs sha256sum | sha256sum); }
+sum_before="$(tree_sum "$WORK/alldmg")"
+expect_exit 1 "resume: all [0-9]+ checkpoint\(s\) in .*alldmg/checkpoints are incomplete or damaged .*nothing was changed" -- \
+  run --config "$WORK/dmg.ini" --train.out_dir="$WORK/alldmg" --resume
+check "all damaged: the run directory is unchanged (no file moved, written or removed)" \
+  test "$(tree_sum "$WORK/alldmg")" = "$sum_before"
 
 # ---- 4. a run resumed from an older checkpoint branches off -----------------------------------
 # Resuming from step 6 of a run that reached step 8 starts a new branch: its first save moves the
