@@ -8,8 +8,11 @@
 #include "perf/planner.hpp"
 #include "train/trainer.hpp"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -61,26 +64,38 @@ Exit status: 0 a ranking was printed, 1 no valid layout fits in memory (the smal
 machine file keys (INI; docs/scaling.md, tools/machine_file.sh writes one from the benchmarks):
 )";
 
-std::vector<int> int_list(const std::string& opt, const std::string& v) {
+/// The largest count plan takes (ranks, nodes, sizes): 2^30 - 1.
+constexpr long kMaxCount = (1L << 30) - 1;
+
+std::vector<int> int_list(const std::string& opt, const std::string& v, int lo) {
   std::vector<int> out;
   std::stringstream ss(v);
   std::string item;
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
+    errno = 0;
     const long x = std::strtol(item.c_str(), &end, 10);
-    require_config(!item.empty() && *end == '\0' && x >= 0 && x < (1L << 30),
-                   opt + " " + v + ": expected comma-separated non-negative integers");
+    require_config(!item.empty() && *end == '\0' && errno == 0 && x >= lo && x <= kMaxCount,
+                   opt + " " + v + ": expected comma-separated integers from " + std::to_string(lo) + " to " +
+                       std::to_string(kMaxCount));
     out.push_back(static_cast<int>(x));
   }
   require_config(!out.empty(), opt + ": empty list");
   return out;
 }
 
+std::string join_ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
 int positive(const std::string& opt, const std::string& v, int lo) {
   char* end = nullptr;
+  errno = 0;
   const long x = std::strtol(v.c_str(), &end, 10);
-  require_config(!v.empty() && *end == '\0' && x >= lo && x < (1L << 30),
-                 opt + " " + v + ": expected an integer >= " + std::to_string(lo));
+  require_config(!v.empty() && *end == '\0' && errno == 0 && x >= lo && x <= kMaxCount,
+                 opt + " " + v + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(kMaxCount));
   return static_cast<int>(x);
 }
 
@@ -112,10 +127,10 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     else if (is("--top")) top = positive("--top", value_of("--top"), 0);
     else if (is("--show")) show = positive("--show", value_of("--show"), 0);
     else if (is("--zero-stages")) {
-      opt.zero_stages = int_list("--zero-stages", value_of("--zero-stages"));
+      opt.zero_stages = int_list("--zero-stages", value_of("--zero-stages"), 0);
       for (int z : opt.zero_stages) require_config(z <= 3, "--zero-stages: " + std::to_string(z) + " is not 0, 1, 2 or 3");
-    } else if (is("--tp")) opt.tp_sizes = int_list("--tp", value_of("--tp"));
-    else if (is("--pp")) opt.pp_sizes = int_list("--pp", value_of("--pp"));
+    } else if (is("--tp")) opt.tp_sizes = int_list("--tp", value_of("--tp"), 1);
+    else if (is("--pp")) opt.pp_sizes = int_list("--pp", value_of("--pp"), 1);
     else if (a == "--fixed-micro-batch") opt.vary_micro_batch = false;
     else if (a == "--fixed-recompute") opt.vary_recompute = false;
     else if (a == "--fixed-schedule") opt.vary_schedule = false;
@@ -139,7 +154,11 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   require_config(!machine.empty(), "no machine file: give --machine FILE (input/machines/*.ini; try `trident plan --help`)");
   require_config((ranks > 0) != (nodes > 0), "give exactly one of --ranks N and --nodes K");
   const MachineSpec mach = parse_machine_file(machine);
-  opt.ranks = ranks > 0 ? ranks : nodes * mach.devices_per_node;
+  const long long total = ranks > 0 ? ranks : static_cast<long long>(nodes) * mach.devices_per_node;
+  require_config(total <= kMaxCount, "--nodes " + std::to_string(nodes) + " x " + std::to_string(mach.devices_per_node) +
+                                         " devices per node = " + std::to_string(total) + " ranks: more than " +
+                                         std::to_string(kMaxCount));
+  opt.ranks = static_cast<int>(total);
   require_deck_exists(deck);
   Config cfg = parse_deck(deck, overrides);
   if (cfg.model.vocab_size == 0) {
@@ -156,7 +175,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   const PlanResult res = plan_layouts(cfg, mach, opt);
   if (!csv.empty()) {
     std::ofstream f(csv);
-    require_config(static_cast<bool>(f), "--csv " + csv + ": cannot be written");
+    require_config(static_cast<bool>(f), "--csv " + csv + ": cannot be written (" + std::strerror(errno) + ")");
     f << "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
          "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib,tflops_per_device,"
          "offload_ms,offload_hidden_ms,offload_read_mib,offload_write_mib\n";
@@ -177,6 +196,13 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
                       p.offload_write_bytes / (1024.0 * 1024.0));
         f << line;
       }
+    f.close();
+    if (!f) {
+      const std::string why = std::strerror(errno);
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(csv, ec)) std::remove(csv.c_str());  // no truncated table left behind
+      throw ConfigError("--csv " + csv + ": cannot be written (" + why + ")");
+    }
   }
   std::printf("plan for %s on %s (%s): %d ranks, global batch %lld x %d tokens\n", cfg.deck_name.c_str(),
               mach.name.c_str(), mach.note.empty() ? "no note" : mach.note.c_str(), opt.ranks,
@@ -198,9 +224,16 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     std::printf("assuming what Trident does not run (for comparing with published runs): %s\n", what.c_str());
   }
   if (mach.cuda_build) std::printf("the machine runs a CUDA build: decks are validated for it\n");
-  if (res.fitting.empty() && res.too_big.empty())
+  if (res.fitting.empty() && res.too_big.empty()) {
+    if (res.enumerated == 0)  // --tp / --pp left no divisor of the ranks
+      throw ConfigError("no layout of " + std::to_string(opt.ranks) + " ranks has the tp and pp sizes asked for (" +
+                        (opt.tp_sizes.empty() ? std::string() : "--tp " + join_ints(opt.tp_sizes)) +
+                        (opt.tp_sizes.empty() || opt.pp_sizes.empty() ? "" : ", ") +
+                        (opt.pp_sizes.empty() ? std::string() : "--pp " + join_ints(opt.pp_sizes)) +
+                        "): tp x pp must divide the number of ranks");
     throw ConfigError("no layout of " + cfg.deck_name + " is valid for " + std::to_string(opt.ranks) + " ranks (" +
                       std::to_string(res.invalid) + " refused), e.g. " + res.first_invalid_reason);
+  }
   if (res.fitting.empty()) {
     std::printf("no valid layout fits in memory; the smallest:\n");
     for (size_t i = 0; i < res.too_big.size() && i < 5; ++i) print_row(res.too_big[i], static_cast<int>(i + 1), opt.ranks, mach);

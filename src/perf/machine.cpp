@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -215,6 +216,8 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
 }
 
 MachineSpec parse_machine_file(const std::string& path) {
+  std::error_code ec;
+  require_config(!std::filesystem::is_directory(path, ec), "machine file " + path + " is a directory, not a machine file");
   std::ifstream f(path);
   require_config(static_cast<bool>(f), "machine file " + path + ": cannot be read");
   std::stringstream ss;

@@ -27,7 +27,19 @@ expect_exit 0 "busbw_gbs" -- "$TRIDENT" plan --help
 expect_exit 2 "no input deck" -- "$TRIDENT" plan --machine "$WORK/m.ini" --ranks 2
 expect_exit 2 "no machine file" -- "$TRIDENT" plan --config "$WORK/deck.ini" --ranks 2
 expect_exit 2 "exactly one of --ranks N and --nodes K" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini"
-expect_exit 2 "--ranks 0: expected an integer >= 1" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 0
+expect_exit 2 "--ranks 0: expected an integer from 1 to 1073741823" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 0
+expect_exit 2 "--ranks 2000000000: expected an integer from 1 to 1073741823" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2000000000
+expect_exit 2 "--tp 0: expected comma-separated integers from 1" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --tp 0
+expect_exit 2 "no layout of 2 ranks has the tp and pp sizes asked for \(--tp 3\): tp x pp must divide" -- \
+  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --tp 3
+expect_exit 2 "machine file $WORK is a directory, not a machine file" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK" --ranks 2
+{ echo "[machine]"; echo "devices_per_node = 2000000000"; grep -v '^devices_per_node\|^\[machine\]' "$WORK/m.ini"; } > "$WORK/mbig.ini"
+expect_exit 2 "--nodes 2 x 2000000000 devices per node = 4000000000 ranks: more than 1073741823" -- \
+  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/mbig.ini" --nodes 2
+if [ -w /dev/full ]; then  # a write that fails (ENOSPC): an error, not an empty table and exit 0
+  expect_exit 2 "--csv /dev/full: cannot be written \(No space left on device\)" -- \
+    "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv /dev/full
+fi
 expect_exit 2 "machine file $WORK/nope.ini: cannot be read" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/nope.ini" --ranks 2
 printf 'bogus = 1\n' >> "$WORK/m_bad.ini"; cat "$WORK/m.ini" "$WORK/m_bad.ini" > "$WORK/m2.ini"
 expect_exit 2 "unknown key \[link.intra\] bogus" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m2.ini" --ranks 2
