@@ -80,11 +80,24 @@ namespace {
 /// it under kKeepCacheBytes by dropping its oldest lines.
 constexpr std::uintmax_t kMaxCacheBytes = 1 << 20;
 constexpr std::size_t kKeepCacheBytes = 512 << 10;
+/// True where `line` has the cache's form, key TAB value TAB date (the value may be damaged: it
+/// is then measured again and replaced).
+bool cache_line_form(const std::string& line) {
+  return std::count(line.begin(), line.end(), '\t') == 2 && line.find('\0') == std::string::npos &&
+         line.front() != '\t';
+}
+
 bool usable_cache(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);  // follows symlinks
   if (st.type() == fs::file_type::not_found) return true;
-  return st.type() == fs::file_type::regular && fs::file_size(path, ec) <= kMaxCacheBytes && !ec;
+  if (st.type() != fs::file_type::regular || fs::file_size(path, ec) > kMaxCacheBytes || ec) return false;
+  // Only a file of cache lines (or an empty one) is a peak cache: TRIDENT_PEAK_CACHE naming a
+  // deck or any other file must never have lines appended to it (or be rewritten).
+  std::ifstream in(path, std::ios::binary);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && !cache_line_form(line)) return false;
+  return true;
 }
 
 /// The cache's lines of at most 1 KiB, oldest first; none when it is absent or not usable_cache().
@@ -97,8 +110,8 @@ std::vector<std::string> cache_lines(const std::string& path) {
   return lines;
 }
 
-/// The recorded value and date for `key`, if any: a finite rate in (0, 1e6] GFLOP/s, the whole
-/// field a number (a damaged line is measured again and replaced).
+/// The recorded value and date for `key`, if any: a finite rate in [0.01, 1e6] GFLOP/s, the whole
+/// field a number (a damaged line is reported, measured again and replaced).
 bool lookup(const std::string& path, const std::string& key, double& flops, std::string& date) {
   for (const std::string& line : cache_lines(path)) {
     std::stringstream ss(line);
@@ -106,7 +119,11 @@ bool lookup(const std::string& path, const std::string& key, double& flops, std:
     if (std::getline(ss, k, '\t') && std::getline(ss, v, '\t') && std::getline(ss, d) && k == key) {
       char* end = nullptr;
       const double g = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !std::isfinite(g) || g <= 0 || g > 1e6) return false;
+      if (end == v.c_str() || *end != '\0' || !std::isfinite(g) || g < 0.01 || g > 1e6) {
+        log::warn("peak cache %s: the value '%s' recorded for this CPU is not a rate from 0.01 to 1e6 GFLOP/s; "
+                  "measuring again", path.c_str(), v.c_str());
+        return false;
+      }
       flops = g * 1e9;
       date = d;
       return true;
@@ -127,7 +144,8 @@ void create_parent(const std::string& path) {
 /// not usable or cannot be written; the temporary file is removed then.
 void write_cache(const std::string& path_in, const std::vector<std::pair<std::string, double>>& entries) {
   if (!usable_cache(path_in))
-    throw IoError("'" + path_in + "' is not a regular file of at most 1 MiB (a peak cache is one)");
+    throw IoError("'" + path_in + "' is not a peak cache (a regular file of at most 1 MiB of lines 'key TAB "
+                  "GFLOP/s TAB date'): it is left as it is");
   // Through a symlink: replace the file it names, not the link.
   std::error_code ec;
   const std::string path = fs::is_symlink(path_in, ec) ? fs::canonical(path_in).string() : path_in;

@@ -18,6 +18,8 @@
 #include <string>
 #include <thread>
 
+#include <sstream>
+
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -181,6 +183,39 @@ TEST_F(PeakCache, AFailedWriteIsReportedAndLeavesNoCache) {
   EXPECT_NE(p.source.find("measured now"), std::string::npos) << p.source;
   EXPECT_EQ(p.source.find("recorded in"), std::string::npos) << p.source;
   EXPECT_FALSE(fs::exists(dir / "sub" / "peak.tsv"));
+}
+
+// TRIDENT_PEAK_CACHE naming a file that is not a peak cache (a deck, say): it is left byte for
+// byte as it was (no line appended, no lock file beside it) and the peak is measured; a recorded
+// rate that is no plausible rate (1e-300 GFLOP/s gave an MFU of hundreds of digits) is measured
+// again and replaced.
+TEST_F(PeakCache, AFileThatIsNoCacheIsLeftAloneAndImplausibleRatesAreMeasuredAgain) {
+  const std::string deck = "[model]\nn_layer = 1\n[train]\nmax_steps = 4\n";
+  { std::ofstream(dir / "deck.ini") << deck; }
+  setenv("TRIDENT_PEAK_CACHE", (dir / "deck.ini").c_str(), 1);
+  TrainConfig t;
+  const PeakFlops p = resolve_peak_flops(t, test::runtime().world());
+  EXPECT_GT(p.flops, 1e8);
+  EXPECT_NE(p.source.find("measured now"), std::string::npos) << p.source;
+  std::ifstream in(dir / "deck.ini");
+  std::stringstream now;
+  now << in.rdbuf();
+  EXPECT_EQ(now.str(), deck);
+  EXPECT_FALSE(fs::exists(dir / "deck.ini.lock"));
+
+  { std::ofstream(dir / "tiny.tsv") << peak_cache_key() << "\t1e-300\t2026-01-01\n"; }
+  setenv("TRIDENT_PEAK_CACHE", (dir / "tiny.tsv").c_str(), 1);
+  const PeakFlops q = resolve_peak_flops(t, test::runtime().world());
+  EXPECT_GT(q.flops, 1e8);
+  EXPECT_NE(q.source.find("measured now"), std::string::npos) << q.source;
+  std::ifstream again(dir / "tiny.tsv");
+  std::string line;
+  int lines = 0;
+  while (std::getline(again, line)) {
+    ++lines;
+    EXPECT_EQ(line.find("1e-300"), std::string::npos) << line;
+  }
+  EXPECT_EQ(lines, 1);
 }
 
 // A relative cache path (no folder part) is recorded in the working directory; a cache grown past
