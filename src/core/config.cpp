@@ -6,6 +6,7 @@
 #include <boost/program_options.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cctype>
 #include <cfloat>
 #include <charconv>
@@ -406,6 +407,15 @@ std::string did_you_mean(const Schema& schema, const std::string& dotted) {
   const auto dot = dotted.find('.');
   const std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
   const std::string key = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+  // A section no key has: name the sections (a key suggested from another one misleads).
+  std::vector<std::string> sections;
+  for (const Key& k : schema.keys())
+    if (std::find(sections.begin(), sections.end(), k.section) == sections.end()) sections.push_back(k.section);
+  if (!section.empty() && std::find(sections.begin(), sections.end(), section) == sections.end()) {
+    std::string list;
+    for (const std::string& x : sections) list += (list.empty() ? "[" : ", [") + x + "]";
+    return " (there is no section [" + section + "]; the sections are " + list + ")";
+  }
   const Key* best = nullptr;
   std::size_t best_d = 0;
   for (const Key& k : schema.keys()) {
@@ -472,7 +482,20 @@ Config parse_impl(std::istream& in_stream, const std::string& source, const std:
   Schema schema(cfg);
   po::variables_map vm;
   // The deck's text, kept to name the line of an error.
-  const std::string text((std::istreambuf_iterator<char>(in_stream)), std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in_stream)), std::istreambuf_iterator<char>());
+  // A UTF-8 byte-order mark (some editors write one) is no part of the first line.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  // A deck is text: a control byte other than tab, CR and LF means another kind of file (an
+  // executable, an HDF5 file) -- say so, rather than quote its bytes in a key error.
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", static_cast<unsigned>(c));
+      throw ConfigError(source + " is not a text file (byte " + std::to_string(i) + " is " + hex +
+                        "): an input deck holds [section] lines and key = value lines");
+    }
+  }
   std::istringstream in(text);
   bool in_deck = false;  // the command-line overrides are parsed first, then the deck
   std::vector<std::string> keys;  // the dotted keys given on the command line
@@ -749,6 +772,12 @@ void validate_representable(const Config& c) {
   constexpr std::int64_t kMaxSteps = 4294967295;
   require_config(t.max_steps <= kMaxSteps, kv("train", "max_steps", format_value(t.max_steps)) +
                                                " is larger than 4294967295 (steps are 32-bit keys of the dropout masks)");
+  // Sequences per step and per micro-batch are int in the executor and the memory plan.
+  constexpr std::int64_t kMaxBatch = 2147483647;
+  require_config(t.global_batch_size <= kMaxBatch, kv("train", "global_batch_size", format_value(t.global_batch_size)) +
+                                                       " is larger than 2147483647");
+  require_config(t.micro_batch_size <= kMaxBatch, kv("train", "micro_batch_size", format_value(t.micro_batch_size)) +
+                                                      " is larger than 2147483647");
   // Samples and tokens of the run are counted in int64 (consumed_samples, window offsets).
   const double tokens = double(t.max_steps) * double(t.global_batch_size) * double(c.model.block_size);
   require_config(tokens < 9.2e18, "[train] max_steps * global_batch_size * [model] block_size = " +

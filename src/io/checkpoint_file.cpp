@@ -196,9 +196,11 @@ void reserve_space(const std::string& path, std::int64_t bytes) {
     const auto avail = static_cast<std::int64_t>(st.f_bavail) * static_cast<std::int64_t>(st.f_frsize);
     err = avail >= bytes ? 0 : ENOSPC;
   }
-  if (err != 0)
-    throw IoError("not enough space in '" + dir + "' for a checkpoint of " + std::to_string(bytes >> 20) + " MiB: " +
-                  std::strerror(err));
+  if (err != 0) {
+    char size[32];
+    std::snprintf(size, sizeof size, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    throw IoError("not enough space in '" + dir + "' for a checkpoint of " + size + ": " + std::strerror(err));
+  }
 }
 
 

@@ -224,7 +224,7 @@ void MetricsCsv::append(const std::string& lines) {
   std::ofstream out(path_, std::ios::app);
   out << lines;
   out.flush();
-  if (!out) throw IoError("cannot append to '" + path_ + "'");
+  if (!out) throw IoError("cannot append to '" + path_ + "': " + std::strerror(errno));
 }
 
 SampleLogCsv::SampleLogCsv(const std::string& path, std::int64_t keep_until_step)

@@ -18,7 +18,7 @@ void check_run_dir(Communicator& world, const std::string& out_dir, const Checkp
     if (world.rank() != 0) return;
     std::error_code ec;
     if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
-      throw IoError("[train] out_dir '" + out_dir + "' exists and is not a directory");
+      throw ConfigError("[train] out_dir '" + out_dir + "' exists and is not a directory");
     if (fs::exists(fs::path(ckdir.dir()) / "latest", ec) && !fs::is_regular_file(fs::path(ckdir.dir()) / "latest", ec))
       throw IoError("'" + (fs::path(ckdir.dir()) / "latest").string() + "' is not a file: remove it");
     if (!resume && !ckdir.list().empty())
@@ -34,7 +34,7 @@ RunDirClaim::RunDirClaim(Communicator& world, const std::string& out_dir, const 
     if (world.rank() != 0) return;
     std::error_code ec;
     if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
-      throw IoError("[train] out_dir '" + out_dir + "' exists and is not a directory");
+      throw ConfigError("[train] out_dir '" + out_dir + "' exists and is not a directory");
     fs::create_directories(out_dir);
     if (run_lock == RunLockMode::required) {
       lock_ = std::make_unique<RunLock>(out_dir);

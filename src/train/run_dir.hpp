@@ -30,7 +30,7 @@ class CheckpointDir;
 /// This job's ownership of its run directory, taken before any heavy work.
 class RunDirClaim {
  public:
-  /// On world rank 0: refuses an `out_dir` that exists and is not a directory (IoError), creates
+  /// On world rank 0: refuses an `out_dir` that exists and is not a directory (ConfigError), creates
   /// it, takes its RunLock (with `run_lock` = off, where the file system grants no lock: takes
   /// none and warns that nothing keeps a second job out; a job holding the lock is still refused) and creates the checkpoint directory `ckdir`; then every rank runs the
   /// start-up probe of `ckdir` (probe_checkpoint_dir: the fcntl locks MPI-IO needs, and a small
@@ -52,8 +52,8 @@ class RunDirClaim {
 /// Checks, on world rank 0, that run directory `out_dir` can take this run: `out_dir` is a
 /// directory or absent; `latest` in `ckdir` is a file or absent; without `resume`, `ckdir` holds no
 /// committed checkpoint (a new run must not mix with an old one). Collective over world. Throws
-/// (collective, prefixed "cannot set up the run directory") IoError for the first two, ConfigError
-/// (exit status 2) for the third.
+/// (collective, prefixed "cannot set up the run directory") ConfigError (exit status 2) for the
+/// first and the third (the deck's out_dir is wrong for this run), IoError for the second.
 void check_run_dir(Communicator& world, const std::string& out_dir, const CheckpointDir& ckdir, bool resume);
 
 /// What a run writes into its directory when it opens it.

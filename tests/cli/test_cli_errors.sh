@@ -62,6 +62,11 @@ expect_exit 0 "optimizer .* MiB" -- "$TRIDENT" train --config "$WORK/deck.ini" -
   --train.out_dir="$WORK/dry"
 expect_exit 0 "ZeRO paper formula" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run --train.out_dir="$WORK/dry"
 check "--dry-run allocates nothing and writes no run directory" test ! -e "$WORK/dry"
+# Counts beyond what the code holds are refused, not wrapped into another value.
+expect_exit 2 "--dry-run 99999999999: N must be a number of ranks from 1 to 1073741823" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --dry-run 99999999999
+expect_exit 2 "global_batch_size = 4294967298 is larger than 2147483647" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --dry-run --train.global_batch_size=4294967298
 expect_exit 1 "token file '$WORK/missing.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/missing.h5"
 expect_exit 1 "not an HDF5 file" -- "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/text.txt"
@@ -128,7 +133,7 @@ expect_exit 0 "step_00000004.h5" -- "$TRIDENT" ckpt ls "$WORK/run"
 mkdir -p "$WORK/ldir/checkpoints/latest"
 expect_exit 1 "latest' is not a file" -- "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/ldir"
 touch "$WORK/afile"
-expect_exit 1 "out_dir '$WORK/afile' exists and is not a directory" -- \
+expect_exit 2 "out_dir '$WORK/afile' exists and is not a directory" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/afile"
 # Two jobs on one run directory: the second is refused while the first holds the lock.
 "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/busy" --train.max_steps=100000 >/dev/null 2>&1 &

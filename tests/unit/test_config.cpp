@@ -92,6 +92,16 @@ TEST(Config, ErrorsSayWhereTheKeyCameFromAndWhatWasMeant) {
   // Nothing close: no suggestion.
   e = error_of(kDeck, 1, {"--train.completely_unrelated=1"});
   EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+  // A section no key has: the sections, not a key of some other one.
+  e = error_of(kDeck, 1, {"--zzz.a=1"});
+  EXPECT_NE(e.find("there is no section [zzz]; the sections are [model], [parallel], [train], [data], [checkpoint]"),
+            std::string::npos) << e;
+  EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+  // A file that is not text (an executable): said so, without quoting its bytes; a UTF-8
+  // byte-order mark before the first line is no error.
+  e = error_of(std::string("\x7f" "ELF\x02\x01\x01") + std::string(1, '\0') + "rest", 1);
+  EXPECT_NE(e.find("deck 't' is not a text file (byte 0 is 0x7f)"), std::string::npos) << e;
+  EXPECT_EQ(error_of(std::string("\xEF\xBB\xBF") + kDeck, 1), "");
   // A bad value on the command line is a command-line error.
   e = error_of(kDeck, 1, {"--train.lr=fast"});
   EXPECT_NE(e.find("command line: bad value for 'lr' in section [train]"), std::string::npos) << e;
@@ -303,8 +313,13 @@ TEST(Config, RefusesValuesTheRunCannotRepresent) {
   EXPECT_EQ(error_of(kDeck, 1, {"--train.max_steps=4294967295"}), "");
   EXPECT_NE(error_of(kDeck, 1, {"--train.max_steps=4294967296"}).find("[train] max_steps = 4294967296 is larger"),
             std::string::npos);
-  EXPECT_NE(error_of(kDeck, 1, {"--train.max_steps=4000000000", "--train.global_batch_size=100000000000"})
+  EXPECT_NE(error_of(kDeck, 1, {"--train.max_steps=4000000000", "--train.global_batch_size=2000000000"})
                 .find("tokens, more than an int64"),
+            std::string::npos);
+  // Sequences per step and per micro-batch are int in the executor: no wrap to a small batch.
+  EXPECT_EQ(error_of(kDeck, 1, {"--train.global_batch_size=2147483647", "--train.max_steps=1"}), "");
+  EXPECT_NE(error_of(kDeck, 1, {"--train.global_batch_size=4294967298"})
+                .find("[train] global_batch_size = 4294967298 is larger than 2147483647"),
             std::string::npos);
   // Values past the integer type are refused by the parser, naming the key.
   EXPECT_NE(error_of(kDeck, 1, {"--model.n_layer=99999999999"}).find("'n_layer' in section [model]"), std::string::npos);

@@ -93,9 +93,9 @@ TEST(RunDir, CheckRefusesAnOutDirThatIsAFile) {
   const std::string out = fresh_dir("rd_file");
   if (world().rank() == 0) std::ofstream(out) << "x";
   world().barrier();
-  expect_error<IoError>([&] { check_run_dir(world(), out, CheckpointDir(out + "/checkpoints"), true); },
+  expect_error<ConfigError>([&] { check_run_dir(world(), out, CheckpointDir(out + "/checkpoints"), true); },
                         "cannot set up the run directory: [train] out_dir '" + out + "' exists and is not a directory",
-                        1);
+                        2);
 }
 
 TEST(RunDir, CheckRefusesALatestPointerThatIsNotAFile) {
@@ -195,9 +195,9 @@ TEST(RunDir, ClaimRefusesAnOutDirThatIsAFile) {
   const std::string out = fresh_dir("rd_claim_file");
   if (world().rank() == 0) std::ofstream(out) << "x";
   world().barrier();
-  expect_error<IoError>([&] { RunDirClaim c = claim_of(out); },
+  expect_error<ConfigError>([&] { RunDirClaim c = claim_of(out); },
                         "cannot set up the run directory: [train] out_dir '" + out + "' exists and is not a directory",
-                        1);
+                        2);
 }
 
 // The start-up probe writes and reads back a small checkpoint the way saves do, and leaves
