@@ -7,6 +7,7 @@
 #include "apps/options.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/output_file.hpp"
 #include "parallel/agree.hpp"
 #include "checkpoint/export.hpp"
 #include "train/hf_import.hpp"
@@ -110,15 +111,12 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
   const ShowResult r = show_checkpoint(paths[0], rt.world(), paths.size() > 1 ? paths[1] : "", kind);
   if (!npy.empty()) {
     // Never the checkpoint read, and an existing file only with --force (a typo must not replace a
-    // checkpoint, a token file or a deck). Every rank sees the same file system answer here.
-    std::error_code ec;
-    if (fs::exists(npy, ec)) {
-      if (fs::equivalent(npy, r.file, ec))
-        throw ConfigError("--npy " + npy + " is the checkpoint being read: choose another file");
-      if (fs::is_directory(npy, ec)) throw ConfigError("--npy " + npy + " is a directory: give a file name");
-      if (vm.count("force") == 0)
-        throw ConfigError("--npy " + npy + " already exists: choose a new file, or add --force to replace it");
-    }
+    // checkpoint, a token file or a deck); never a device, a run's checkpoint or an HDF5 file.
+    // Every rank sees the same file system answer here.
+    OutputRules rules;
+    rules.force = vm.count("force") > 0;
+    rules.inputs = {r.file};
+    check_output_file(npy, "--npy", rules);
     run_agreed(rt.world(), "ckpt show --npy", [&] {
       if (rt.world_rank() != 0) return;
       for (const TensorInfo& t : r.tensors)

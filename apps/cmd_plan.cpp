@@ -3,6 +3,7 @@
 #include "apps/commands.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "io/output_file.hpp"
 #include "io/token_file.hpp"
 #include "perf/machine.hpp"
 #include "perf/planner.hpp"
@@ -11,9 +12,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 
 namespace trident::app {
@@ -41,7 +39,9 @@ options:
   --fixed-micro-batch    keep the deck's micro_batch_size instead of trying every divisor
   --fixed-recompute      keep the deck's activation_checkpointing instead of trying none and block
   --fixed-schedule       keep the deck's pp_schedule instead of trying 1f1b and gpipe
-  --csv FILE             write every valid layout (fitting or not) with its prediction
+  --csv FILE             write every valid layout (fitting or not) with its prediction, as a new
+                         file (never the deck or machine file read)
+  --force                with --csv: replace an existing file
   --assume-interleaved V predict as if the pipeline ran Megatron-LM's interleaved 1F1B with V model
                          chunks per stage (Trident runs 1f1b and gpipe only): for comparing the model
                          with published runs (docs/scaling.md); with pp > 1 only 1f1b layouts whose
@@ -112,6 +112,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   std::string deck, machine, csv;
   std::vector<std::string> overrides;
   int ranks = 0, nodes = 0, top = 3, show = 20;
+  bool force = false;
   PlanOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -135,6 +136,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     else if (a == "--fixed-recompute") opt.vary_recompute = false;
     else if (a == "--fixed-schedule") opt.vary_schedule = false;
     else if (is("--csv")) csv = value_of("--csv");
+    else if (a == "--force") force = true;
     else if (is("--assume-interleaved")) opt.peer.virtual_stages = positive("--assume-interleaved", value_of("--assume-interleaved"), 1);
     else if (a == "--assume-scatter-gather") opt.peer.p2p_scatter_gather = true;
     else if (a == "--assume-flash-attention") opt.peer.flash_attention = true;
@@ -153,6 +155,13 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   require_config(!deck.empty(), "no input deck: give --config DECK (try `trident plan --help`)");
   require_config(!machine.empty(), "no machine file: give --machine FILE (input/machines/*.ini; try `trident plan --help`)");
   require_config((ranks > 0) != (nodes > 0), "give exactly one of --ranks N and --nodes K");
+  require_config(!force || !csv.empty(), "--force only applies to --csv");
+  if (!csv.empty()) {
+    OutputRules rules;
+    rules.force = force;
+    rules.inputs = {deck, machine};
+    check_output_file(csv, "--csv", rules);
+  }
   const MachineSpec mach = parse_machine_file(machine);
   const long long total = ranks > 0 ? ranks : static_cast<long long>(nodes) * mach.devices_per_node;
   require_config(total <= kMaxCount, "--nodes " + std::to_string(nodes) + " x " + std::to_string(mach.devices_per_node) +
@@ -174,9 +183,8 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
 
   const PlanResult res = plan_layouts(cfg, mach, opt);
   if (!csv.empty()) {
-    std::ofstream f(csv);
-    require_config(static_cast<bool>(f), "--csv " + csv + ": cannot be written (" + std::strerror(errno) + ")");
-    f << "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
+    std::string f;
+    f += "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
          "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib,tflops_per_device,"
          "offload_ms,offload_hidden_ms,offload_read_mib,offload_write_mib\n";
     for (const auto* list : {&res.fitting, &res.too_big})
@@ -194,15 +202,9 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
                       p.memory_total_bytes / (1024.0 * 1024.0), p.model_flops / (p.total_s * opt.ranks) / 1e12,
                       p.offload_io_s * 1e3, p.offload_hidden_s * 1e3, p.offload_read_bytes / (1024.0 * 1024.0),
                       p.offload_write_bytes / (1024.0 * 1024.0));
-        f << line;
+        f += line;
       }
-    f.close();
-    if (!f) {
-      const std::string why = std::strerror(errno);
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(csv, ec)) std::remove(csv.c_str());  // no truncated table left behind
-      throw ConfigError("--csv " + csv + ": cannot be written (" + why + ")");
-    }
+    write_file_atomically(csv, f);  // a failed write (a full disk) keeps what was there
   }
   std::printf("plan for %s on %s (%s): %d ranks, global batch %lld x %d tokens\n", cfg.deck_name.c_str(),
               mach.name.c_str(), mach.note.empty() ? "no note" : mach.note.c_str(), opt.ranks,

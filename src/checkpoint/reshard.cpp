@@ -6,6 +6,7 @@
 #include "checkpoint/verify.hpp"
 #include "core/error.hpp"
 #include "core/timer.hpp"
+#include "io/output_file.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/process_grid.hpp"
 
@@ -49,6 +50,12 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
         throw ConfigError("the output '" + opt.output + "' is the input checkpoint; write to another file");
       if (!opt.force)
         throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
+      // Even with --force: never a run's checkpoint or `latest`, a device or a directory.
+      OutputRules rules;
+      rules.force = true;
+      rules.allow_hdf5 = true;
+      rules.inputs = {res.input};
+      check_output_file(opt.output, "the output", rules);
     }
     CheckpointReader rd(res.input, world);
     require_intact(rd, world, "run `trident ckpt verify " + res.input + "`; nothing was written", schema);

@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/output_file.hpp"
 #include "parallel/agree.hpp"
 
 #include <algorithm>
@@ -311,22 +312,13 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
   const std::size_t preamble = 10;
   header.resize(((preamble + header.size() + 1 + 63) / 64) * 64 - preamble - 1, ' ');
   header += '\n';
-  // Through a temporary file and a rename: a failed write (a full disk) leaves no partial .npy
-  // and never touches an existing file of that name.
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
-  const auto fail = [&](const std::string& what) {
-    const int err = errno;
-    out.close();
-    std::remove(tmp.c_str());
-    throw IoError(what + " '" + tmp + "': " + std::strerror(err));
-  };
+  std::string bytes;
   const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  out.write(reinterpret_cast<const char*>(magic), 8);
+  bytes.append(reinterpret_cast<const char*>(magic), 8);
   const unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff), static_cast<unsigned char>(header.size() >> 8)};
-  out.write(reinterpret_cast<const char*>(len), 2);
-  out << header;
+  bytes.append(reinterpret_cast<const char*>(len), 2);
+  bytes += header;
+  bytes.reserve(bytes.size() + values.size() * (f32 ? 4 : 8));
   for (double x : values) {
     unsigned char b[8];
     if (f32) {
@@ -334,19 +326,17 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
       std::uint32_t u;
       std::memcpy(&u, &f, 4);
       for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>((u >> (8 * i)) & 0xffu);
-      out.write(reinterpret_cast<const char*>(b), 4);
+      bytes.append(reinterpret_cast<const char*>(b), 4);
     } else {
       std::uint64_t u;
       std::memcpy(&u, &x, 8);
       for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>((u >> (8 * i)) & 0xffu);
-      out.write(reinterpret_cast<const char*>(b), 8);
+      bytes.append(reinterpret_cast<const char*>(b), 8);
     }
   }
-  out.flush();
-  if (!out) fail("cannot write");
-  out.close();
-  if (!out) fail("cannot write");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename to '" + path + "'");
+  // A new temporary file of a unique name and a rename (io/output_file.hpp): a failed write (a
+  // full disk) leaves no partial .npy, and no link or file at a fixed temporary name is touched.
+  write_file_atomically(path, bytes);
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "core/timer.hpp"
 #include "core/tokenizer_kind.hpp"
+#include "io/output_file.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/safetensors.hpp"
 #include "model/family.hpp"
@@ -115,6 +116,11 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     if (fs::path(opt.output).extension() == ".h5") {
       if (fs::exists(opt.output, ec) && !opt.force)
         throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
+      // Even with --force: never a run's checkpoint or `latest`, a device or a directory.
+      OutputRules rules;
+      rules.force = true;
+      rules.allow_hdf5 = true;
+      check_output_file(opt.output, "the output", rules);
     } else if (fs::exists(opt.output, ec)) {
       const fs::path out(opt.output);
       if (fs::is_directory(out / "checkpoints", ec) || fs::exists(out / ".trident.lock", ec) ||

@@ -322,10 +322,22 @@ EOF2
 # --npy never replaces the checkpoint it reads, nor any existing file without --force (a typo once
 # overwrote a checkpoint with a .npy and exited 0).
 sum_t6="$(sha256sum "$t6" | cut -d' ' -f1)"
-expect_exit 2 "is the checkpoint being read" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t6"
-expect_exit 2 "is the checkpoint being read" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t6" --force
+expect_exit 2 "which this command reads" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t6"
+expect_exit 2 "which this command reads" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t6" --force
 expect_exit 2 "tok.h5 already exists: choose a new file, or add --force" -- \
   "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/tok.h5"
+# Even with --force: not an HDF5 file, not another checkpoint or `latest` of a run, not a device;
+# and a link planted at any temporary name is never followed (the write uses a new unique file).
+expect_exit 2 "tok.h5 is an HDF5 file" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/tok.h5" --force
+t4="$(dirname "$t6")/latest"
+expect_exit 2 "is part of a run's checkpoints" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t4" --force
+if [ -w /dev/full ]; then
+  expect_exit 2 "/dev/full exists and is not a regular file" -- \
+    "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy /dev/full --force
+fi
+ln -s "$t6" "$WORK/w.npy.tmp"
+expect_exit 0 "wrote .*w.npy" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/w.npy"
+check "--npy: a link at NAME.tmp is left alone and not followed" test -L "$WORK/w.npy.tmp" -a ! -L "$WORK/w.npy"
 expect_exit 2 "c_fc.npy already exists" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy"
 expect_exit 0 "wrote .*c_fc.npy: transformer.wte.weight" -- \
   "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy" --force

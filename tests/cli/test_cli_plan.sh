@@ -36,10 +36,18 @@ expect_exit 2 "machine file $WORK is a directory, not a machine file" -- "$TRIDE
 { echo "[machine]"; echo "devices_per_node = 2000000000"; grep -v '^devices_per_node\|^\[machine\]' "$WORK/m.ini"; } > "$WORK/mbig.ini"
 expect_exit 2 "--nodes 2 x 2000000000 devices per node = 4000000000 ranks: more than 1073741823" -- \
   "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/mbig.ini" --nodes 2
-if [ -w /dev/full ]; then  # a write that fails (ENOSPC): an error, not an empty table and exit 0
-  expect_exit 2 "--csv /dev/full: cannot be written \(No space left on device\)" -- \
-    "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv /dev/full
-fi
+# --csv writes a new file: never the deck or machine file read, a device, or (without --force) an
+# existing file.
+expect_exit 2 "--csv $WORK/deck.ini is $WORK/deck.ini, which this command reads" -- \
+  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/deck.ini" --force
+expect_exit 2 "--csv /dev/full exists and is not a regular file" -- \
+  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv /dev/full --force
+echo "old table" > "$WORK/old.csv"
+expect_exit 2 "already exists: choose a new file, or add --force" -- \
+  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/old.csv"
+check "--csv without --force left the existing file as it was" grep -qx "old table" "$WORK/old.csv"
+expect_exit 0 "rank" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/old.csv" --force
+check "--csv --force replaced it with the table" grep -q "^dp,tp,pp," "$WORK/old.csv"
 expect_exit 2 "machine file $WORK/nope.ini: cannot be read" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/nope.ini" --ranks 2
 printf 'bogus = 1\n' >> "$WORK/m_bad.ini"; cat "$WORK/m.ini" "$WORK/m_bad.ini" > "$WORK/m2.ini"
 expect_exit 2 "unknown key \[link.intra\] bogus" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m2.ini" --ranks 2

@@ -1,0 +1,102 @@
+#include "io/output_file.hpp"
+
+#include "core/error.hpp"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool hdf5_signature(const std::string& path) {
+  // HDF5's superblock signature at offset 0 (files Trident writes start there).
+  std::ifstream in(path, std::ios::binary);
+  char sig[8] = {};
+  in.read(sig, 8);
+  return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+}
+
+/// A run's checkpoint file or pointer: step_NNNNNNNN.h5 or `latest` in a folder with a `latest`.
+bool run_checkpoint_file(const fs::path& p) {
+  static const std::regex step(R"(step_[0-9]+\.h5)");
+  const std::string name = p.filename().string();
+  if (name != "latest" && !std::regex_match(name, step)) return false;
+  std::error_code ec;
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  return fs::exists(dir / "latest", ec);
+}
+
+}  // namespace
+
+void check_output_file(const std::string& path, const std::string& what, const OutputRules& rules) {
+  if (path.empty()) throw ConfigError(what + ": the file name is empty");
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (link.type() == fs::file_type::not_found) return;
+  const std::string name = what + " " + path;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::directory) throw ConfigError(name + " is a directory: give a file name");
+  if (st.type() == fs::file_type::not_found)
+    throw ConfigError(name + " is a symbolic link to nothing: remove it or choose another name");
+  if (st.type() != fs::file_type::regular)
+    throw ConfigError(name + " exists and is not a regular file (a device, FIFO or socket): choose another name");
+  for (const std::string& in : rules.inputs)
+    if (!in.empty() && fs::equivalent(path, in, ec))
+      throw ConfigError(name + " is " + in + ", which this command reads: choose another file");
+  const fs::path real = fs::is_symlink(path, ec) ? fs::canonical(path, ec) : fs::path(path);
+  if (run_checkpoint_file(real))
+    throw ConfigError(name + " is part of a run's checkpoints (" + real.string() + "): choose another file");
+  if (!rules.force) throw ConfigError(name + " already exists: choose a new file, or add --force to replace it");
+  if (!rules.allow_hdf5 && hdf5_signature(path))
+    throw ConfigError(name + " is an HDF5 file (a checkpoint or token file): it is never replaced by this output");
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  const fs::path p(path);
+  std::string templ = ((p.parent_path().empty() ? fs::path(".") : p.parent_path()) /
+                       ("." + p.filename().string() + ".XXXXXX"))
+                          .string();
+  const int fd = ::mkstemp(templ.data());  // O_CREAT | O_EXCL: a new file, no link followed
+  if (fd < 0) throw IoError("cannot create a temporary file beside '" + path + "': " + std::strerror(errno));
+  const auto fail = [&](const std::string& what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(templ.c_str());
+    throw IoError(what + ": " + std::strerror(err));
+  };
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("cannot write '" + path + "'");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  const mode_t mask = ::umask(0);  // mkstemp makes 0600: give the file the mode a plain create would
+  ::umask(mask);
+  if (::fchmod(fd, 0666 & ~mask) != 0 || ::fsync(fd) != 0) fail("cannot write '" + path + "'");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(templ.c_str());
+    throw IoError("cannot write '" + path + "': " + std::strerror(err));
+  }
+  if (std::rename(templ.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(templ.c_str());
+    throw IoError("cannot rename the temporary file to '" + path + "': " + std::strerror(err));
+  }
+}
+
+}  // namespace trident

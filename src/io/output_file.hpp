@@ -1,0 +1,34 @@
+// io/output_file.hpp: the checks and the write of a file a command creates at a user-given path
+// (`ckpt show --npy`, `plan --csv`, `ckpt import`/`reshard` to a *.h5 file): what such a path may
+// replace, and a write that never leaves half a file, never follows a link planted at a temporary
+// name and never removes a file of the user's.
+//
+// Layer: io. Local (the callers decide which rank writes).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace trident {
+
+/// What may stand at an output path.
+struct OutputRules {
+  bool force = false;           ///< an existing regular file may be replaced
+  bool allow_hdf5 = false;      ///< ... even an HDF5 file (a checkpoint or token file) outside a run
+  std::vector<std::string> inputs;  ///< files the command reads: never replaced, even with force
+};
+
+/// Throws ConfigError (naming `what`, e.g. "--npy") unless `path` may be written under `rules`:
+/// it is not empty; nothing is there (a dangling symbolic link counts as something), or, with
+/// rules.force, a regular file (a link to one counts) that is none of rules.inputs, not an HDF5
+/// file unless rules.allow_hdf5, and never part of a run's checkpoints (a step_*.h5 file or
+/// `latest` in a folder that has a `latest`). Directories, devices, FIFOs and sockets are refused.
+void check_output_file(const std::string& path, const std::string& what, const OutputRules& rules);
+
+/// Writes `bytes` to `path`: into a new temporary file of a unique name beside it (created
+/// exclusively, so no link or file of that name is followed or replaced), flushed, then renamed
+/// over `path`. On failure the temporary file is removed and `path` is as before. Throws IoError
+/// naming the file and errno's reason.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+}  // namespace trident
