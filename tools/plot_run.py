@@ -44,7 +44,11 @@ def read_run(path):
     if not os.path.isfile(csv_path):
         raise FileNotFoundError(f"{path}: no metrics.csv (give a run directory, [train] out_dir, or a metrics.csv)")
     with open(csv_path, newline="") as f:
-        rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        rows = list(reader)
+        header = reader.fieldnames or []
+    if rows and not {"step", "train_loss"} <= set(header):
+        raise csv.Error(f"its header has no step and train_loss columns: {','.join(header)[:80]}")
     label = os.path.basename(os.path.normpath(os.path.dirname(os.path.abspath(csv_path))))
     return label, csv_path, rows
 
@@ -97,6 +101,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.smooth < 0:
         ap.error("--smooth N needs N >= 0")
+    if args.output is not None:
+        ext = os.path.splitext(args.output)[1].lower()
+        if ext not in (".png", ".pdf", ".svg"):
+            ap.error(f"-o {args.output}: the plot is a .png, .pdf or .svg file")
+        if os.path.isdir(args.output):
+            ap.error(f"-o {args.output} is a directory: give a file name")
 
     runs = []
     for path in args.runs:

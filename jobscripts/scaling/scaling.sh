@@ -83,6 +83,15 @@ case "$steps" in ''|*[!0-9]*) die "--steps '$steps' is not a number" ;; esac
 read -r -a ranks <<<"${ranks_list//,/ }"
 [ ${#ranks[@]} -gt 0 ] || die "--ranks is empty"
 for r in "${ranks[@]}"; do case "$r" in ''|*[!0-9]*|0) die "--ranks: '$r' is not a positive number" ;; esac; done
+# mpiexec starts every rank on this machine: more than 16 per core is a typo, not a study (it
+# would bring the machine to a halt); a cluster study goes through --launcher sbatch.
+if [ "$launcher" = mpiexec ]; then
+  cores=$(nproc 2>/dev/null || echo 1)
+  for r in "${ranks[@]}"; do
+    [ "${#r}" -le 9 ] && [ "$r" -le $((16 * cores)) ] ||
+      die "--ranks: $r ranks on this machine's $cores cores with --launcher mpiexec (at most $((16 * cores)), 16 a core); use --launcher sbatch for a cluster"
+  done
+fi
 read -r -a layout_list <<<"${layouts//,/ }"
 [ ${#layout_list[@]} -gt 0 ] || die "--layouts is empty"
 for l in "${layout_list[@]}"; do

@@ -186,7 +186,8 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
                       section == "storage" || section == "host";
     require_config(!(rate && v == 0 && key != "peak_tflops_bf16"), where + ": " + dotted + " must be > 0");
     if (key == "devices_per_node")
-      require_config(v >= 1 && v == std::floor(v), where + ": " + dotted + " must be a whole number >= 1");
+      require_config(v >= 1 && v == std::floor(v) && v <= 2147483647.0,
+                     where + ": " + dotted + " must be a whole number from 1 to 2147483647");
     if (key == "gemm_efficiency" || key == "gemm_backward_efficiency")
       require_config(v > 0 && v <= 1, where + ": " + dotted + " must be in (0, 1]");
     if (key == "overlap_efficiency") require_config(v <= 1, where + ": " + dotted + " must be in [0, 1]");

@@ -80,11 +80,16 @@ namespace {
 /// it under kKeepCacheBytes by dropping its oldest lines.
 constexpr std::uintmax_t kMaxCacheBytes = 1 << 20;
 constexpr std::size_t kKeepCacheBytes = 512 << 10;
-/// True where `line` has the cache's form, key TAB value TAB date (the value may be damaged: it
-/// is then measured again and replaced).
+/// True where `line` has the cache's form, key TAB value TAB YYYY-MM-DD (the value may be damaged:
+/// it is then measured again and replaced; the date is what every writer of the cache writes).
 bool cache_line_form(const std::string& line) {
-  return std::count(line.begin(), line.end(), '\t') == 2 && line.find('\0') == std::string::npos &&
-         line.front() != '\t';
+  if (std::count(line.begin(), line.end(), '\t') != 2 || line.find('\0') != std::string::npos || line.front() == '\t')
+    return false;
+  const std::string date = line.substr(line.rfind('\t') + 1);
+  if (date.size() != 10 || date[4] != '-' || date[7] != '-') return false;
+  for (std::size_t i = 0; i < date.size(); ++i)
+    if (i != 4 && i != 7 && (date[i] < '0' || date[i] > '9')) return false;
+  return true;
 }
 
 bool usable_cache(const std::string& path) {

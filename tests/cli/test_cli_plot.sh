@@ -36,6 +36,11 @@ expect_exit 2 "usage: trident-plot" -- "${plot[@]}"
 expect_exit 0 "usage: trident-plot" -- "${plot[@]}" --help
 printf "step,train_loss\n1,\xff\xfe\n" > "$WORK/binary.csv"
 expect_exit 1 "binary.csv: not a metrics.csv of trident" -- "${plot[@]}" "$WORK/binary.csv"
+printf "not,a,metrics\n1,2,3\n" > "$WORK/other.csv"
+expect_exit 1 "other.csv: not a metrics.csv of trident \(its header has no step and train_loss" -- "${plot[@]}" "$WORK/other.csv"
+cp "$WORK/run/metrics.csv" "$WORK/keep.csv"
+expect_exit 2 "-o .*keep.csv: the plot is a .png, .pdf or .svg file" -- "${plot[@]}" "$WORK/run" -o "$WORK/keep.csv"
+check "-o with a wrong extension wrote nothing over the csv" cmp -s "$WORK/keep.csv" "$WORK/run/metrics.csv"
 
 echo "$FAILED failed"
 exit "$FAILED"

@@ -26,6 +26,8 @@ expect_exit 2 "--ranks: '0' is not a positive number" -- "$driver" --config "$WO
 expect_exit 2 "--layouts: 'tp0' is not dp, tp, pp" -- "$driver" --config "$WORK/deck.ini" --layouts tp0
 expect_exit 2 "--steps 2: give at least 3" -- "$driver" --config "$WORK/deck.ini" --steps 2
 expect_exit 2 "--launcher 'ssh': give mpiexec or sbatch" -- "$driver" --config "$WORK/deck.ini" --launcher ssh
+expect_exit 2 "--ranks: 99999 ranks on this machine's [0-9]+ cores with --launcher mpiexec" -- \
+  "$driver" --config "$WORK/deck.ini" --ranks 99999
 expect_exit 2 "--ranks needs a value" -- "$driver" --config "$WORK/deck.ini" --ranks
 expect_exit 2 "no point to run" -- "$driver" --config "$WORK/deck.ini" --ranks 1 --layouts tp2 --out "$WORK/none"
 expect_exit 2 "--steps 99999999999999999999: give at most" -- "$driver" --config "$WORK/deck.ini" --steps 99999999999999999999

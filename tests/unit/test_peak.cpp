@@ -202,6 +202,15 @@ TEST_F(PeakCache, AFileThatIsNoCacheIsLeftAloneAndImplausibleRatesAreMeasuredAga
   now << in.rdbuf();
   EXPECT_EQ(now.str(), deck);
   EXPECT_FALSE(fs::exists(dir / "deck.ini.lock"));
+  // Nor a tab-separated file of the same shape that is not one (its third fields are no dates).
+  const std::string notes = "notes\tabout\tstuff\nmore\ttabbed\tlines\n";
+  { std::ofstream(dir / "notes.tsv") << notes; }
+  setenv("TRIDENT_PEAK_CACHE", (dir / "notes.tsv").c_str(), 1);
+  EXPECT_GT(resolve_peak_flops(t, test::runtime().world()).flops, 1e8);
+  std::ifstream nin(dir / "notes.tsv");
+  std::stringstream nnow;
+  nnow << nin.rdbuf();
+  EXPECT_EQ(nnow.str(), notes);
 
   { std::ofstream(dir / "tiny.tsv") << peak_cache_key() << "\t1e-300\t2026-01-01\n"; }
   setenv("TRIDENT_PEAK_CACHE", (dir / "tiny.tsv").c_str(), 1);
