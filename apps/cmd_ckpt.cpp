@@ -106,6 +106,7 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
   if (!parse_options(rt, args, desc, "path", -1, vm, "ckpt show")) return 0;
   if (paths.empty() || paths.size() > 2)
     throw ConfigError("ckpt show takes PATH and optionally one TENSOR (try `trident ckpt show --help`)");
+  if (vm.count("npy") > 0 && npy.empty()) throw ConfigError("--npy: the file name is empty");
   if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
   if (npy.empty() && vm.count("force") > 0) throw ConfigError("--force only applies to --npy");
   const ShowResult r = show_checkpoint(paths[0], rt.world(), paths.size() > 1 ? paths[1] : "", kind);

@@ -97,6 +97,7 @@ const char* name_of(ProgressUnit u) {
     case ProgressUnit::tokens: return "tokens";
     case ProgressUnit::tensors: return "tensors";
     case ProgressUnit::batches: return "batches";
+    case ProgressUnit::splits: return "splits";
   }
   return "?";
 }

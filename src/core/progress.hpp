@@ -40,9 +40,10 @@ enum class ProgressUnit {
   tokens,   ///< decimal prefixes: "1.2/5.0 M tokens", "3.4 M tokens/s"
   tensors,  ///< plain counts: "12/149 tensors", "3.1 tensors/s"
   batches,  ///< plain counts: "40/500 batches"
+  splits,   ///< plain counts: "12/96 splits" (trident plan's tp x pp splits of the ranks)
 };
 
-/// Name of a unit as printed ("bytes", "tokens", "tensors", "batches").
+/// Name of a unit as printed ("bytes", "tokens", "tensors", "batches", "splits").
 const char* name_of(ProgressUnit u);
 
 /// How an operation's progress ends.

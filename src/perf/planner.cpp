@@ -1,6 +1,8 @@
 // perf/planner.cpp: see planner.hpp.
 #include "perf/planner.hpp"
 
+#include "core/progress.hpp"
+
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -31,10 +33,17 @@ PlanResult plan_layouts(const Config& deck, const MachineSpec& mach, const PlanO
   PlanResult res;
   const Recompute deck_rc = deck.train.activation_checkpointing;
   const PipelineScheduleKind deck_sched = deck.parallel.pp_schedule;
+  // The tp x pp splits first, so that a long enumeration (a rank count with many divisors: minutes)
+  // reports its progress (core/progress.hpp) instead of going silent.
+  std::vector<std::pair<int, int>> splits;
   for (int tp : divisors(opt.ranks)) {
     if (!allowed(opt.tp_sizes, tp)) continue;
-    for (int pp : divisors(opt.ranks / tp)) {
-      if (!allowed(opt.pp_sizes, pp)) continue;
+    for (int pp : divisors(opt.ranks / tp))
+      if (allowed(opt.pp_sizes, pp)) splits.emplace_back(tp, pp);
+  }
+  Progress progress("plan", static_cast<std::int64_t>(splits.size()), ProgressUnit::splits);
+  for (const auto& [tp, pp] : splits) {
+    {
       const int dp = opt.ranks / (tp * pp);
       // Micro-batch sizes: divisors of the per-dp batch (global_batch_size / dp must be whole:
       // otherwise validate() refuses every micro-batch, and one candidate says why).
@@ -77,7 +86,9 @@ PlanResult plan_layouts(const Config& deck, const MachineSpec& mach, const PlanO
               (cand.fits ? res.fitting : res.too_big).push_back(std::move(cand));
             }
     }
+    progress.add(1);
   }
+  progress.finish();
   std::stable_sort(res.fitting.begin(), res.fitting.end(),
                    [](const PlanCandidate& a, const PlanCandidate& b) { return a.pred.total_s < b.pred.total_s; });
   std::stable_sort(res.too_big.begin(), res.too_big.end(), [](const PlanCandidate& a, const PlanCandidate& b) {

@@ -341,6 +341,7 @@ check "--npy: a link at NAME.tmp is left alone and not followed" test -L "$WORK/
 expect_exit 2 "c_fc.npy already exists" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy"
 expect_exit 0 "wrote .*c_fc.npy: transformer.wte.weight" -- \
   "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy" --force
+expect_exit 2 "--npy: the file name is empty" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy ""
 expect_exit 2 "--force only applies to --npy" -- "$TRIDENT" ckpt show "$t6" --force
 check "show --npy: the checkpoint read is unchanged, and no temporary file is left" \
   test "$(sha256sum "$t6" | cut -d' ' -f1)" = "$sum_t6" -a ! -e "$WORK/c_fc.npy.tmp"

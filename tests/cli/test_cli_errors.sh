@@ -186,5 +186,14 @@ head -c 3000 "$WORK/tok.h5" > "$WORK/tok_cut.h5"
 expect_exit 1 "token file '$WORK/tok_cut.h5'.*damaged or truncated.*trident prep" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/tok_cut.h5" --train.out_dir="$WORK/cut"
 
+# jobscripts/train.sbatch run by hand with bad settings: exit 2 before any rank starts.
+sbatch_script="$(cd "$(dirname "$0")/../.." && pwd)/jobscripts/train.sbatch"
+for n in abc 0 -3; do
+  expect_exit 2 "SLURM_NTASKS='$n' is not a positive number of tasks" -- env -C "$WORK" SLURM_NTASKS="$n" \
+    TRIDENT_BIN="$TRIDENT" TRIDENT_DECK="$WORK/deck.ini" bash "$sbatch_script"
+done
+expect_exit 2 "trident executable '$WORK' not found, not executable or a directory" -- env -C "$WORK" \
+  TRIDENT_BIN="$WORK" TRIDENT_DECK="$WORK/deck.ini" bash "$sbatch_script"
+
 echo "$FAILED failed"
 exit "$FAILED"
