@@ -94,7 +94,8 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
       "With TENSOR (a name as listed): its statistics (min, max, mean, std, NaN and inf counts) and\n"
       "values -- the first and last rows, every value with --all -- joined from whatever layout\n"
       "wrote the file; --npy FILE writes it for numpy (numpy.load): a new file (--force replaces\n"
-      "one; never the checkpoint itself). Reads without verifying the\n"
+      "one; never the checkpoint read, an HDF5 file, a run's checkpoint file, a device or a\n"
+      "directory). Reads without verifying the\n"
       "checksums (`trident ckpt verify` does that).\n\noptions");
   desc.add_options()("help,h", "this text")(
       "kind", po::value<std::string>(&kind)->default_value("param"),
@@ -109,19 +110,30 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
   if (vm.count("npy") > 0 && npy.empty()) throw ConfigError("--npy: the file name is empty");
   if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
   if (npy.empty() && vm.count("force") > 0) throw ConfigError("--force only applies to --npy");
+  // --npy: checked before the tensor is read (it may be large), by rank 0 alone inside
+  // run_agreed (nodes may see different local files: all ranks must take the same exit). Never the
+  // checkpoint read, an existing file only with --force (a typo must not replace a deck), never a
+  // device, a run's checkpoint or an HDF5 file.
+  const bool force = vm.count("force") > 0;
+  if (!npy.empty())
+    run_agreed(rt.world(), "", [&] {
+      if (rt.world_rank() != 0) return;
+      OutputRules rules;
+      rules.force = force;
+      rules.inputs = {paths[0]};
+      try {
+        rules.inputs.push_back(resolve_checkpoint_path(paths[0]));
+      } catch (const Error&) {
+        // not a checkpoint: show_checkpoint says so below
+      }
+      check_output_file(npy, "--npy", rules);
+    });
   const ShowResult r = show_checkpoint(paths[0], rt.world(), paths.size() > 1 ? paths[1] : "", kind);
   if (!npy.empty()) {
-    // Never the checkpoint read, and an existing file only with --force (a typo must not replace a
-    // checkpoint, a token file or a deck); never a device, a run's checkpoint or an HDF5 file.
-    // Every rank sees the same file system answer here.
-    OutputRules rules;
-    rules.force = vm.count("force") > 0;
-    rules.inputs = {r.file};
-    check_output_file(npy, "--npy", rules);
     run_agreed(rt.world(), "ckpt show --npy", [&] {
       if (rt.world_rank() != 0) return;
       for (const TensorInfo& t : r.tensors)
-        if (t.name == r.tensor) write_npy(npy, t.shape, r.values, r.dtype);
+        if (t.name == r.tensor) write_npy(npy, t.shape, r.values, r.dtype, force);
     });
     print0(rt, log::format("wrote %s: %s (%s), %zu values\n", npy.c_str(), r.tensor.c_str(), r.kind.c_str(),
                            r.values.size()));
@@ -255,8 +267,9 @@ int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
       "An export followed by an import gives bitwise the same weights. Start a fine-tuning run\n"
       "from it with `[train] init_from = OUT` (its token file must use the same tokenizer);\n"
       "`trident eval --data FILE` and `trident sample` read it as it is. OUT ending in .h5 is a\n"
-      "new file (--force replaces one); anything else a new checkpoint directory (step_00000000.h5\n"
-      "and `latest`): a directory holding checkpoints or a run is refused.\n"
+      "new file (--force replaces one, never a run's step_*.h5 or latest); anything else a new\n"
+      "checkpoint directory (step_00000000.h5 and `latest`): a directory holding checkpoints or a\n"
+      "run is refused.\n"
       "Rank 0 does the work.\n\noptions");
   desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format), "input format: hf (required)")(
       "output,o", po::value<std::string>(&opt.output), "checkpoint file (.h5) or directory to write (required)")(
@@ -296,7 +309,8 @@ int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
       "replaced. No conversion is needed to resume at another layout (`trident train --resume` reads\n"
       "any layout); this is for users who want a file laid out for a fixed job size. Runs on\n"
       "R = dp * tp * pp ranks, each reading only the pieces it owns. OUT ending in .h5 is a file,\n"
-      "written as OUT.tmp and renamed when complete; anything else is a checkpoint directory that\n"
+      "written as OUT.tmp and renamed when complete (an existing one replaced only with --force;\n"
+      "never a run's step_*.h5 or latest); anything else is a checkpoint directory that\n"
       "receives step_NNNNNNNN.h5 and a `latest` pointer (usable as a run's checkpoints/ directory);\n"
       "it must not hold that step or a later one, nor belong to a run that is training. FILE is\n"
       "verified first (every checksum): a damaged checkpoint is never rewritten as an intact one.\n\n"

@@ -59,7 +59,9 @@ options:
   -h, --help             this text
 
 Exit status: 0 a ranking was printed, 1 no valid layout fits in memory (the smallest are listed),
-2 bad options, deck or machine file, or no valid layout at all (one reason is printed).
+2 bad options, deck or machine file, or no valid layout at all (one reason is printed), or a
+--csv file that may not be written (it exists without --force, is an input, a device, a directory);
+1 also when the --csv file cannot be written (a full disk: any earlier file stays as it was).
 
 machine file keys (INI; docs/scaling.md, tools/machine_file.sh writes one from the benchmarks):
 )";
@@ -182,30 +184,6 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   require_machine_rates(cfg, mach, "machine file " + machine);
 
   const PlanResult res = plan_layouts(cfg, mach, opt);
-  if (!csv.empty()) {
-    std::string f;
-    f += "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
-         "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib,tflops_per_device,"
-         "offload_ms,offload_hidden_ms,offload_read_mib,offload_write_mib\n";
-    for (const auto* list : {&res.fitting, &res.too_big})
-      for (const PlanCandidate& c : *list) {
-        const StepPrediction& p = c.pred;
-        char line[512];
-        std::snprintf(line, sizeof line,
-                      "%d,%d,%d,%d,%lld,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.6g,%.4f,%.4f,"
-                      "%.6g,%.6g\n",
-                      c.cfg.parallel.dp, c.cfg.parallel.tp, c.cfg.parallel.pp, c.cfg.parallel.zero_stage,
-                      static_cast<long long>(c.cfg.train.micro_batch_size), name_of(c.cfg.train.activation_checkpointing),
-                      name_of(c.cfg.parallel.pp_schedule), c.fits ? 1 : 0, p.total_s * 1e3, p.forward_s * 1e3,
-                      p.backward_s * 1e3, p.recompute_s * 1e3, p.tp_comm_s * 1e3, p.pp_comm_s * 1e3, p.bubble_s * 1e3,
-                      p.dp_comm_s * 1e3, p.dp_hidden_s * 1e3, p.optimizer_s * 1e3, p.other_s * 1e3,
-                      p.memory_total_bytes / (1024.0 * 1024.0), p.model_flops / (p.total_s * opt.ranks) / 1e12,
-                      p.offload_io_s * 1e3, p.offload_hidden_s * 1e3, p.offload_read_bytes / (1024.0 * 1024.0),
-                      p.offload_write_bytes / (1024.0 * 1024.0));
-        f += line;
-      }
-    write_file_atomically(csv, f);  // a failed write (a full disk) keeps what was there
-  }
   std::printf("plan for %s on %s (%s): %d ranks, global batch %lld x %d tokens\n", cfg.deck_name.c_str(),
               mach.name.c_str(), mach.note.empty() ? "no note" : mach.note.c_str(), opt.ranks,
               static_cast<long long>(cfg.train.global_batch_size), cfg.model.block_size);
@@ -236,6 +214,31 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     throw ConfigError("no layout of " + cfg.deck_name + " is valid for " + std::to_string(opt.ranks) + " ranks (" +
                       std::to_string(res.invalid) + " refused), e.g. " + res.first_invalid_reason);
   }
+  // The table once there is one to write (an error above leaves an existing file alone).
+  if (!csv.empty()) {
+    std::string f;
+    f += "dp,tp,pp,zero_stage,micro_batch_size,activation_checkpointing,pp_schedule,fits,step_ms,forward_ms,backward_ms,"
+         "recompute_ms,tp_ms,pp_ms,bubble_ms,dp_ms,dp_hidden_ms,optimizer_ms,other_ms,memory_mib,tflops_per_device,"
+         "offload_ms,offload_hidden_ms,offload_read_mib,offload_write_mib\n";
+    for (const auto* list : {&res.fitting, &res.too_big})
+      for (const PlanCandidate& c : *list) {
+        const StepPrediction& p = c.pred;
+        char line[512];
+        std::snprintf(line, sizeof line,
+                      "%d,%d,%d,%d,%lld,%s,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.2f,%.6g,%.4f,%.4f,"
+                      "%.6g,%.6g\n",
+                      c.cfg.parallel.dp, c.cfg.parallel.tp, c.cfg.parallel.pp, c.cfg.parallel.zero_stage,
+                      static_cast<long long>(c.cfg.train.micro_batch_size), name_of(c.cfg.train.activation_checkpointing),
+                      name_of(c.cfg.parallel.pp_schedule), c.fits ? 1 : 0, p.total_s * 1e3, p.forward_s * 1e3,
+                      p.backward_s * 1e3, p.recompute_s * 1e3, p.tp_comm_s * 1e3, p.pp_comm_s * 1e3, p.bubble_s * 1e3,
+                      p.dp_comm_s * 1e3, p.dp_hidden_s * 1e3, p.optimizer_s * 1e3, p.other_s * 1e3,
+                      p.memory_total_bytes / (1024.0 * 1024.0), p.model_flops / (p.total_s * opt.ranks) / 1e12,
+                      p.offload_io_s * 1e3, p.offload_hidden_s * 1e3, p.offload_read_bytes / (1024.0 * 1024.0),
+                      p.offload_write_bytes / (1024.0 * 1024.0));
+        f += line;
+      }
+    write_file_atomically(csv, f, force);  // a failed write (a full disk) keeps what was there
+  }
   if (res.fitting.empty()) {
     std::printf("no valid layout fits in memory; the smallest:\n");
     for (size_t i = 0; i < res.too_big.size() && i < 5; ++i) print_row(res.too_big[i], static_cast<int>(i + 1), opt.ranks, mach);
@@ -244,7 +247,8 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   std::printf("\n%4s  %-58s %10s %10s %7s %9s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU", "TFLOP/s", "mem_MiB");
   for (size_t i = 0; i < res.fitting.size() && (show == 0 || static_cast<int>(i) < show); ++i)
     print_row(res.fitting[i], static_cast<int>(i + 1), opt.ranks, mach);
-  std::printf("\nbreakdown of the fastest (ms per step; dp exposed = dp communication not hidden by compute):\n");
+  if (top > 0)
+    std::printf("\nbreakdown of the fastest (ms per step; dp exposed = dp communication not hidden by compute):\n");
   for (size_t i = 0; i < res.fitting.size() && static_cast<int>(i) < top; ++i)
     std::printf("%zu. %s\n   %s\n", i + 1, layout_name(res.fitting[i].cfg).c_str(), describe(res.fitting[i].pred).c_str());
   return 0;

@@ -28,7 +28,8 @@ options:
   --section.key=VALUE    override a deck key, e.g. --train.max_steps=100 (also --section.key VALUE)
   --resume [PATH]        continue from checkpoint PATH, or without PATH from the run's latest
                          checkpoint (starting at step 0 when there is none yet, so a job script
-                         can always pass --resume). Keys that differ from the checkpoint's deck
+                         can always pass --resume; stopping, exit 1, when checkpoints exist and
+                         none verifies). Keys that differ from the checkpoint's deck
                          are listed; changes of lr, min_lr, warmup_steps, max_steps, seed and
                          [data] path are refused (exit 2) unless [train] allow_changed names them
   --print-config         print the resolved deck for this number of ranks and exit

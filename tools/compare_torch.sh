@@ -96,7 +96,7 @@ while [[ $# -gt 0 ]]; do
     --skip-trident) DO_TRIDENT=0; shift ;;
     --skip-torch) DO_TORCH=0; shift ;;
     -h|--help) usage; exit 0 ;;
-    *) usage >&2; die "unknown option '$1'" ;;
+    *) usage >&2; echo "compare_torch: error: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
 [[ "$STEPS" =~ ^[0-9]+$ && "$STEPS" -gt 0 ]] || die "--steps must be a positive integer, got '$STEPS'"

@@ -19,6 +19,8 @@
 set -euo pipefail
 source "$(dirname "$0")/script_help.sh"
 [ $# -ge 1 ] || { script_help >&2; exit 2; }
+case "$1" in -*) echo "device_bundle.sh: unknown option '$1' (try --help)" >&2; exit 2 ;; esac
+[ -d "$1" ] || { echo "device_bundle.sh: CUDA_BUILD_DIR '$1' is not a directory" >&2; exit 2; }
 build=$(cd "$1" && pwd)
 out=${2:-.device}
 cd "$(dirname "$0")/.."

@@ -95,7 +95,7 @@ def main(argv=None):
                                  epilog="\n\n".join(p for p in __doc__.split("\n\n")[1:] if not p.startswith("usage:")),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="RUN", help="run directory or metrics.csv")
-    ap.add_argument("-o", "--output", help="PNG to write (default RUN/metrics.png, or runs_compare.png for several)")
+    ap.add_argument("-o", "--output", help="plot to write, .png, .pdf or .svg (default RUN/metrics.png, or runs_compare.png for several)")
     ap.add_argument("--smooth", type=int, default=0, metavar="N", help="also draw an N-step moving average of the train loss")
     ap.add_argument("--title", help="figure title (default: the run names)")
     args = ap.parse_args(argv)

@@ -50,7 +50,10 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
         throw ConfigError("the output '" + opt.output + "' is the input checkpoint; write to another file");
       if (!opt.force)
         throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
-      // Even with --force: never a run's checkpoint or `latest`, a device or a directory.
+    }
+    if (!to_dir) {
+      // Even with --force, and for a new name too: never a run's checkpoint file or `latest` (a
+      // step added behind a run's back), a device or a directory.
       OutputRules rules;
       rules.force = true;
       rules.allow_hdf5 = true;

@@ -301,7 +301,7 @@ std::string format_show(const ShowResult& r, bool all) {
 }
 
 void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<double>& values,
-               const std::string& dtype) {
+               const std::string& dtype, bool replace) {
   // NumPy's format 1.0: magic, version, a little-endian uint16 header length, a Python dict
   // literal padded with spaces to a multiple of 64 bytes ending in a newline, then the data.
   const bool f32 = dtype == "float32";
@@ -336,7 +336,7 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
   }
   // A new temporary file of a unique name and a rename (io/output_file.hpp): a failed write (a
   // full disk) leaves no partial .npy, and no link or file at a fixed temporary name is touched.
-  write_file_atomically(path, bytes);
+  write_file_atomically(path, bytes, replace);
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <regex>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,42 +28,60 @@ bool hdf5_signature(const std::string& path) {
   return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
 }
 
-/// A run's checkpoint file or pointer: step_NNNNNNNN.h5 or `latest` in a folder with a `latest`.
+/// A run's checkpoint file or pointer, existing or not: step_NNNNNNNN.h5 or `latest` in a folder
+/// that has a `latest` or a step_*.h5 file, or whose parent holds a run's lock.
 bool run_checkpoint_file(const fs::path& p) {
   static const std::regex step(R"(step_[0-9]+\.h5)");
   const std::string name = p.filename().string();
   if (name != "latest" && !std::regex_match(name, step)) return false;
   std::error_code ec;
   const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  return fs::exists(dir / "latest", ec);
+  if (fs::exists(dir / "latest", ec) || fs::exists(dir.parent_path() / ".trident.lock", ec)) return true;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (std::regex_match(it->path().filename().string(), step) && it->path() != p) return true;
+  return false;
+}
+
+/// The process's umask, read once (umask() can only be read by setting it).
+mode_t process_umask() {
+  static const mode_t mask = [] {
+    const mode_t m = ::umask(0);
+    ::umask(m);
+    return m;
+  }();
+  return mask;
 }
 
 }  // namespace
 
 void check_output_file(const std::string& path, const std::string& what, const OutputRules& rules) {
   if (path.empty()) throw ConfigError(what + ": the file name is empty");
+  const std::string name = what + " " + path;
   std::error_code ec;
+  for (const std::string& in : rules.inputs)  // the most specific answer first
+    if (!in.empty() && fs::exists(path, ec) && fs::equivalent(path, in, ec))
+      throw ConfigError(name + " is " + in + ", which this command reads: choose another file");
+  const fs::path real = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (run_checkpoint_file(fs::path(path)) || (!ec && run_checkpoint_file(real)))
+    throw ConfigError(name + " names a run's checkpoint file: write it elsewhere (`trident ckpt reshard` and "
+                      "`import` take a checkpoint directory to add a step to a run)");
+  ec.clear();
   const fs::file_status link = fs::symlink_status(path, ec);
   if (link.type() == fs::file_type::not_found) return;
-  const std::string name = what + " " + path;
+  if (ec || link.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
   const fs::file_status st = fs::status(path, ec);
-  if (st.type() == fs::file_type::directory) throw ConfigError(name + " is a directory: give a file name");
   if (st.type() == fs::file_type::not_found)
     throw ConfigError(name + " is a symbolic link to nothing: remove it or choose another name");
+  if (ec || st.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
+  if (st.type() == fs::file_type::directory) throw ConfigError(name + " is a directory: give a file name");
   if (st.type() != fs::file_type::regular)
     throw ConfigError(name + " exists and is not a regular file (a device, FIFO or socket): choose another name");
-  for (const std::string& in : rules.inputs)
-    if (!in.empty() && fs::equivalent(path, in, ec))
-      throw ConfigError(name + " is " + in + ", which this command reads: choose another file");
-  const fs::path real = fs::is_symlink(path, ec) ? fs::canonical(path, ec) : fs::path(path);
-  if (run_checkpoint_file(real))
-    throw ConfigError(name + " is part of a run's checkpoints (" + real.string() + "): choose another file");
   if (!rules.force) throw ConfigError(name + " already exists: choose a new file, or add --force to replace it");
   if (!rules.allow_hdf5 && hdf5_signature(path))
     throw ConfigError(name + " is an HDF5 file (a checkpoint or token file): it is never replaced by this output");
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
+void write_file_atomically(const std::string& path, const std::string& bytes, bool replace) {
   const fs::path p(path);
   std::string templ = ((p.parent_path().empty() ? fs::path(".") : p.parent_path()) /
                        ("." + p.filename().string() + ".XXXXXX"))
@@ -84,18 +103,42 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
     }
     done += static_cast<std::size_t>(n);
   }
-  const mode_t mask = ::umask(0);  // mkstemp makes 0600: give the file the mode a plain create would
-  ::umask(mask);
-  if (::fchmod(fd, 0666 & ~mask) != 0 || ::fsync(fd) != 0) fail("cannot write '" + path + "'");
+  // mkstemp makes 0600: the mode a plain create would give (cosmetic: a file system that refuses
+  // it, some FUSE or CIFS mounts, keeps 0600).
+  (void)::fchmod(fd, 0666 & ~process_umask());
+  if (::fsync(fd) != 0) fail("cannot write '" + path + "'");
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(templ.c_str());
     throw IoError("cannot write '" + path + "': " + std::strerror(err));
   }
-  if (std::rename(templ.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(templ.c_str());
-    throw IoError("cannot rename the temporary file to '" + path + "': " + std::strerror(err));
+  if (replace) {
+    if (std::rename(templ.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      ::unlink(templ.c_str());
+      throw IoError("cannot rename the temporary file to '" + path + "': " + std::strerror(err));
+    }
+    return;
+  }
+  // Only where nothing is: link() fails with EEXIST instead of replacing a file that appeared
+  // since the check (a second job writing the same name).
+  int linked = ::link(templ.c_str(), path.c_str()), err = errno;
+  if (linked != 0 && (err == EPERM || err == EOPNOTSUPP || err == ENOSYS || err == EMLINK)) {
+    // A file system without hard links: the same only-if-absent test, then a rename.
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(path, ec))) {
+      err = EEXIST;
+    } else {
+      linked = std::rename(templ.c_str(), path.c_str());
+      err = errno;
+      if (linked == 0) return;
+    }
+  }
+  ::unlink(templ.c_str());
+  if (linked != 0) {
+    if (err == EEXIST) throw ConfigError(path + " already exists (it appeared while this command ran): nothing "
+                                         "was written; choose a new file, or add --force to replace it");
+    throw IoError("cannot create '" + path + "': " + std::strerror(err));
   }
 }
 

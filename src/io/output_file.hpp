@@ -3,7 +3,8 @@
 // replace, and a write that never leaves half a file, never follows a link planted at a temporary
 // name and never removes a file of the user's.
 //
-// Layer: io. Local (the callers decide which rank writes).
+// Layer: io. Local (the callers decide which rank checks and writes: one, inside run_agreed, so
+// that ranks on nodes with different local files cannot disagree).
 #pragma once
 
 #include <string>
@@ -19,16 +20,21 @@ struct OutputRules {
 };
 
 /// Throws ConfigError (naming `what`, e.g. "--npy") unless `path` may be written under `rules`:
-/// it is not empty; nothing is there (a dangling symbolic link counts as something), or, with
-/// rules.force, a regular file (a link to one counts) that is none of rules.inputs, not an HDF5
-/// file unless rules.allow_hdf5, and never part of a run's checkpoints (a step_*.h5 file or
-/// `latest` in a folder that has a `latest`). Directories, devices, FIFOs and sockets are refused.
+/// it is not empty; it does not name a run's checkpoint file (step_*.h5 or `latest` in a folder
+/// that has a `latest`, a step_*.h5 file, or a run's lock beside it), whether or not that file
+/// exists yet; nothing is there (a dangling symbolic link counts as something), or, with
+/// rules.force, a regular file (a link to one counts; the link itself is what gets replaced) that
+/// is none of rules.inputs and not an HDF5 file unless rules.allow_hdf5. Directories, devices,
+/// FIFOs and sockets are refused. Throws IoError when the file system cannot answer (a parent
+/// without search permission, a loop of links).
 void check_output_file(const std::string& path, const std::string& what, const OutputRules& rules);
 
 /// Writes `bytes` to `path`: into a new temporary file of a unique name beside it (created
-/// exclusively, so no link or file of that name is followed or replaced), flushed, then renamed
-/// over `path`. On failure the temporary file is removed and `path` is as before. Throws IoError
-/// naming the file and errno's reason.
-void write_file_atomically(const std::string& path, const std::string& bytes);
+/// exclusively, so no link or file of that name is followed or replaced), flushed, then moved to
+/// `path` -- replacing what is there when `replace`, else only if nothing is there (a file that
+/// appeared since the check is never overwritten: ConfigError "already exists"). On failure the
+/// temporary file is removed and `path` is as before. Throws IoError naming the file and errno's
+/// reason.
+void write_file_atomically(const std::string& path, const std::string& bytes, bool replace);
 
 }  // namespace trident

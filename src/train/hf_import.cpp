@@ -116,7 +116,8 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     if (fs::path(opt.output).extension() == ".h5") {
       if (fs::exists(opt.output, ec) && !opt.force)
         throw ConfigError("the output '" + opt.output + "' exists; remove it or pass --force to replace it");
-      // Even with --force: never a run's checkpoint or `latest`, a device or a directory.
+      // Even with --force, and for a new name too: never a run's checkpoint file (a step added
+      // behind a run's back), a device or a directory.
       OutputRules rules;
       rules.force = true;
       rules.allow_hdf5 = true;

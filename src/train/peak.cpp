@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <functional>
+#include <set>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -125,7 +127,12 @@ bool lookup(const std::string& path, const std::string& key, double& flops, std:
       char* end = nullptr;
       const double g = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end != '\0' || !std::isfinite(g) || g < 0.01 || g > 1e6) {
-        log::warn("peak cache %s: the value '%s' recorded for this CPU is not a rate from 0.01 to 1e6 GFLOP/s; "
+        // Once per cache line and process (a shape is looked up before and after taking the lock).
+        static std::mutex warned_mutex;
+        static std::set<std::string> warned;
+        std::lock_guard<std::mutex> lock(warned_mutex);
+        if (warned.insert(path + "\n" + line).second)
+          log::warn("peak cache %s: the value '%s' recorded for this CPU is not a rate from 0.01 to 1e6 GFLOP/s; "
                   "measuring again", path.c_str(), v.c_str());
         return false;
       }

@@ -179,6 +179,9 @@ for script in "$repo"/tools/plot_*.py "$repo"/tools/trident_ckpt.py; do
   out="$(cd "$WORK" && timeout 20 "$script" --help 2>&1)"; rc=$?
   check "$(basename "$script") --help: exit 0 and a usage line" test "$rc" = 0 -a -n "$(grep '^usage: ' <<<"$out")"
 done
+# A mistyped option is a usage error (exit 2) that names it, and starts nothing.
+expect_exit 2 "unknown option '--bogus'" -- bash "$repo/tools/compare_torch.sh" --bogus
+expect_exit 2 "unknown option '--bogus'" -- bash "$repo/tools/device_bundle.sh" --bogus
 expect_exit 1 "is not a folder of benchmark results" -- "$repo/tools/plot_zero.py" "$WORK/no_such_results"
 expect_exit 1 "cannot read '$WORK/truncated.h5'" -- "$repo/tools/trident_ckpt.py" "$WORK/truncated.h5"
 # A token file cut short (an interrupted copy): named, with the way out.

@@ -40,8 +40,15 @@ expect_exit 2 "--nodes 2 x 2000000000 devices per node = 4000000000 ranks: more 
 # existing file.
 expect_exit 2 "--csv $WORK/deck.ini is $WORK/deck.ini, which this command reads" -- \
   "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/deck.ini" --force
-expect_exit 2 "--csv /dev/full exists and is not a regular file" -- \
-  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv /dev/full --force
+if [ -e /dev/full ]; then
+  expect_exit 2 "--csv /dev/full exists and is not a regular file" -- \
+    "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv /dev/full --force
+fi
+# An error that leaves no table keeps an existing file as it was, even with --force.
+echo "kept table" > "$WORK/kept.csv"
+expect_exit 2 "has the tp and pp sizes asked for" -- \
+  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --tp 3 --csv "$WORK/kept.csv" --force
+check "--csv: a plan that ends in an error leaves the file alone" grep -qx "kept table" "$WORK/kept.csv"
 echo "old table" > "$WORK/old.csv"
 expect_exit 2 "already exists: choose a new file, or add --force" -- \
   "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/old.csv"
