@@ -28,9 +28,15 @@ def main():
     if not os.path.exists(f"{out}/zero_memory.csv"):
         sys.exit(f"{sys.argv[0]}: error: '{out}' has no zero_memory.csv (run tools/bench_zero.sh first)")
     rows = list(csv.DictReader(open(f"{out}/zero_memory.csv")))
+    if not rows:
+        sys.exit(f"{sys.argv[0]}: error: '{out}/zero_memory.csv' has no rows (run tools/bench_zero.sh again)")
     series = defaultdict(dict)
-    for r in rows:
-        series[(int(r["stage"]), r["source"])][int(r["dp"])] = (float(r["model_states"]), float(r["zero_paper"]))
+    for n, r in enumerate(rows, start=2):
+        try:
+            series[(int(r["stage"]), r["source"])][int(r["dp"])] = (float(r["model_states"]), float(r["zero_paper"]))
+        except (KeyError, TypeError, ValueError) as e:
+            sys.exit(f"{sys.argv[0]}: error: '{out}/zero_memory.csv', line {n}: not a row of tools/bench_zero.sh "
+                     f"(stage, source, dp, model_states, zero_paper): {e!r}")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = {0: "tab:blue", 1: "tab:orange", 2: "tab:green", 3: "tab:red"}
     for stage in sorted({k[0] for k in series}):

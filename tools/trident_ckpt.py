@@ -151,8 +151,9 @@ def main(argv=None):
     for name, t in ck.tensors.items():
         print(f"  {name:48s} {str(t.shape):16s} {t.dtype}  min {t.min():+.4e} max {t.max():+.4e} mean {t.mean():+.4e}")
     if a.npz:
-        np.savez(a.npz, **ck.tensors)
-        print(f"wrote {a.npz}")
+        out = a.npz if a.npz.endswith(".npz") else a.npz + ".npz"  # what numpy.savez writes
+        np.savez(out, **ck.tensors)
+        print(f"wrote {out}")
     return 0
 
 

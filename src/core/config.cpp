@@ -407,6 +407,8 @@ std::string did_you_mean(const Schema& schema, const std::string& dotted) {
   const auto dot = dotted.find('.');
   const std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
   const std::string key = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+  if (dot != std::string::npos && section.empty()) return " (the section name before the dot is missing)";
+  if (key.empty()) return " (the key name after the dot is missing)";
   // A section no key has: name the sections (a key suggested from another one misleads).
   std::vector<std::string> sections;
   for (const Key& k : schema.keys())

@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/output_file.hpp"
 #include "core/memory.hpp"
 
 #include <algorithm>
@@ -68,16 +69,11 @@ std::vector<std::string> data_lines(const std::string& path) {
 
 /// Writes header + lines to `path` through a temporary file and a rename.
 void rewrite(const std::string& path, const std::string& header, const std::vector<std::string>& lines) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << header << "\n";
-    for (const auto& l : lines) out << l << "\n";
-    out.flush();
-    if (!out) throw IoError("cannot write '" + tmp + "'");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
+  std::string text = header + "\n";
+  for (const auto& l : lines) text += l + "\n";
+  // A new temporary file and a rename (io/output_file.hpp): a failure leaves neither half a table
+  // nor a temporary file behind.
+  write_file_atomically(path, text, /*replace=*/true);
 }
 
 /// Says on the log how many rows of `path` a resume set aside in `aside`, and which steps.

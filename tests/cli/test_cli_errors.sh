@@ -182,6 +182,8 @@ done
 # A mistyped option is a usage error (exit 2) that names it, and starts nothing.
 expect_exit 2 "unknown option '--bogus'" -- bash "$repo/tools/compare_torch.sh" --bogus
 expect_exit 2 "unknown option '--bogus'" -- bash "$repo/tools/device_bundle.sh" --bogus
+mkdir -p "$WORK/zg" && printf 'a,b\n1,2\n' > "$WORK/zg/zero_memory.csv"
+expect_exit 1 "zero_memory.csv', line 2: not a row of tools/bench_zero.sh" -- "$repo/tools/plot_zero.py" "$WORK/zg"
 expect_exit 1 "is not a folder of benchmark results" -- "$repo/tools/plot_zero.py" "$WORK/no_such_results"
 expect_exit 1 "cannot read '$WORK/truncated.h5'" -- "$repo/tools/trident_ckpt.py" "$WORK/truncated.h5"
 # A token file cut short (an interrupted copy): named, with the way out.

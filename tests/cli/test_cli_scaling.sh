@@ -115,6 +115,13 @@ mkdir -p "$WORK/isdir/results.csv"  # a folder where the CSV should be: the appe
 expect_exit 1 "error: could not append this point's row" -- env SCALING_RANKS=1 TRIDENT_LAUNCHER=mpiexec \
   bash "$repo/jobscripts/scaling/point.sbatch" "$WORK/isdir/results.csv" s strong dp "$WORK/deck.ini" \
   --train.max_steps=3 --train.out_dir="$WORK/isdir/run"
+# Settings that cannot be right stop the point before it trains (exit 2), the deck untouched.
+cp "$WORK/deck.ini" "$WORK/deck_before.ini"
+expect_exit 2 "RESULTS '$WORK/deck.ini' is the deck" -- env SCALING_RANKS=1 TRIDENT_LAUNCHER=mpiexec \
+  bash "$repo/jobscripts/scaling/point.sbatch" "$WORK/deck.ini" s strong dp "$WORK/deck.ini"
+expect_exit 2 "SCALING_WARMUP='abc' is not a number of steps" -- env SCALING_RANKS=1 SCALING_WARMUP=abc \
+  TRIDENT_LAUNCHER=mpiexec bash "$repo/jobscripts/scaling/point.sbatch" "$WORK/w.csv" s strong dp "$WORK/deck.ini"
+check "point.sbatch: the deck is unchanged" cmp -s "$WORK/deck.ini" "$WORK/deck_before.ini"
 
 # ---- a study name and folder with a comma: quoted CSV cells ---------------------------------------
 expect_exit 0 "wrote .*scaling.png" -- "$driver" --config "$WORK/deck.ini" --ranks 1 --steps 3 --name "my,study" \

@@ -97,6 +97,10 @@ TEST(Config, ErrorsSayWhereTheKeyCameFromAndWhatWasMeant) {
   EXPECT_NE(e.find("there is no section [zzz]; the sections are [model], [parallel], [train], [data], [checkpoint]"),
             std::string::npos) << e;
   EXPECT_EQ(e.find("did you mean"), std::string::npos) << e;
+  e = error_of(kDeck, 1, {"--.a=1"});
+  EXPECT_NE(e.find("the section name before the dot is missing"), std::string::npos) << e;
+  e = error_of(kDeck, 1, {"--model.=1"});
+  EXPECT_NE(e.find("the key name after the dot is missing"), std::string::npos) << e;
   // A file that is not text (an executable): said so, without quoting its bytes; a UTF-8
   // byte-order mark before the first line is no error.
   e = error_of(std::string("\x7f" "ELF\x02\x01\x01") + std::string(1, '\0') + "rest", 1);
