@@ -9,6 +9,7 @@
 #include "core/log.hpp"
 #include "core/progress.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/output_file.hpp"
 #include "parallel/agree.hpp"
 
 #include <cerrno>
@@ -55,7 +56,8 @@ void write_all(std::ofstream& out, const void* data, std::size_t n, const std::s
 }
 
 /// Removes a temporary file when its scope ends by an exception (a full disk, a failed read), so
-/// a failed export leaves no *.tmp behind.
+/// a failed export leaves no *.tmp behind (the safetensors files, written as they are read; the
+/// small files go through write_file_atomically).
 struct RemoveOnThrow {
   std::string path;
   ~RemoveOnThrow() {
@@ -63,20 +65,6 @@ struct RemoveOnThrow {
   }
 };
 
-/// Writes `text` to `path` through a temporary file and a rename, so a reader never sees half a file.
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  RemoveOnThrow guard{tmp};
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
-    write_all(out, text.data(), text.size(), tmp);
-    out.close();
-    if (!out) throw IoError("cannot write '" + tmp + "': " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw IoError("cannot rename '" + tmp + "' to '" + path + "': " + std::strerror(errno));
-}
 
 }  // namespace
 
@@ -218,12 +206,14 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     for (const auto& [name, file] : weight_map)
       index += "    " + json_str(name) + ": " + json_str(file) + (++i < weight_map.size() ? ",\n" : "\n");
     index += "  }\n}\n";
-    write_text_file(res.files[static_cast<size_t>(n_files)], index);
+    write_file_atomically(res.files[static_cast<size_t>(n_files)], index, /*replace=*/true);
 
-    write_text_file(res.files[static_cast<size_t>(n_files) + 1],
-                    schema.hf_config_json(meta, opt.dtype, fs::path(res.checkpoint).filename().string()));
+    write_file_atomically(res.files[static_cast<size_t>(n_files) + 1],
+                          schema.hf_config_json(meta, opt.dtype, fs::path(res.checkpoint).filename().string()),
+                          /*replace=*/true);
     if (!tokenizer_model.empty())
-      write_text_file(res.files.back(), std::string(tokenizer_model.begin(), tokenizer_model.end()));
+      write_file_atomically(res.files.back(), std::string(tokenizer_model.begin(), tokenizer_model.end()),
+                            /*replace=*/true);
 
     // Shards of an earlier export with another file count would shadow nothing (the index names
     // the files) but confuse a reader globbing model-*.safetensors: say so.

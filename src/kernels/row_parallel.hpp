@@ -135,8 +135,8 @@ void column_sums(const char* label, int cols, const Partial& partial, const Stor
 /// Sum over c in [0, n) of f(c) on the host: 16 interleaved partial sums (element c goes to partial
 /// c % 16), added in partial order at the end. A fixed order for a given n, so deterministic and
 /// the same on every layout (such a row is never split across ranks), and one the compiler
-/// vectorises (a scalar chain of dependent adds runs at one add per FP latency: the softmax rows
-/// of attention spent most of their time there). Host code only (LayerNorm, attention softmax).
+/// vectorises (a scalar chain of dependent adds runs at one add per FP latency). Host code only
+/// (LayerNorm, cross entropy).
 template <class T, class F>
 inline T lane_sum(int n, const F& f) {
   constexpr int L = 16;

@@ -43,49 +43,47 @@ PlanResult plan_layouts(const Config& deck, const MachineSpec& mach, const PlanO
   }
   Progress progress("plan", static_cast<std::int64_t>(splits.size()), ProgressUnit::splits);
   for (const auto& [tp, pp] : splits) {
-    {
-      const int dp = opt.ranks / (tp * pp);
-      // Micro-batch sizes: divisors of the per-dp batch (global_batch_size / dp must be whole:
-      // otherwise validate() refuses every micro-batch, and one candidate says why).
-      std::vector<std::int64_t> mbs;
-      if (deck.train.global_batch_size % dp != 0 || !opt.vary_micro_batch) mbs.push_back(deck.train.micro_batch_size);
-      else
-        for (int d : divisors(deck.train.global_batch_size / dp)) mbs.push_back(d);
-      std::vector<Recompute> rcs{deck_rc};
-      if (opt.vary_recompute) rcs = {Recompute::none, Recompute::block};
-      std::vector<PipelineScheduleKind> scheds{deck_sched};
-      if (opt.vary_schedule && pp > 1) scheds = {PipelineScheduleKind::one_f_one_b, PipelineScheduleKind::gpipe};
-      for (int z : opt.zero_stages)
-        for (std::int64_t mb : mbs)
-          for (Recompute rc : rcs)
-            for (PipelineScheduleKind sk : scheds) {
-              ++res.enumerated;
-              Config c = deck;
-              c.parallel.dp = dp;
-              c.parallel.tp = tp;
-              c.parallel.pp = pp;
-              c.parallel.zero_stage = z;
-              if (deck.parallel.pp != pp) c.parallel.pp_layers.clear();  // the deck's split is for its own pp
-              // The deck's HSDP group only where it still divides dp (and sharding is on).
-              if (z == 0 || deck.parallel.shard_group_size <= 0 || dp % deck.parallel.shard_group_size != 0)
-                c.parallel.shard_group_size = 0;
-              c.train.micro_batch_size = mb;
-              c.train.activation_checkpointing = rc;
-              c.parallel.pp_schedule = sk;
-              PlanCandidate cand;
-              try {
-                // The trainer's own validation, for this many ranks and the machine's build.
-                validate(c, opt.ranks, mach.cuda_build ? BuildTarget::cuda : BuildTarget::this_build);
-                cand.pred = predict_step(c, mach, opt.peer);
-              } catch (const Error& e) {
-                if (res.invalid++ == 0) res.first_invalid_reason = layout_name(c) + ": " + e.what();
-                continue;
-              }
-              cand.cfg = c;
-              cand.fits = cand.pred.memory_total_bytes <= mach.memory_bytes;
-              (cand.fits ? res.fitting : res.too_big).push_back(std::move(cand));
+    const int dp = opt.ranks / (tp * pp);
+    // Micro-batch sizes: divisors of the per-dp batch (global_batch_size / dp must be whole:
+    // otherwise validate() refuses every micro-batch, and one candidate says why).
+    std::vector<std::int64_t> mbs;
+    if (deck.train.global_batch_size % dp != 0 || !opt.vary_micro_batch) mbs.push_back(deck.train.micro_batch_size);
+    else
+      for (int d : divisors(deck.train.global_batch_size / dp)) mbs.push_back(d);
+    std::vector<Recompute> rcs{deck_rc};
+    if (opt.vary_recompute) rcs = {Recompute::none, Recompute::block};
+    std::vector<PipelineScheduleKind> scheds{deck_sched};
+    if (opt.vary_schedule && pp > 1) scheds = {PipelineScheduleKind::one_f_one_b, PipelineScheduleKind::gpipe};
+    for (int z : opt.zero_stages)
+      for (std::int64_t mb : mbs)
+        for (Recompute rc : rcs)
+          for (PipelineScheduleKind sk : scheds) {
+            ++res.enumerated;
+            Config c = deck;
+            c.parallel.dp = dp;
+            c.parallel.tp = tp;
+            c.parallel.pp = pp;
+            c.parallel.zero_stage = z;
+            if (deck.parallel.pp != pp) c.parallel.pp_layers.clear();  // the deck's split is for its own pp
+            // The deck's HSDP group only where it still divides dp (and sharding is on).
+            if (z == 0 || deck.parallel.shard_group_size <= 0 || dp % deck.parallel.shard_group_size != 0)
+              c.parallel.shard_group_size = 0;
+            c.train.micro_batch_size = mb;
+            c.train.activation_checkpointing = rc;
+            c.parallel.pp_schedule = sk;
+            PlanCandidate cand;
+            try {
+              // The trainer's own validation, for this many ranks and the machine's build.
+              validate(c, opt.ranks, mach.cuda_build ? BuildTarget::cuda : BuildTarget::this_build);
+              cand.pred = predict_step(c, mach, opt.peer);
+            } catch (const Error& e) {
+              if (res.invalid++ == 0) res.first_invalid_reason = layout_name(c) + ": " + e.what();
+              continue;
             }
-    }
+            cand.cfg = c;
+            cand.fits = cand.pred.memory_total_bytes <= mach.memory_bytes;
+            (cand.fits ? res.fitting : res.too_big).push_back(std::move(cand));
+          }
     progress.add(1);
   }
   progress.finish();

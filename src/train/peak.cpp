@@ -94,26 +94,32 @@ bool cache_line_form(const std::string& line) {
   return true;
 }
 
-bool usable_cache(const std::string& path) {
+/// Reads the cache once: true where `path` is absent, or a regular file of at most kMaxCacheBytes
+/// holding only cache lines (an empty one too); its lines of at most 1 KiB, oldest first, go to
+/// `lines` when given. Only a file of cache lines is a peak cache: TRIDENT_PEAK_CACHE naming a
+/// deck or any other file must never have lines appended to it (or be rewritten).
+bool read_cache(const std::string& path, std::vector<std::string>* lines) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);  // follows symlinks
   if (st.type() == fs::file_type::not_found) return true;
   if (st.type() != fs::file_type::regular || fs::file_size(path, ec) > kMaxCacheBytes || ec) return false;
-  // Only a file of cache lines (or an empty one) is a peak cache: TRIDENT_PEAK_CACHE naming a
-  // deck or any other file must never have lines appended to it (or be rewritten).
+  std::vector<std::string> kept;
   std::ifstream in(path, std::ios::binary);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && !cache_line_form(line)) return false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    if (!cache_line_form(line)) return false;
+    if (line.size() <= 1024) kept.push_back(line);
+  }
+  if (lines != nullptr) *lines = std::move(kept);
   return true;
 }
+
+bool usable_cache(const std::string& path) { return read_cache(path, nullptr); }
 
 /// The cache's lines of at most 1 KiB, oldest first; none when it is absent or not usable_cache().
 std::vector<std::string> cache_lines(const std::string& path) {
   std::vector<std::string> lines;
-  if (!usable_cache(path)) return lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty() && line.size() <= 1024) lines.push_back(line);
+  read_cache(path, &lines);
   return lines;
 }
 
