@@ -37,7 +37,9 @@ std::int64_t Bf16Staging::kept_offset(const float* in, std::int64_t n) const {
 
 std::pair<const bf16_t*, const bf16_t*> Bf16Staging::inputs(const float* a, std::int64_t na, const float* b,
                                                             std::int64_t nb) {
-  std::int64_t oa = kept_offset(a, na), ob = kept_offset(b, nb);
+  if (a == nullptr) na = 0;  // held in bf16 by the caller
+  if (b == nullptr) nb = 0;
+  std::int64_t oa = a == nullptr ? 0 : kept_offset(a, na), ob = b == nullptr ? 0 : kept_offset(b, nb);
   const std::int64_t ra = oa < 0 ? na : 0, rb = ob < 0 ? nb : 0;  // elements to round now
   reserve(kept_end_ + ra + rb);  // offsets, not pointers, survive a growth
   if (oa < 0) {
@@ -48,7 +50,7 @@ std::pair<const bf16_t*, const bf16_t*> Bf16Staging::inputs(const float* a, std:
     ob = kept_end_ + ra;
     round_(buf_.data() + ob, b, nb);
   }
-  return {buf_.data() + oa, buf_.data() + ob};
+  return {a == nullptr ? nullptr : buf_.data() + oa, b == nullptr ? nullptr : buf_.data() + ob};
 }
 
 void Bf16Staging::release() {

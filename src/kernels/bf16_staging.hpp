@@ -40,7 +40,8 @@ class Bf16Staging {
 
   /// The bf16 inputs of one GEMM reading a[0, na) and b[0, nb): a kept copy where the operand lies
   /// wholly inside a kept range (then it is not rounded again), else a copy rounded now into the
-  /// buffer after the kept region. Valid until the next call.
+  /// buffer after the kept region. Valid until the next call. An operand given as nullptr (one the
+  /// caller holds in bf16 already, gemm_bf16()) is neither rounded nor given room: nullptr back.
   std::pair<const bf16_t*, const bf16_t*> inputs(const float* a, std::int64_t na, const float* b, std::int64_t nb);
 
   /// Frees the buffer unless copies are kept (then it keeps them). Fences first.

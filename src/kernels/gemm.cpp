@@ -50,6 +50,22 @@ GemmInputReuse<T>::~GemmInputReuse() {
   g_reuse_alive.store(false);
 }
 
+void gemm_bf16(char transA, char transB, float alpha, View2<const bf16_t> A, View2<const float> B, float beta,
+               View2<float> C) {
+  const auto d = detail::gemm_dims("gemm_bf16", transA, transB, A.extent(0), A.extent(1), B.extent(0), B.extent(1),
+                                   C.extent(0), C.extent(1));
+  detail::gemm_bf16_held(transA, transB, alpha, d, nullptr, A.data(), A.stride(0), static_cast<std::int64_t>(A.span()),
+                         B.data(), nullptr, B.stride(0), static_cast<std::int64_t>(B.span()), beta, C);
+}
+
+void gemm_bf16(char transA, char transB, float alpha, View2<const float> A, View2<const bf16_t> B, float beta,
+               View2<float> C) {
+  const auto d = detail::gemm_dims("gemm_bf16", transA, transB, A.extent(0), A.extent(1), B.extent(0), B.extent(1),
+                                   C.extent(0), C.extent(1));
+  detail::gemm_bf16_held(transA, transB, alpha, d, A.data(), nullptr, A.stride(0), static_cast<std::int64_t>(A.span()),
+                         nullptr, B.data(), B.stride(0), static_cast<std::int64_t>(B.span()), beta, C);
+}
+
 #define TRIDENT_INST(T) template class GemmInputReuse<T>;
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
 #undef TRIDENT_INST

@@ -12,6 +12,7 @@
 #pragma once
 
 #include "core/types.hpp"
+#include "kernels/convert.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -134,6 +135,18 @@ template <class T>
 void gemm(char transA, char transB, T alpha, View2<const T> A, View2<const T> B, T beta, View2<T> C,
           GemmInputs inputs = GemmInputs::native);
 
+/// C = alpha op(A) op(B) + beta C with bf16 inputs (GemmInputs::bf16) where one operand is stored
+/// in bf16 already (kernels/convert.hpp's bf16_t bits, row-major), as activations kept only for
+/// GEMMs are with [train] compute_dtype = bf16 (model/block.hpp, Block::gemm_only_saved): that
+/// operand is read as it is, the float one is rounded as gemm() rounds it (or read from a
+/// GemmInputReuse copy). Bitwise what gemm(..., GemmInputs::bf16) gives on float operands whose
+/// rounding the bf16 operand holds. Local; asynchronous on the device. Throws Error as gemm(), and
+/// where bf16 GEMMs are not supported (gemm_bf16_unavailable_reason()).
+void gemm_bf16(char transA, char transB, float alpha, View2<const bf16_t> A, View2<const float> B, float beta,
+               View2<float> C);
+void gemm_bf16(char transA, char transB, float alpha, View2<const float> A, View2<const bf16_t> B, float beta,
+               View2<float> C);
+
 /// For every i of the batch: C_i = alpha op(A_i) op(B_i) + beta C_i (A, B, C of equal batch size).
 /// One strided-batched call on CUDA (cublasGemmStridedBatchedEx), a loop of gemm() on the host.
 /// Local; errors as gemm().
@@ -152,6 +165,13 @@ struct GemmDims {
 void check_batch_sizes(std::int64_t a, std::int64_t b, std::int64_t c);
 GemmDims gemm_dims(const char* what, char transA, char transB, std::int64_t a_rows, std::int64_t a_cols,
                    std::int64_t b_rows, std::int64_t b_cols, std::int64_t c_rows, std::int64_t c_cols);
+
+/// The backend's side of gemm_bf16(): C = alpha op(A) op(B) + beta C with bf16 inputs, where
+/// exactly one of A16 (then A is nullptr) and B16 (then B is nullptr) is the operand held in bf16;
+/// lda/ldb are row strides, a_span/b_span the elements an operand covers. d from gemm_dims().
+void gemm_bf16_held(char transA, char transB, float alpha, const GemmDims& d, const float* A, const bf16_t* A16,
+                    std::int64_t lda, std::int64_t a_span, const float* B, const bf16_t* B16, std::int64_t ldb,
+                    std::int64_t b_span, float beta, View2<float> C);
 
 /// gemm_dims() of one matrix of each batch, after checking that A, B and C hold equally many.
 template <class T>

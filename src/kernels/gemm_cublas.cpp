@@ -185,6 +185,24 @@ void gemm_batched(char transA, char transB, T alpha, View3<const T> A, View3<con
           "cublasDgemmStridedBatched");
 }
 
+namespace detail {
+/// gemm_bf16() on the device: a16 or b16 is the operand held in bf16, the other (a or b) is rounded
+/// as gemm() rounds it; row-major through column-major cuBLAS as gemm() does.
+void gemm_bf16_held(char transA, char transB, float alpha, const GemmDims& d, const float* a, const bf16_t* a16,
+                    std::int64_t a_stride, std::int64_t a_span, const float* b, const bf16_t* b16,
+                    std::int64_t b_stride, std::int64_t b_span, float beta, View2<float> C) {
+  if (d.m == 0 || d.n == 0) return;
+  cublasHandle_t h = cublas().handle;
+  const int m = to_int(d.m, "M"), n = to_int(d.n, "N"), k = to_int(d.k, "K");
+  const auto [ra, rb] = bf16_inputs(a, a_span, b, b_span);
+  const bf16_t* A16 = a16 != nullptr ? a16 : ra;
+  const bf16_t* B16 = b16 != nullptr ? b16 : rb;
+  check(cublasGemmEx(h, op(transB), op(transA), n, m, k, &alpha, B16, CUDA_R_16BF, ld(b_stride), A16, CUDA_R_16BF,
+                     ld(a_stride), &beta, C.data(), CUDA_R_32F, ld(C.stride(0)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx (bf16 inputs, one held in bf16, fp32 accumulation)");
+}
+}  // namespace detail
+
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_GEMM_INSTANTIATE)
 
 }  // namespace trident

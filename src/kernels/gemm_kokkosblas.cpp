@@ -161,6 +161,23 @@ void gemm_batched(char transA, char transB, T alpha, View3<const T> A, View3<con
                      as_matrix(C.data() + i * sc, C.extent(1), C.extent(2)));
 }
 
+namespace detail {
+/// gemm_bf16() on the host: oneDNN's bf16 matmul with A16 or B16 the operand held in bf16 (the
+/// other one, A or B, rounded as gemm() rounds it).
+void gemm_bf16_held(char transA, char transB, float alpha, const GemmDims& d, const float* A,
+                    const bf16_t* A16, std::int64_t lda, std::int64_t a_span, const float* B, const bf16_t* B16,
+                    std::int64_t ldb, std::int64_t b_span, float beta, View2<float> C) {
+#if TRIDENT_HAVE_ONEDNN
+  onednn_gemm(true, transA, transB, 1, d.m, d.n, d.k, alpha, A, lda, 0, a_span, B, ldb, 0, b_span, beta, C.data(),
+              C.stride(0), 0, A16, B16);
+#else
+  (void)transA, (void)transB, (void)alpha, (void)d, (void)A, (void)A16, (void)lda, (void)a_span, (void)B, (void)B16;
+  (void)ldb, (void)b_span, (void)beta, (void)C;
+  throw Error("gemm: bf16 inputs: " + gemm_bf16_unavailable_reason());
+#endif
+}
+}  // namespace detail
+
 void set_host_gemm_chooser(HostGemmChooser chooser) {
   if (chooser && !host_gemm_available(HostGemm::onednn))
     throw Error("gemm: this build has no oneDNN: a per-shape choice of the fp32 GEMM library needs both libraries");

@@ -198,7 +198,7 @@ void onednn_reuse_end() noexcept {
 void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N,
                  std::int64_t K, float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
                  const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,
-                 std::int64_t ldc, std::int64_t sc) {
+                 std::int64_t ldc, std::int64_t sc, const bf16_t* A16, const bf16_t* B16) {
   if (M == 0 || N == 0 || batch == 0) return;
   if (K == 0) {  // C = beta C (oneDNN has no empty reduction)
     for (std::int64_t i = 0; i < batch; ++i)
@@ -218,9 +218,9 @@ void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch,
   void* a_in = const_cast<float*>(A);  // oneDNN's memory takes a non-const handle; it only reads
   void* b_in = const_cast<float*>(B);
   if (bf16_inputs) {
-    const auto [a16, b16] = d.staging.inputs(A, a_span, B, b_span);
-    a_in = const_cast<bf16_t*>(a16);
-    b_in = const_cast<bf16_t*>(b16);
+    const auto [a16, b16] = d.staging.inputs(A16 != nullptr ? nullptr : A, a_span, B16 != nullptr ? nullptr : B, b_span);
+    a_in = const_cast<bf16_t*>(A16 != nullptr ? A16 : a16);
+    b_in = const_cast<bf16_t*>(B16 != nullptr ? B16 : b16);
   }
   const auto positive = [](std::int64_t v) { return v > 1 ? v : std::int64_t{1}; };
   const Key key{transA, transB, batch, M, N, K, positive(lda), positive(ldb), positive(ldc),

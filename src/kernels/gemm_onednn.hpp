@@ -41,12 +41,14 @@ void onednn_reuse_end() noexcept;
 /// buffer that grows to the largest A + B seen (MemCategory::activations), an operand that a
 /// GemmInputReuse scope keeps read from its kept copy instead; else the matmul reads
 /// them as fp32 (HostGemm::onednn, kernels/gemm.hpp). It accumulates in fp32 and writes C in fp32.
+/// A16 / B16 (bf16_inputs only): the operand stored in bf16 already (gemm_bf16()), read as it is
+/// with the strides given; A / B is then ignored (nullptr).
 /// Primitives are cached by shape, strides, alpha, beta and input type (the shapes of a run are
 /// few and fixed). Synchronous. Throws Error for bf16 inputs when onednn_bf16_unavailable_reason()
 /// is not empty, and when oneDNN fails (naming the status and the shape).
 void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N,
                  std::int64_t K, float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
                  const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,
-                 std::int64_t ldc, std::int64_t sc);
+                 std::int64_t ldc, std::int64_t sc, const bf16_t* A16 = nullptr, const bf16_t* B16 = nullptr);
 
 }  // namespace trident::detail

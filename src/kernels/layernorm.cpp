@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/kmath.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/instantiate.hpp"
 #include "kernels/row_parallel.hpp"
 
@@ -54,8 +55,19 @@ void host_layernorm_backward(T* __restrict dinp, std::int64_t ldx, T* dweight, T
 // are those of the former one-thread-per-row loops. With the Serial backend the host paths below
 // run instead: the same expressions, row sums in 16 interleaved lanes (lane_sum), so their last bits
 // differ from the team kernels' (docs/design.md, Kernels).
-template <class T>
-void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T> inp, View1<const T> weight,
+namespace {
+/// out = v, or its bf16 rounding (kernels/convert.hpp) for a bf16 output. Device-safe.
+template <class Out, class T>
+KOKKOS_INLINE_FUNCTION void store(Out& out, T v) {
+  if constexpr (std::is_same_v<Out, bf16_t>)
+    out = to_bf16(static_cast<float>(v));
+  else
+    out = v;
+}
+
+/// layernorm_forward into an output of type Out (T, or bf16_t for T = float).
+template <class T, class Out>
+void layernorm_forward_to(View2<Out> out, View1<T> mean, View1<T> rstd, View2<const T> inp, View1<const T> weight,
                        View1<const T> bias) {
   const int C = static_cast<int>(inp.extent(1));
   const std::int64_t N = static_cast<std::int64_t>(inp.extent(0));
@@ -67,7 +79,7 @@ void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T
     const T* const b = has_bias ? bias.data() : nullptr;
     for (std::int64_t n = 0; n < N; ++n) {
       const T* const x = &inp(n, 0);
-      T* const y = &out(n, 0);
+      Out* const y = &out(n, 0);
       const T m = lane_sum<T>(C, [&](int c) { return x[c]; }) / C;
       const T v = lane_sum<T>(C, [&](int c) {
                     const T d = x[c] - m;
@@ -76,7 +88,7 @@ void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T
       const T s = T(1) / kmath::sqrt(v + T(1e-5));
       for (int c = 0; c < C; ++c) {
         const T yc = (x[c] - m) * s * w[c];
-        y[c] = b != nullptr ? yc + b[c] : yc;
+        store(y[c], b != nullptr ? yc + b[c] : yc);
       }
       mean(n) = m;
       rstd(n) = s;
@@ -103,7 +115,7 @@ void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T
           const T s = T(1) / kmath::sqrt(v + T(1e-5));
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, C), [&](const int c) {
             const T y = (inp(n, c) - m) * s * weight(c);
-            out(n, c) = has_bias ? y + bias(c) : y;
+            store(out(n, c), has_bias ? y + bias(c) : y);
           });
           Kokkos::single(Kokkos::PerThread(team), [&] {
             mean(n) = m;
@@ -111,6 +123,19 @@ void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T
           });
         });
       });
+}
+
+}  // namespace
+
+template <class T>
+void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T> inp, View1<const T> weight,
+                       View1<const T> bias) {
+  layernorm_forward_to<T, T>(out, mean, rstd, inp, weight, bias);
+}
+
+void layernorm_forward_bf16(View2<bf16_t> out, View1<float> mean, View1<float> rstd, View2<const float> inp,
+                            View1<const float> weight, View1<const float> bias) {
+  layernorm_forward_to<float, bf16_t>(out, mean, rstd, inp, weight, bias);
 }
 
 template <class T>

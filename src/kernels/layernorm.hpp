@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/types.hpp"
+#include "kernels/convert.hpp"
 
 namespace trident {
 
@@ -13,6 +14,12 @@ namespace trident {
 template <class T>
 void layernorm_forward(View2<T> out, View1<T> mean, View1<T> rstd, View2<const T> inp, View1<const T> weight,
                        View1<const T> bias);
+
+/// layernorm_forward writing out in bf16 (each value rounded to nearest even, kernels/convert.hpp):
+/// bitwise the bf16 rounding of the float function's output, for activations kept only as GEMM
+/// inputs (model/block.hpp, Block::gemm_only_saved). mean and rstd stay float.
+void layernorm_forward_bf16(View2<bf16_t> out, View1<float> mean, View1<float> rstd, View2<const float> inp,
+                            View1<const float> weight, View1<const float> bias);
 
 /// dinp += d/dinp, dweight += sum_rows(dout * xhat), dbias += sum_rows(dout) (dbias may be empty).
 /// Accumulates into all three, as the residual stream and gradient accumulation need. dinp must

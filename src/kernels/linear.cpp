@@ -4,6 +4,8 @@
 #include "kernels/instantiate.hpp"
 #include "kernels/row_parallel.hpp"
 
+#include <type_traits>
+
 namespace trident {
 
 namespace {
@@ -37,16 +39,25 @@ void add_bias(View2<T> out, View1<const T> bias) {
   add_row_bias<T>("trident::add_bias", out, bias);
 }
 
-template <class T>
-void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
-                     View2<const T> weight, bool accumulate_dinp, GemmInputs inputs) {
-  {
-    // Both GEMMs read dout: with bf16 inputs it is rounded once for the two.
-    const bool both = dinp.extent(0) > 0;
-    GemmInputReuse<T> reuse(both ? inputs : GemmInputs::native, dout.data(), static_cast<std::int64_t>(dout.span()));
-    if (both) gemm<T>('N', 'N', T(1), dout, weight, accumulate_dinp ? T(1) : T(0), dinp, inputs);
+namespace {
+
+/// The GEMMs of linear_backward: inp float (gemm) or held in bf16 (gemm_bf16).
+template <class T, class In>
+void linear_backward_gemms(View2<T> dinp, View2<T> dweight, View2<const T> dout, View2<const In> inp,
+                           View2<const T> weight, bool accumulate_dinp, GemmInputs inputs) {
+  // Both GEMMs read dout: with bf16 inputs it is rounded once for the two.
+  const bool both = dinp.extent(0) > 0;
+  GemmInputReuse<T> reuse(both ? inputs : GemmInputs::native, dout.data(), static_cast<std::int64_t>(dout.span()));
+  if (both) gemm<T>('N', 'N', T(1), dout, weight, accumulate_dinp ? T(1) : T(0), dinp, inputs);
+  if constexpr (std::is_same_v<In, bf16_t>)
+    gemm_bf16('T', 'N', 1.f, dout, inp, 1.f, dweight);
+  else
     gemm<T>('T', 'N', T(1), dout, inp, T(1), dweight, inputs);
-  }
+}
+
+/// dbias += the column sums of dout.
+template <class T>
+void bias_backward(View1<T> dbias, View2<const T> dout) {
   if (dbias.extent(0) == 0) return;
   // dbias sums the N rows of dout: a column reduction (kernels/row_parallel.hpp; fixed order, no atomics).
   const std::int64_t N = static_cast<std::int64_t>(dout.extent(0));
@@ -58,6 +69,27 @@ void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<cons
         return acc;
       },
       KOKKOS_LAMBDA(const int o, const T& sum) { dbias(o) += sum; });
+}
+
+}  // namespace
+
+template <class T>
+void linear_backward(View2<T> dinp, View2<T> dweight, View1<T> dbias, View2<const T> dout, View2<const T> inp,
+                     View2<const T> weight, bool accumulate_dinp, GemmInputs inputs) {
+  linear_backward_gemms<T, T>(dinp, dweight, dout, inp, weight, accumulate_dinp, inputs);
+  bias_backward<T>(dbias, dout);
+}
+
+void linear_forward_bf16(View2<float> out, View2<const bf16_t> inp, View2<const float> weight, View1<const float> bias) {
+  gemm_bf16('N', 'T', 1.f, inp, weight, 0.f, out);
+  if (bias.extent(0) == 0) return;
+  add_row_bias<float>("trident::linear_forward_bias", out, bias);
+}
+
+void linear_backward_bf16(View2<float> dinp, View2<float> dweight, View1<float> dbias, View2<const float> dout,
+                          View2<const bf16_t> inp, View2<const float> weight, bool accumulate_dinp) {
+  linear_backward_gemms<float, bf16_t>(dinp, dweight, dout, inp, weight, accumulate_dinp, GemmInputs::bf16);
+  bias_backward<float>(dbias, dout);
 }
 
 #define TRIDENT_INST(T)                                                                                   \

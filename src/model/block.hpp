@@ -13,14 +13,17 @@
 #include "core/config.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/dropout.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/linear.hpp"
 #include "model/param_layout.hpp"
 #include "parallel/communicator.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 namespace trident {
@@ -46,6 +49,9 @@ struct BlockEnv {
   Communicator* tp = nullptr;  ///< tensor-parallel group (nullptr or size 1: none)
   int tp_size = 1, tp_rank = 0;
   GemmInputs gemm = GemmInputs::native;
+  /// The activations Block::gemm_only_saved lists are stored in bf16 (gemm is then bf16 and T
+  /// float): the block writes and reads them through mat16()/sub16().
+  bool saved_bf16 = false;
   int B = 0, seq = 0;          ///< micro-batch shape
   ForwardContext ctx;
   AttentionScratch<T> attn;
@@ -98,6 +104,40 @@ struct BlockEnv {
   View2<T> mat(const View1<T>& v, std::int64_t cols) const { return as_matrix(v.data(), rows(), cols); }
   /// The first rows * width elements of v.
   View1<T> sub(const View1<T>& v, std::int64_t width) const { return View1<T>(v.data(), static_cast<size_t>(rows() * width)); }
+  /// A saved activation stored in bf16 (saved_bf16): its first rows * cols bf16 values as a
+  /// (rows, cols) matrix, and flat.
+  View2<bf16_t> mat16(const View1<T>& v, std::int64_t cols) const {
+    return as_matrix(reinterpret_cast<bf16_t*>(v.data()), rows(), cols);
+  }
+  View1<bf16_t> sub16(const View1<T>& v, std::int64_t width) const {
+    return View1<bf16_t>(reinterpret_cast<bf16_t*>(v.data()), static_cast<size_t>(rows() * width));
+  }
+  /// Whether the Block::gemm_only_saved activations are stored in bf16 here (float only).
+  bool stored_bf16() const { return std::is_same_v<T, float> && saved_bf16; }
+  /// Where the producer of gemm-only saved activation `saved` writes: `scratch` (a free float
+  /// buffer of the same width) when it is stored in bf16, then keep_rounded() rounds it into
+  /// `saved`; else `saved` itself, and keep_rounded() does nothing. Local.
+  View1<T> produce_into(const View1<T>& saved, const View1<T>& scratch) const {
+    return stored_bf16() ? scratch : saved;
+  }
+  void keep_rounded(const View1<T>& saved, const View1<T>& scratch, std::int64_t width) const {
+    if (stored_bf16()) convert_to_bf16<T>(sub16(saved, width), View1<const T>(scratch.data(), rows() * width));
+  }
+  /// A linear layer (kernels/linear.hpp) whose input is the saved activation `in` of `cols`
+  /// features, float or (stored_bf16()) bf16; GEMM inputs as `gemm`. Local.
+  void linear_forward_saved(View2<T> out, const View1<T>& in, std::int64_t cols, View2<const T> w,
+                            View1<const T> b) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (saved_bf16) return linear_forward_bf16(out, mat16(in, cols), w, b);
+    linear_forward<T>(out, mat(in, cols), w, b, gemm);
+  }
+  /// Its backward: dinp = dout W (overwritten; empty to skip), dw += dout^T in, db += column sums. Local.
+  void linear_backward_saved(View2<T> dinp, View2<T> dw, View1<T> db, View2<const T> dout, const View1<T>& in,
+                             std::int64_t cols, View2<const T> w) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (saved_bf16) return linear_backward_bf16(dinp, dw, db, dout, mat16(in, cols), w, /*accumulate_dinp=*/false);
+    linear_backward<T>(dinp, dw, db, dout, mat(in, cols), w, /*accumulate_dinp=*/false, gemm);
+  }
 };
 
 /// Elements of A and B together in the largest GEMM of a linear layer (kernels/linear.hpp) over
@@ -123,6 +163,15 @@ class Block {
   /// Elements of each activation one block keeps for backward, for `BT` rows and `att` attention
   /// probabilities (B * NHl * T * T). Local.
   virtual std::vector<std::int64_t> saved_sizes(std::int64_t BT, std::int64_t att) const = 0;
+  /// Per entry of saved_sizes(): true where the block reads that activation only as the input of
+  /// linear layers (forward and the weight gradient), never in float arithmetic. With bf16 GEMM
+  /// inputs the executor stores those in bf16 (half the elements of T, rounded up) and sets
+  /// BlockEnv::saved_bf16; the block then writes them rounded (kernels/layernorm.hpp,
+  /// kernels/gelu.hpp, or BlockEnv::produce_into/keep_rounded) and reads them through
+  /// BlockEnv::linear_forward_saved/linear_backward_saved, whose GEMMs take them as they are: the
+  /// same bits the GEMMs would otherwise round from float, with half the memory and no rounding
+  /// pass in backward. Empty: none. Local.
+  virtual std::vector<bool> gemm_only_saved() const { return {}; }
   /// Elements of each scratch buffer the blocks share (BlockEnv::scratch), same arguments. Local.
   virtual std::vector<std::int64_t> scratch_sizes(std::int64_t BT, std::int64_t att) const = 0;
   /// The most elements that A and B of one GEMM of a block hold together (forward or backward),

@@ -12,6 +12,7 @@
 #include "kernels/rmsnorm.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace trident {
 
@@ -55,12 +56,17 @@ Dims dims(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T)
 /// activations and the head's; the recompute set; the executor's scratch (dres, dln, attention),
 /// then the block's.
 std::vector<std::int64_t> activation_plan(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T,
-                                          bool recompute, int stashes) {
+                                          bool recompute, int stashes, bool saved_bf16) {
   const Dims d = dims(m, layout, max_B, max_T);
   const std::int64_t BT = d.BT, C = d.C, Cl = d.Cl;
   const bool fused = m.attention == AttentionKernel::fused;
   const auto block = family_of(m.arch).make_block<float>(m, layout);
-  const std::vector<std::int64_t> layer = block->saved_sizes(BT, d.att);
+  std::vector<std::int64_t> layer = block->saved_sizes(BT, d.att);
+  if (saved_bf16) {  // GEMM-only activations in bf16: half as many float elements, rounded up
+    const std::vector<bool> only = block->gemm_only_saved();
+    for (size_t i = 0; i < only.size() && i < layer.size(); ++i)
+      if (only[i]) layer[i] = (layer[i] + 1) / 2;
+  }
   std::vector<std::int64_t> plan;
   for (int s = 0; s < stashes; ++s) {
     for (int l = 0; l <= d.n_local; ++l) plan.push_back(BT * C);  // residual stream
@@ -143,9 +149,10 @@ GptSchedule GptSchedule::make(const ParamLayout& layout, const ModelConfig& m) {
 
 template <class T>
 std::int64_t Gpt<T>::activation_elements(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T,
-                                         bool recompute, int stashes) {
+                                         bool recompute, int stashes, GemmInputs gemm) {
   std::int64_t n = 0;
-  for (auto e : activation_plan(m, layout, max_B, max_T, recompute, stashes)) n += e;
+  const bool saved_bf16 = std::is_same_v<T, float> && gemm == GemmInputs::bf16;
+  for (auto e : activation_plan(m, layout, max_B, max_T, recompute, stashes, saved_bf16)) n += e;
   return n;
 }
 
@@ -159,7 +166,7 @@ std::int64_t Gpt<T>::gemm_operand_elements(const ModelConfig& m, const ParamLayo
 
 template <class T>
 Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_comm, int max_B, int max_T,
-            bool recompute, int stashes)
+            bool recompute, int stashes, GemmInputs gemm)
     : m_(m),
       layout_(layout),
       family_(family_of(m.arch)),
@@ -170,7 +177,9 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
       tp_rank_(layout.part().tp_rank),
       max_B_(max_B),
       max_T_(max_T),
-      recompute_(recompute) {
+      recompute_(recompute),
+      gemm_(gemm),
+      saved_bf16_(std::is_same_v<T, float> && gemm == GemmInputs::bf16) {
   if (max_T > m.block_size) throw Error("Gpt: max_T exceeds block_size");
   if (tp_size_ > 1 && (tp_comm == nullptr || tp_comm->size() != tp_size_))
     throw Error("Gpt: the tensor-parallel communicator does not match the layout's tp size");
@@ -182,7 +191,7 @@ Gpt<T>::Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_co
   vocab_start_ = tp_rank_ * Vp_;
   vocab_rows_ = std::max(0, std::min(m.vocab_size, vocab_start_ + Vp_) - vocab_start_);
 
-  const auto sizes = activation_plan(m, layout, max_B, max_T, recompute, stashes);
+  const auto sizes = activation_plan(m, layout, max_B, max_T, recompute, stashes, saved_bf16_);
   const size_t n_saved = block_->saved_sizes(d.BT, d.att).size();
   const size_t n_scratch = block_->scratch_sizes(d.BT, d.att).size();
   stash_.resize(static_cast<size_t>(stashes));
@@ -229,6 +238,7 @@ BlockEnv<T> Gpt<T>::env(const Stash& s) const {
   e.tp_size = tp_size_;
   e.tp_rank = tp_rank_;
   e.gemm = gemm_;
+  e.saved_bf16 = saved_bf16_;
   e.B = s.B;
   e.seq = s.seq;
   e.ctx = s.ctx;
@@ -237,6 +247,14 @@ BlockEnv<T> Gpt<T>::env(const Stash& s) const {
   e.dres = dres_;
   e.dln = dln_;
   return e;
+}
+
+template <class T>
+void Gpt<T>::set_gemm_inputs(GemmInputs inputs) {
+  if (saved_bf16_ && inputs != GemmInputs::bf16)
+    throw Error("Gpt: this model stores its GEMM-only activations in bf16 (constructed with bf16 GEMM inputs); "
+                "native GEMM inputs need a model constructed with them");
+  gemm_ = inputs;
 }
 
 template <class T>

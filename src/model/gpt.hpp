@@ -106,9 +106,13 @@ class Gpt {
  public:
   /// Allocates activations for `stashes` micro-batches in flight of up to max_B sequences of up
   /// to max_T tokens, for the part of the model `layout` describes. tp_comm: the tensor-parallel
-  /// group (nullptr or size 1: none). recompute: activation checkpointing per block.
+  /// group (nullptr or size 1: none). recompute: activation checkpointing per block. gemm: how the
+  /// GEMMs treat their inputs (set_gemm_inputs()); with GemmInputs::bf16 and T = float, the
+  /// activations a block keeps only as GEMM inputs (Block::gemm_only_saved) are stored in bf16,
+  /// half the bytes, and the GEMMs read them without rounding them again (bitwise the same results
+  /// as fp32 storage with bf16 GEMM inputs).
   Gpt(const ModelConfig& m, const ParamLayout& layout, Communicator* tp_comm, int max_B, int max_T,
-      bool recompute = false, int stashes = 1);
+      bool recompute = false, int stashes = 1, GemmInputs gemm = GemmInputs::native);
   /// Single-rank convenience (no tensor parallelism, one stash).
   Gpt(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T, bool recompute = false)
       : Gpt(m, layout, nullptr, max_B, max_T, recompute, 1) {}
@@ -143,8 +147,10 @@ class Gpt {
 
   /// How every GEMM of this model (linears, attention, the tied head) treats its inputs: native,
   /// or bf16 inputs with fp32 accumulation ([train] compute_dtype = bf16; kernels/gemm.hpp). The
-  /// element-wise kernels, activations, parameters and gradients stay in T. Local.
-  void set_gemm_inputs(GemmInputs inputs) { gemm_ = inputs; }
+  /// element-wise kernels, parameters and gradients stay in T, activations too except those a
+  /// constructor with GemmInputs::bf16 stores in bf16. Local. Throws Error for native inputs on a
+  /// Gpt that stores activations in bf16 (they no longer hold the float values).
+  void set_gemm_inputs(GemmInputs inputs);
   GemmInputs gemm_inputs() const { return gemm_; }
 
   const GptSchedule& schedule() const { return sched_; }
@@ -153,7 +159,7 @@ class Gpt {
   std::int64_t activation_bytes() const { return acts_.bytes(); }
   /// Elements of activation and scratch storage the constructor allocates.
   static std::int64_t activation_elements(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T,
-                                          bool recompute, int stashes = 1);
+                                          bool recompute, int stashes = 1, GemmInputs gemm = GemmInputs::native);
   /// The most elements A and B of one GEMM of this model part hold together (blocks and LM head),
   /// for micro-batches of up to max_B x max_T: the bf16 input scratch of kernels/gemm.hpp holds
   /// that many bf16 values with [train] compute_dtype = bf16. Local.
@@ -195,6 +201,7 @@ class Gpt {
   int t_wte_, t_wpe_, t_lnf_w_, t_lnf_b_, t_head_;
   std::vector<const T*> held_;  // per unit: acquired parameter base, or nullptr
   GemmInputs gemm_ = GemmInputs::native;
+  bool saved_bf16_ = false;  // GEMM-only activations stored in bf16 (constructed with GemmInputs::bf16, T = float)
 };
 
 }  // namespace trident

@@ -71,7 +71,8 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
       n_micro_(micro_batches(cfg)),
       pipeline_(pipeline_schedule(cfg, grid.pp_rank())),
       gpt_(cfg.model, state_.layout(), &grid.tp_comm(), static_cast<int>(cfg.train.micro_batch_size),
-           cfg.model.block_size, cfg.train.activation_checkpointing == Recompute::block, pipeline_.stashes()),
+           cfg.model.block_size, cfg.train.activation_checkpointing == Recompute::block, pipeline_.stashes(),
+           cfg.train.compute_dtype == Precision::bf16 ? GemmInputs::bf16 : GemmInputs::native),
       sampler_(static_cast<std::uint64_t>(cfg.train.seed), data.size("train"), cfg.model.block_size),
       tokens_("trident::tokens",
               static_cast<size_t>(pipeline_.stashes() * cfg.train.micro_batch_size * cfg.model.block_size)),
@@ -533,9 +534,10 @@ MemoryBytes predict_memory(const Config& cfg) {
     const bool recompute = cfg.train.activation_checkpointing == Recompute::block;
     const int mb = static_cast<int>(cfg.train.micro_batch_size);
     const int stashes = pipeline_schedule(cfg, pp_rank).stashes();
+    const GemmInputs gemm = cfg.train.compute_dtype == Precision::bf16 ? GemmInputs::bf16 : GemmInputs::native;
     const std::int64_t acts =
-        dbl ? Gpt<double>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes)
-            : Gpt<float>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes);
+        dbl ? Gpt<double>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes, gemm)
+            : Gpt<float>::activation_elements(cfg.model, layout, mb, cfg.model.block_size, recompute, stashes, gemm);
     b[static_cast<size_t>(MemCategory::activations)] += acts * (dbl ? 8 : 4);
     // bf16 GEMM inputs: the GEMM seam's bf16 copy of the largest GEMM's A and B (kernels/gemm.hpp).
     if (cfg.train.compute_dtype == Precision::bf16)

@@ -3,7 +3,10 @@
 // identical in every evaluation); Llama with grouped-query attention (2 query heads per key/value
 // head), rotary embeddings, SwiGLU, RMSNorm, tied and untied heads.
 #include "fd.hpp"
+#include "core/error.hpp"
+#include "core/host_copy.hpp"
 #include "kernels/elementwise.hpp"
+#include "kernels/gemm.hpp"
 #include "model/gpt.hpp"
 #include "model/param_store.hpp"
 
@@ -84,6 +87,88 @@ TEST(LlamaGradient, MatchesFiniteDifferencesMultiHead) {
   m.n_kv_head = 0;  // = n_head: no grouping
   check_model_gradient(m);
 }
+
+// GEMM-only activations stored in bf16 (Block::gemm_only_saved; a Gpt constructed with bf16 GEMM
+// inputs) against the same model storing them in float with bf16 GEMM inputs: the GEMMs see the
+// same bf16 values, so losses and every gradient are bitwise equal, with and without recompute,
+// for both attention kernels, with dropout, for GPT-2 and Llama; the activations are smaller by
+// exactly half of the activations each family lists (`halved`: floats per token and block).
+// GPT-2: ln_1, attention output, ln_2 (C each) and GELU output (4C); Llama: both RMSNorm outputs
+// (C each), attention output (n_head * head size = C here) and the SwiGLU output (ffn_hidden).
+void check_bf16_storage(ModelConfig m, bool recompute, std::int64_t halved) {
+  if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  const ParamLayout layout = ParamLayout::make(m);
+  ParamStore<float> store(layout);
+  store.initialize(5);
+  const int B = 3, T = m.block_size;
+  std::vector<token_t> tok_h(B * T), tgt_h(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    tok_h[i] = (i * 7 + 3) % m.vocab_size;
+    tgt_h[i] = (i * 5 + 1) % m.vocab_size;
+  }
+  const Buffer<token_t> tok = test::device_array(tok_h), tgt = test::device_array(tgt_h);
+  View1<const token_t> tokv(tok.data(), B * T), tgtv(tgt.data(), B * T);
+  ForwardContext ctx;
+  ctx.seed = 7;
+  ctx.step = 2;
+  ctx.train = true;
+  FlatProvider<float> flat(layout, store.params().data(), store.grads().data());
+  auto run = [&](Gpt<float>& gpt, std::vector<float>& grads) {
+    store.zero_grads();
+    const double loss = gpt.forward(flat, tokv, tgtv, B, T, ctx);
+    gpt.backward(flat, 1.f / (B * T));
+    Kokkos::fence();
+    grads = to_host_vector(View1<const float>(store.grads().data(), static_cast<size_t>(store.grads().size())));
+    return loss;
+  };
+  Gpt<float> f32(m, layout, nullptr, B, T, recompute, 1);  // float storage, bf16 GEMM inputs
+  f32.set_gemm_inputs(GemmInputs::bf16);
+  Gpt<float> b16(m, layout, nullptr, B, T, recompute, 1, GemmInputs::bf16);
+  EXPECT_THROW(b16.set_gemm_inputs(GemmInputs::native), Error);
+  std::vector<float> g_f32, g_b16;
+  const double l_f32 = run(f32, g_f32), l_b16 = run(b16, g_b16);
+  EXPECT_EQ(l_f32, l_b16);
+  ASSERT_EQ(g_f32.size(), g_b16.size());
+  for (size_t i = 0; i < g_f32.size(); ++i) ASSERT_EQ(g_f32[i], g_b16[i]) << "gradient element " << i;
+  // The path is really the bf16 one: float GEMM inputs give another loss.
+  Gpt<float> native(m, layout, nullptr, B, T, recompute, 1);
+  std::vector<float> g_native;
+  EXPECT_NE(run(native, g_native), l_f32);
+  const std::int64_t saved_blocks = recompute ? 1 : m.n_layer;  // recompute keeps one block's set
+  EXPECT_EQ(f32.activation_bytes() - b16.activation_bytes(), saved_blocks * B * T * halved / 2 * 4);
+  EXPECT_EQ(b16.activation_bytes(),
+            Gpt<float>::activation_elements(m, layout, B, T, recompute, 1, GemmInputs::bf16) * 4);
+}
+
+ModelConfig small_gpt2(AttentionKernel attention) {
+  ModelConfig m = tiny(true, 0.1);
+  m.n_embd = 32;
+  m.block_size = 16;
+  m.vocab_size = 40;
+  m.attention = attention;
+  return m;
+}
+
+ModelConfig small_llama() {
+  ModelConfig m = tiny_llama(false, 0.1);
+  m.n_embd = 32;
+  m.ffn_hidden = 48;
+  m.block_size = 16;
+  m.vocab_size = 40;
+  return m;
+}
+
+TEST(GptBf16Storage, BitwiseTheFloatStorageGemmAttention) {
+  check_bf16_storage(small_gpt2(AttentionKernel::gemm), false, 7 * 32);
+}
+TEST(GptBf16Storage, BitwiseTheFloatStorageWithRecompute) {
+  check_bf16_storage(small_gpt2(AttentionKernel::gemm), true, 7 * 32);
+}
+TEST(GptBf16Storage, BitwiseTheFloatStorageFusedAttention) {
+  check_bf16_storage(small_gpt2(AttentionKernel::fused), false, 7 * 32);
+}
+TEST(GptBf16Storage, BitwiseTheFloatStorageLlama) { check_bf16_storage(small_llama(), false, 3 * 32 + 48); }
+TEST(GptBf16Storage, BitwiseTheFloatStorageLlamaRecompute) { check_bf16_storage(small_llama(), true, 3 * 32 + 48); }
 
 }  // namespace
 }  // namespace trident

@@ -753,6 +753,110 @@ TEST(Kernels, LinearBackwardBf16EqualsItsTwoGemms) {
   EXPECT_EQ(to_host_vector(v1(dw1)), to_host_vector(v1(dw2)));
 }
 
+// gemm_bf16 with one operand held in bf16 is bitwise gemm() with bf16 inputs on the float operand
+// that rounds to it, for the two shapes the model uses (the forward's inp W^T with inp held, the
+// weight gradient's dout^T inp with inp held), also where the float operand is kept by a
+// GemmInputReuse scope; and the linear layer's bf16 forms are bitwise the float ones. Where bf16
+// GEMMs are missing, gemm_bf16 raises an Error.
+TEST(Kernels, GemmBf16HeldOperandEqualsRoundingGemm) {
+  const int N = 37, C = 48, OC = 40;
+  auto fill = [](int n, double f) {
+    std::vector<float> v(n);
+    for (int i = 0; i < n; ++i) v[i] = static_cast<float>(std::sin(f * i + 0.5)) * 1.0009f;
+    return v;
+  };
+  const std::vector<float> inp_h = fill(N * C, 0.13);
+  std::vector<bf16_t> inp16_h(inp_h.size());
+  for (size_t i = 0; i < inp_h.size(); ++i) inp16_h[i] = to_bf16(inp_h[i]);
+  const Buffer<float> inp = device_array(inp_h), w = device_array(fill(OC * C, 0.29)),
+                      dout = device_array(fill(N * OC, 0.41)), bias = device_array(fill(OC, 0.7)),
+                      dw0 = device_array(fill(OC * C, 0.05));
+  const Buffer<bf16_t> inp16 = device_array(inp16_h);
+  const auto inp_m = as_matrix<const float>(inp.data(), N, C);
+  const auto inp16_m = as_matrix<const bf16_t>(inp16.data(), N, C);
+  const auto w_m = as_matrix<const float>(w.data(), OC, C);
+  const auto dout_m = as_matrix<const float>(dout.data(), N, OC);
+  if (!gemm_bf16_supported()) {
+    Buffer<float> y("y", N * OC);
+    EXPECT_THROW(gemm_bf16('N', 'T', 1.f, inp16_m, w_m, 0.f, as_matrix(y.data(), N, OC)), Error);
+    return;
+  }
+  Buffer<float> y1("y1", N * OC), y2("y2", N * OC), y3("y3", N * OC), y4("y4", N * OC);
+  gemm<float>('N', 'T', 1.f, inp_m, w_m, 0.f, as_matrix(y1.data(), N, OC), GemmInputs::bf16);
+  gemm_bf16('N', 'T', 1.f, inp16_m, w_m, 0.f, as_matrix(y2.data(), N, OC));
+  EXPECT_EQ(to_host_vector(v1(y2)), to_host_vector(v1(y1)));
+  linear_forward<float>(as_matrix(y3.data(), N, OC), inp_m, w_m, View1<const float>(bias.data(), OC), GemmInputs::bf16);
+  linear_forward_bf16(as_matrix(y4.data(), N, OC), inp16_m, w_m, View1<const float>(bias.data(), OC));
+  EXPECT_EQ(to_host_vector(v1(y4)), to_host_vector(v1(y3)));
+  Buffer<float> g1("g1", OC * C), g2("g2", OC * C);
+  Kokkos::deep_copy(g1, dw0);
+  Kokkos::deep_copy(g2, dw0);
+  gemm<float>('T', 'N', 0.5f, dout_m, inp_m, 1.f, as_matrix(g1.data(), OC, C), GemmInputs::bf16);
+  {
+    GemmInputReuse<float> reuse(GemmInputs::bf16, dout.data(), N * OC);  // dout read from the kept copy
+    gemm_bf16('T', 'N', 0.5f, dout_m, inp16_m, 1.f, as_matrix(g2.data(), OC, C));
+  }
+  EXPECT_EQ(to_host_vector(v1(g2)), to_host_vector(v1(g1)));
+  Buffer<float> dx1("dx1", N * C), dx2("dx2", N * C), db1("db1", OC), db2("db2", OC);
+  Kokkos::deep_copy(g1, dw0);
+  Kokkos::deep_copy(g2, dw0);
+  linear_backward<float>(as_matrix(dx1.data(), N, C), as_matrix(g1.data(), OC, C), v1(db1), dout_m, inp_m, w_m, false,
+                         GemmInputs::bf16);
+  linear_backward_bf16(as_matrix(dx2.data(), N, C), as_matrix(g2.data(), OC, C), v1(db2), dout_m, inp16_m, w_m, false);
+  EXPECT_EQ(to_host_vector(v1(dx2)), to_host_vector(v1(dx1)));
+  EXPECT_EQ(to_host_vector(v1(g2)), to_host_vector(v1(g1)));
+  EXPECT_EQ(to_host_vector(v1(db2)), to_host_vector(v1(db1)));
+  // A held operand of the wrong shape is refused as gemm() refuses it.
+  EXPECT_THROW(gemm_bf16('N', 'N', 1.f, inp16_m, w_m, 0.f, as_matrix(y2.data(), N, OC)), Error);
+}
+
+// The bf16 outputs of LayerNorm and GELU are bitwise the bf16 rounding of the float outputs, at
+// every length from 1 to 70 (the vector loops' bodies and tails) and on NaN, +-inf, +-0 and
+// values at bf16 rounding ties.
+TEST(Kernels, LayerNormAndGeluBf16OutputsAreTheRoundedFloatOutputs) {
+  auto values = [](int n, double f) {
+    std::vector<float> v(n);
+    for (int i = 0; i < n; ++i) v[i] = static_cast<float>(3.0 * std::sin(f * i + 0.3)) * 1.0011f;
+    return v;
+  };
+  for (int n = 1; n <= 70; ++n) {
+    std::vector<float> x = values(n, 0.77);
+    if (n >= 6) {
+      x[0] = std::numeric_limits<float>::quiet_NaN();
+      x[1] = std::numeric_limits<float>::infinity();
+      x[2] = -std::numeric_limits<float>::infinity();
+      x[3] = -0.f;
+      x[4] = 1.f + 1.f / 256;  // a tie: rounds to even (1)
+      x[5] = 1.f + 3.f / 256;  // a tie: rounds to even (1 + 4/256)
+    }
+    const Buffer<float> in = device_array(x);
+    Buffer<float> out("out", n);
+    Buffer<bf16_t> out16("out16", n);
+    gelu_forward<float>(v1(out), View1<const float>(in.data(), n));
+    gelu_forward_bf16(View1<bf16_t>(out16.data(), n), View1<const float>(in.data(), n));
+    const std::vector<float> f = to_host_vector(v1(out));
+    const std::vector<bf16_t> h = to_host_vector(View1<const bf16_t>(out16.data(), n));
+    for (int i = 0; i < n; ++i) ASSERT_EQ(h[i], to_bf16(f[i])) << "GELU, length " << n << ", element " << i;
+  }
+  for (int C : {1, 7, 16, 33, 64, 70}) {
+    const int N = 5;
+    const Buffer<float> in = device_array(values(N * C, 0.91)), w = device_array(values(C, 0.37)),
+                        b = device_array(values(C, 0.53));
+    Buffer<float> out("out", N * C), m1("m1", N), r1("r1", N), m2("m2", N), r2("r2", N);
+    Buffer<bf16_t> out16("out16", N * C);
+    const auto in_m = as_matrix<const float>(in.data(), N, C);
+    layernorm_forward<float>(as_matrix(out.data(), N, C), v1(m1), v1(r1), in_m, View1<const float>(w.data(), C),
+                             View1<const float>(b.data(), C));
+    layernorm_forward_bf16(as_matrix(out16.data(), N, C), v1(m2), v1(r2), in_m, View1<const float>(w.data(), C),
+                           View1<const float>(b.data(), C));
+    const std::vector<float> f = to_host_vector(v1(out));
+    const std::vector<bf16_t> h = to_host_vector(View1<const bf16_t>(out16.data(), N * C));
+    for (int i = 0; i < N * C; ++i) ASSERT_EQ(h[i], to_bf16(f[i])) << "LayerNorm, C " << C << ", element " << i;
+    EXPECT_EQ(to_host_vector(v1(m2)), to_host_vector(v1(m1)));
+    EXPECT_EQ(to_host_vector(v1(r2)), to_host_vector(v1(r1)));
+  }
+}
+
 #if TRIDENT_HAVE_ONEDNN && !TRIDENT_HAVE_CUDA
 // The host GEMM's vectorised rounding is bitwise to_bf16 (kernels/convert.hpp) on every class of
 // input: ties (both parities), carries into the exponent, subnormals, +-0, +-inf, quiet and

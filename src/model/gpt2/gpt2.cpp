@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/elementwise.hpp"
 #include "kernels/gelu.hpp"
 #include "kernels/instantiate.hpp"
@@ -13,6 +14,7 @@
 
 #include <array>
 #include <cmath>
+#include <type_traits>
 
 namespace trident {
 
@@ -96,6 +98,10 @@ class Gpt2Block final : public Block<T> {
     const std::int64_t C = C_, Cl = Cl_;
     return {BT * C, BT, BT, BT * 3 * Cl, att, BT * Cl, BT * C, BT * C, BT, BT, BT * 4 * Cl, BT * 4 * Cl};
   }
+  // ln1, atty, ln2 and fch_gelu are read only by linear layers: bf16 with bf16 GEMM inputs.
+  std::vector<bool> gemm_only_saved() const override {
+    return {true, false, false, false, false, true, false, true, false, false, false, true};
+  }
   // Scratch: proj, datty, dqkv, dfch, dpre, dproj.
   std::vector<std::int64_t> scratch_sizes(std::int64_t BT, std::int64_t att) const override {
     const std::int64_t C = C_, Cl = Cl_;
@@ -117,18 +123,25 @@ class Gpt2Block final : public Block<T> {
     const auto& s = *e.scratch;
     View1<T> x(const_cast<T*>(x_in.data()), x_in.extent(0));
     View1<T> proj = s[0];
-    layernorm_forward<T>(e.mat(a[0], C), a[1], a[2], e.mat(x, C), vec(p, t[0]), vec(p, t[1]));
-    linear_forward<T>(e.mat(a[3], 3 * Cl), e.mat(a[0], C), mat(p, t[2]), vec(p, t[3]), e.gemm);
-    e.attention_fwd(e.mat(a[5], Cl), a[4], e.mat(a[3], 3 * Cl), NHl_, e.attention_dropout(gl, NHl_));
-    linear_forward<T>(e.mat(proj, C), e.mat(a[5], Cl), mat(p, t[4]), View1<const T>(), e.gemm);
+    layernorm_to(e, a[0], a[1], a[2], e.mat(x, C), vec(p, t[0]), vec(p, t[1]));
+    e.linear_forward_saved(e.mat(a[3], 3 * Cl), a[0], C, mat(p, t[2]), vec(p, t[3]));
+    // The attention output in float (into backward's datty scratch where it is kept in bf16).
+    e.attention_fwd(e.mat(e.produce_into(a[5], s[1]), Cl), a[4], e.mat(a[3], 3 * Cl), NHl_,
+                    e.attention_dropout(gl, NHl_));
+    e.keep_rounded(a[5], s[1], Cl);
+    e.linear_forward_saved(e.mat(proj, C), a[5], Cl, mat(p, t[4]), View1<const T>());
     e.tp_sum(e.sub(proj, C));
     add_bias<T>(e.mat(proj, C), vec(p, t[5]));
     dropout_apply<T>(e.sub(proj, C), e.key(dropout_site(gl, kSiteAttnResid)));
     residual_forward<T>(e.sub(a[6], C), e.sub(x, C), e.sub(proj, C));
-    layernorm_forward<T>(e.mat(a[7], C), a[8], a[9], e.mat(a[6], C), vec(p, t[6]), vec(p, t[7]));
-    linear_forward<T>(e.mat(a[10], 4 * Cl), e.mat(a[7], C), mat(p, t[8]), vec(p, t[9]), e.gemm);
-    gelu_forward<T>(e.sub(a[11], 4 * Cl), e.sub(a[10], 4 * Cl));
-    linear_forward<T>(e.mat(proj, C), e.mat(a[11], 4 * Cl), mat(p, t[10]), View1<const T>(), e.gemm);
+    layernorm_to(e, a[7], a[8], a[9], e.mat(a[6], C), vec(p, t[6]), vec(p, t[7]));
+    e.linear_forward_saved(e.mat(a[10], 4 * Cl), a[7], C, mat(p, t[8]), vec(p, t[9]));
+    if (e.stored_bf16()) {
+      if constexpr (std::is_same_v<T, float>) gelu_forward_bf16(e.sub16(a[11], 4 * Cl), e.sub(a[10], 4 * Cl));
+    } else {
+      gelu_forward<T>(e.sub(a[11], 4 * Cl), e.sub(a[10], 4 * Cl));
+    }
+    e.linear_forward_saved(e.mat(proj, C), a[11], 4 * Cl, mat(p, t[10]), View1<const T>());
     e.tp_sum(e.sub(proj, C));
     add_bias<T>(e.mat(proj, C), vec(p, t[11]));
     dropout_apply<T>(e.sub(proj, C), e.key(dropout_site(gl, kSiteMlpResid)));
@@ -145,28 +158,31 @@ class Gpt2Block final : public Block<T> {
     View1<T> datty = s[1], dqkv = s[2], dfch = s[3], dpre = s[4], dproj = s[5], dres = e.dres, dln = e.dln;
     Kokkos::deep_copy(e.sub(dproj, C), e.sub(dres, C));
     dropout_apply<T>(e.sub(dproj, C), e.key(dropout_site(gl, kSiteMlpResid)));
-    linear_backward<T>(e.mat(dfch, 4 * Cl), mat(g, t[10]), vec(g, t[11]), e.mat(dproj, C), e.mat(a[11], 4 * Cl),
-                       mat(p, t[10]), /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(dfch, 4 * Cl), mat(g, t[10]), vec(g, t[11]), e.mat(dproj, C), a[11], 4 * Cl, mat(p, t[10]));
     gelu_backward<T>(e.sub(dfch, 4 * Cl), e.sub(dfch, 4 * Cl), e.sub(a[10], 4 * Cl));
-    linear_backward<T>(e.mat(dln, C), mat(g, t[8]), vec(g, t[9]), e.mat(dfch, 4 * Cl), e.mat(a[7], C), mat(p, t[8]),
-                       /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(dln, C), mat(g, t[8]), vec(g, t[9]), e.mat(dfch, 4 * Cl), a[7], C, mat(p, t[8]));
     e.tp_sum(e.sub(dln, C));  // column-parallel: the input gradient is a sum over tp partitions
     layernorm_backward<T>(e.mat(dres, C), vec(g, t[6]), vec(g, t[7]), e.mat(dln, C), e.mat(a[6], C), vec(p, t[6]),
                           a[8], a[9]);
     Kokkos::deep_copy(e.sub(dproj, C), e.sub(dres, C));
     dropout_apply<T>(e.sub(dproj, C), e.key(dropout_site(gl, kSiteAttnResid)));
-    linear_backward<T>(e.mat(datty, Cl), mat(g, t[4]), vec(g, t[5]), e.mat(dproj, C), e.mat(a[5], Cl), mat(p, t[4]),
-                       /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(datty, Cl), mat(g, t[4]), vec(g, t[5]), e.mat(dproj, C), a[5], Cl, mat(p, t[4]));
     e.attention_bwd(e.mat(dqkv, 3 * Cl), dpre, e.mat(datty, Cl), e.mat(a[3], 3 * Cl), a[4], NHl_,
                     e.attention_dropout(gl, NHl_));
-    linear_backward<T>(e.mat(dln, C), mat(g, t[2]), vec(g, t[3]), e.mat(dqkv, 3 * Cl), e.mat(a[0], C), mat(p, t[2]),
-                       /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(dln, C), mat(g, t[2]), vec(g, t[3]), e.mat(dqkv, 3 * Cl), a[0], C, mat(p, t[2]));
     e.tp_sum(e.sub(dln, C));
     layernorm_backward<T>(e.mat(dres, C), vec(g, t[0]), vec(g, t[1]), e.mat(dln, C), e.mat(x, C), vec(p, t[0]), a[1],
                           a[2]);
   }
 
  private:
+  /// LayerNorm into the saved activation `out` (float, or bf16 where the env stores it so).
+  void layernorm_to(const BlockEnv<T>& e, const View1<T>& out, View1<T> mean, View1<T> rstd, View2<const T> inp,
+                    View1<const T> w, View1<const T> b) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (e.saved_bf16) return layernorm_forward_bf16(e.mat16(out, inp.extent(1)), mean, rstd, inp, w, b);
+    layernorm_forward<T>(e.mat(out, static_cast<std::int64_t>(inp.extent(1))), mean, rstd, inp, w, b);
+  }
   View1<T> vec(const T* base, int tensor) const { return unit_tensor(layout_, base, tensor); }
   View2<T> mat(const T* base, int tensor) const { return unit_matrix(layout_, base, tensor); }
   ModelConfig m_;

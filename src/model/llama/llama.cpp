@@ -92,6 +92,10 @@ class LlamaBlock final : public Block<T> {
     const std::int64_t C = C_;
     return {BT * C, BT, BT * W_, att, BT * Cq_, BT * C, BT * C, BT, BT * 2 * Fl_, BT * Fl_};
   }
+  // ln1, atty, ln2 and h are read only by linear layers: bf16 with bf16 GEMM inputs.
+  std::vector<bool> gemm_only_saved() const override {
+    return {true, false, false, false, true, false, true, false, false, true};
+  }
   // Scratch: proj, datty, dqkv, dgu, dh, dpre, dproj, the rotary table (cos and sin of up to
   // max_T positions, kernels/rope.hpp).
   std::vector<std::int64_t> scratch_sizes(std::int64_t BT, std::int64_t att) const override {
@@ -112,18 +116,25 @@ class LlamaBlock final : public Block<T> {
     const std::int64_t C = C_;
     const auto& t = t_[static_cast<size_t>(ll)];
     View1<T> x(const_cast<T*>(x_in.data()), x_in.extent(0)), proj = (*e.scratch)[0];
-    rmsnorm_forward<T>(e.mat(a[0], C), a[1], e.mat(x, C), vec(p, t[0]), m_.norm_eps);
-    linear_forward<T>(e.mat(a[2], W_), e.mat(a[0], C), rows(p, t[1], W_), View1<const T>(), e.gemm);
+    // ln1, atty, ln2 and h are produced into free scratch where they are kept in bf16.
+    rmsnorm_forward<T>(e.mat(e.produce_into(a[0], proj), C), a[1], e.mat(x, C), vec(p, t[0]), m_.norm_eps);
+    e.keep_rounded(a[0], proj, C);
+    e.linear_forward_saved(e.mat(a[2], W_), a[0], C, rows(p, t[1], W_), View1<const T>());
     rope_forward<T>(e.mat(a[2], W_), table(e), e.seq, NHl_ + NKVl_, HS_);
-    e.attention_fwd(e.mat(a[4], Cq_), a[3], e.mat(a[2], W_), NHl_, e.attention_dropout(gl, NHl_), NKVl_);
-    linear_forward<T>(e.mat(proj, C), e.mat(a[4], Cq_), mat(p, t[2]), View1<const T>(), e.gemm);
+    const View1<T> datty = (*e.scratch)[1], dh = (*e.scratch)[4];
+    e.attention_fwd(e.mat(e.produce_into(a[4], datty), Cq_), a[3], e.mat(a[2], W_), NHl_,
+                    e.attention_dropout(gl, NHl_), NKVl_);
+    e.keep_rounded(a[4], datty, Cq_);
+    e.linear_forward_saved(e.mat(proj, C), a[4], Cq_, mat(p, t[2]), View1<const T>());
     e.tp_sum(e.sub(proj, C));
     dropout_apply<T>(e.sub(proj, C), e.key(dropout_site(gl, kSiteAttnResid)));
     residual_forward<T>(e.sub(a[5], C), e.sub(x, C), e.sub(proj, C));
-    rmsnorm_forward<T>(e.mat(a[6], C), a[7], e.mat(a[5], C), vec(p, t[3]), m_.norm_eps);
-    linear_forward<T>(e.mat(a[8], 2 * Fl_), e.mat(a[6], C), rows(p, t[4], 2 * Fl_), View1<const T>(), e.gemm);
-    swiglu_forward<T>(e.mat(a[9], Fl_), e.mat(a[8], 2 * Fl_));
-    linear_forward<T>(e.mat(proj, C), e.mat(a[9], Fl_), mat(p, t[5]), View1<const T>(), e.gemm);
+    rmsnorm_forward<T>(e.mat(e.produce_into(a[6], proj), C), a[7], e.mat(a[5], C), vec(p, t[3]), m_.norm_eps);
+    e.keep_rounded(a[6], proj, C);
+    e.linear_forward_saved(e.mat(a[8], 2 * Fl_), a[6], C, rows(p, t[4], 2 * Fl_), View1<const T>());
+    swiglu_forward<T>(e.mat(e.produce_into(a[9], dh), Fl_), e.mat(a[8], 2 * Fl_));
+    e.keep_rounded(a[9], dh, Fl_);
+    e.linear_forward_saved(e.mat(proj, C), a[9], Fl_, mat(p, t[5]), View1<const T>());
     e.tp_sum(e.sub(proj, C));
     dropout_apply<T>(e.sub(proj, C), e.key(dropout_site(gl, kSiteMlpResid)));
     residual_forward<T>(e.sub(y, C), e.sub(a[5], C), e.sub(proj, C));
@@ -139,22 +150,20 @@ class LlamaBlock final : public Block<T> {
     View1<T> datty = s[1], dqkv = s[2], dgu = s[3], dh = s[4], dpre = s[5], dproj = s[6], dres = e.dres, dln = e.dln;
     Kokkos::deep_copy(e.sub(dproj, C), e.sub(dres, C));
     dropout_apply<T>(e.sub(dproj, C), e.key(dropout_site(gl, kSiteMlpResid)));
-    linear_backward<T>(e.mat(dh, Fl_), mat(g, t[5]), View1<T>(), e.mat(dproj, C), e.mat(a[9], Fl_), mat(p, t[5]),
-                       /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(dh, Fl_), mat(g, t[5]), View1<T>(), e.mat(dproj, C), a[9], Fl_, mat(p, t[5]));
     swiglu_backward<T>(e.mat(dgu, 2 * Fl_), e.mat(dh, Fl_), e.mat(a[8], 2 * Fl_));
-    linear_backward<T>(e.mat(dln, C), rows(g, t[4], 2 * Fl_), View1<T>(), e.mat(dgu, 2 * Fl_), e.mat(a[6], C),
-                       rows(p, t[4], 2 * Fl_), /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(dln, C), rows(g, t[4], 2 * Fl_), View1<T>(), e.mat(dgu, 2 * Fl_), a[6], C,
+                            rows(p, t[4], 2 * Fl_));
     e.tp_sum(e.sub(dln, C));  // column-parallel: the input gradient is a sum over tp partitions
     rmsnorm_backward<T>(e.mat(dres, C), vec(g, t[3]), e.mat(dln, C), e.mat(a[5], C), vec(p, t[3]), a[7]);
     Kokkos::deep_copy(e.sub(dproj, C), e.sub(dres, C));
     dropout_apply<T>(e.sub(dproj, C), e.key(dropout_site(gl, kSiteAttnResid)));
-    linear_backward<T>(e.mat(datty, Cq_), mat(g, t[2]), View1<T>(), e.mat(dproj, C), e.mat(a[4], Cq_), mat(p, t[2]),
-                       /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(datty, Cq_), mat(g, t[2]), View1<T>(), e.mat(dproj, C), a[4], Cq_, mat(p, t[2]));
     e.attention_bwd(e.mat(dqkv, W_), dpre, e.mat(datty, Cq_), e.mat(a[2], W_), a[3], NHl_,
                     e.attention_dropout(gl, NHl_), NKVl_);
     rope_backward<T>(e.mat(dqkv, W_), table(e), e.seq, NHl_ + NKVl_, HS_);
-    linear_backward<T>(e.mat(dln, C), rows(g, t[1], W_), View1<T>(), e.mat(dqkv, W_), e.mat(a[0], C),
-                       rows(p, t[1], W_), /*accumulate_dinp=*/false, e.gemm);
+    e.linear_backward_saved(e.mat(dln, C), rows(g, t[1], W_), View1<T>(), e.mat(dqkv, W_), a[0], C,
+                            rows(p, t[1], W_));
     e.tp_sum(e.sub(dln, C));
     rmsnorm_backward<T>(e.mat(dres, C), vec(g, t[0]), e.mat(dln, C), e.mat(x, C), vec(p, t[0]), a[1]);
   }
