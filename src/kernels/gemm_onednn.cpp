@@ -209,6 +209,8 @@ void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch,
         }
     return;
   }
+  if (!bf16_inputs && (A16 != nullptr || B16 != nullptr))
+    throw Error("gemm: an operand held in bf16 needs bf16 inputs (onednn_gemm)");
   if (bf16_inputs) {
     const std::string why = onednn_bf16_unavailable_reason();
     if (!why.empty()) throw Error("gemm: bf16 inputs: " + why);

@@ -41,8 +41,8 @@ void onednn_reuse_end() noexcept;
 /// buffer that grows to the largest A + B seen (MemCategory::activations), an operand that a
 /// GemmInputReuse scope keeps read from its kept copy instead; else the matmul reads
 /// them as fp32 (HostGemm::onednn, kernels/gemm.hpp). It accumulates in fp32 and writes C in fp32.
-/// A16 / B16 (bf16_inputs only): the operand stored in bf16 already (gemm_bf16()), read as it is
-/// with the strides given; A / B is then ignored (nullptr).
+/// A16 / B16 (bf16_inputs only; Error otherwise): the operand stored in bf16 already
+/// (gemm_bf16()), read as it is with the strides given; A / B is then ignored (nullptr).
 /// Primitives are cached by shape, strides, alpha, beta and input type (the shapes of a run are
 /// few and fixed). Synchronous. Throws Error for bf16 inputs when onednn_bf16_unavailable_reason()
 /// is not empty, and when oneDNN fails (naming the status and the shape).

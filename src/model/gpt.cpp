@@ -51,10 +51,11 @@ Dims dims(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T)
   return d;
 }
 
-/// Sizes of every activation buffer of a Gpt, in allocation order (one place for the
-/// constructor and for memory planning): per stash the residual stream, each block's saved
+/// Sizes of every activation buffer of a Gpt in elements of T, in allocation order (one place for
+/// the constructor and for memory planning): per stash the residual stream, each block's saved
 /// activations and the head's; the recompute set; the executor's scratch (dres, dln, attention),
-/// then the block's.
+/// then the block's. With saved_bf16 a block's gemm_only_saved activations of n bf16 values take
+/// (n + 1) / 2 elements (T = float).
 std::vector<std::int64_t> activation_plan(const ModelConfig& m, const ParamLayout& layout, int max_B, int max_T,
                                           bool recompute, int stashes, bool saved_bf16) {
   const Dims d = dims(m, layout, max_B, max_T);

@@ -95,12 +95,14 @@ TEST(LlamaGradient, MatchesFiniteDifferencesMultiHead) {
 // exactly half of the activations each family lists (`halved`: floats per token and block).
 // GPT-2: ln_1, attention output, ln_2 (C each) and GELU output (4C); Llama: both RMSNorm outputs
 // (C each), attention output (n_head * head size = C here) and the SwiGLU output (ffn_hidden).
+// The micro-batch (B = 3) is smaller than the most the models are built for (max_B = 4), as the
+// last micro-batch of a split can be.
 void check_bf16_storage(ModelConfig m, bool recompute, std::int64_t halved) {
   if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
   const ParamLayout layout = ParamLayout::make(m);
   ParamStore<float> store(layout);
   store.initialize(5);
-  const int B = 3, T = m.block_size;
+  const int B = 3, max_B = 4, T = m.block_size;
   std::vector<token_t> tok_h(B * T), tgt_h(B * T);
   for (int i = 0; i < B * T; ++i) {
     tok_h[i] = (i * 7 + 3) % m.vocab_size;
@@ -121,9 +123,9 @@ void check_bf16_storage(ModelConfig m, bool recompute, std::int64_t halved) {
     grads = to_host_vector(View1<const float>(store.grads().data(), static_cast<size_t>(store.grads().size())));
     return loss;
   };
-  Gpt<float> f32(m, layout, nullptr, B, T, recompute, 1);  // float storage, bf16 GEMM inputs
+  Gpt<float> f32(m, layout, nullptr, max_B, T, recompute, 1);  // float storage, bf16 GEMM inputs
   f32.set_gemm_inputs(GemmInputs::bf16);
-  Gpt<float> b16(m, layout, nullptr, B, T, recompute, 1, GemmInputs::bf16);
+  Gpt<float> b16(m, layout, nullptr, max_B, T, recompute, 1, GemmInputs::bf16);
   EXPECT_THROW(b16.set_gemm_inputs(GemmInputs::native), Error);
   std::vector<float> g_f32, g_b16;
   const double l_f32 = run(f32, g_f32), l_b16 = run(b16, g_b16);
@@ -131,13 +133,13 @@ void check_bf16_storage(ModelConfig m, bool recompute, std::int64_t halved) {
   ASSERT_EQ(g_f32.size(), g_b16.size());
   for (size_t i = 0; i < g_f32.size(); ++i) ASSERT_EQ(g_f32[i], g_b16[i]) << "gradient element " << i;
   // The path is really the bf16 one: float GEMM inputs give another loss.
-  Gpt<float> native(m, layout, nullptr, B, T, recompute, 1);
+  Gpt<float> native(m, layout, nullptr, max_B, T, recompute, 1);
   std::vector<float> g_native;
   EXPECT_NE(run(native, g_native), l_f32);
   const std::int64_t saved_blocks = recompute ? 1 : m.n_layer;  // recompute keeps one block's set
-  EXPECT_EQ(f32.activation_bytes() - b16.activation_bytes(), saved_blocks * B * T * halved / 2 * 4);
+  EXPECT_EQ(f32.activation_bytes() - b16.activation_bytes(), saved_blocks * max_B * T * halved / 2 * 4);
   EXPECT_EQ(b16.activation_bytes(),
-            Gpt<float>::activation_elements(m, layout, B, T, recompute, 1, GemmInputs::bf16) * 4);
+            Gpt<float>::activation_elements(m, layout, max_B, T, recompute, 1, GemmInputs::bf16) * 4);
 }
 
 ModelConfig small_gpt2(AttentionKernel attention) {
@@ -167,8 +169,16 @@ TEST(GptBf16Storage, BitwiseTheFloatStorageWithRecompute) {
 TEST(GptBf16Storage, BitwiseTheFloatStorageFusedAttention) {
   check_bf16_storage(small_gpt2(AttentionKernel::fused), false, 7 * 32);
 }
+TEST(GptBf16Storage, BitwiseTheFloatStorageFusedAttentionRecompute) {
+  check_bf16_storage(small_gpt2(AttentionKernel::fused), true, 7 * 32);
+}
 TEST(GptBf16Storage, BitwiseTheFloatStorageLlama) { check_bf16_storage(small_llama(), false, 3 * 32 + 48); }
 TEST(GptBf16Storage, BitwiseTheFloatStorageLlamaRecompute) { check_bf16_storage(small_llama(), true, 3 * 32 + 48); }
+TEST(GptBf16Storage, BitwiseTheFloatStorageLlamaFusedAttention) {
+  ModelConfig m = small_llama();
+  m.attention = AttentionKernel::fused;
+  check_bf16_storage(m, false, 3 * 32 + 48);
+}
 
 }  // namespace
 }  // namespace trident

@@ -811,50 +811,60 @@ TEST(Kernels, GemmBf16HeldOperandEqualsRoundingGemm) {
 }
 
 // The bf16 outputs of LayerNorm and GELU are bitwise the bf16 rounding of the float outputs, at
-// every length from 1 to 70 (the vector loops' bodies and tails) and on NaN, +-inf, +-0 and
-// values at bf16 rounding ties.
+// every length from 1 to 70 (the vector loops' bodies and tails) and at lengths that cross GELU's
+// blocks of 4096, on NaN, +-inf, +-0 and values at bf16 rounding ties, and with inputs and outputs
+// at offsets of 0, 1 and 3 elements from a 64-byte boundary (a vectoriser that peels for
+// alignment would give leading elements another path in one of the two).
 TEST(Kernels, LayerNormAndGeluBf16OutputsAreTheRoundedFloatOutputs) {
   auto values = [](int n, double f) {
     std::vector<float> v(n);
     for (int i = 0; i < n; ++i) v[i] = static_cast<float>(3.0 * std::sin(f * i + 0.3)) * 1.0011f;
     return v;
   };
-  for (int n = 1; n <= 70; ++n) {
-    std::vector<float> x = values(n, 0.77);
-    if (n >= 6) {
-      x[0] = std::numeric_limits<float>::quiet_NaN();
-      x[1] = std::numeric_limits<float>::infinity();
-      x[2] = -std::numeric_limits<float>::infinity();
-      x[3] = -0.f;
-      x[4] = 1.f + 1.f / 256;  // a tie: rounds to even (1)
-      x[5] = 1.f + 3.f / 256;  // a tie: rounds to even (1 + 4/256)
+  std::vector<int> lengths;
+  for (int n = 1; n <= 70; ++n) lengths.push_back(n);
+  lengths.insert(lengths.end(), {4096 + 37, 3 * 4096 + 5});
+  for (int off : {0, 1, 3})
+    for (int n : lengths) {
+      std::vector<float> x = values(n + off, 0.77);
+      if (n >= 6) {
+        x[off + 0] = std::numeric_limits<float>::quiet_NaN();
+        x[off + 1] = std::numeric_limits<float>::infinity();
+        x[off + 2] = -std::numeric_limits<float>::infinity();
+        x[off + 3] = -0.f;
+        x[off + 4] = 1.f + 1.f / 256;  // a tie: rounds to even (1)
+        x[off + 5] = 1.f + 3.f / 256;  // a tie: rounds to even (1 + 4/256)
+      }
+      const Buffer<float> in = device_array(x);
+      Buffer<float> out("out", n + off);
+      Buffer<bf16_t> out16("out16", n + off);
+      const View1<const float> inv(in.data() + off, n);
+      gelu_forward<float>(View1<float>(out.data() + off, n), inv);
+      gelu_forward_bf16(View1<bf16_t>(out16.data() + off, n), inv);
+      const std::vector<float> f = to_host_vector(v1(out));
+      const std::vector<bf16_t> h = to_host_vector(View1<const bf16_t>(out16.data(), n + off));
+      for (int i = off; i < n + off; ++i)
+        ASSERT_EQ(h[i], to_bf16(f[i])) << "GELU, length " << n << ", offset " << off << ", element " << i - off;
     }
-    const Buffer<float> in = device_array(x);
-    Buffer<float> out("out", n);
-    Buffer<bf16_t> out16("out16", n);
-    gelu_forward<float>(v1(out), View1<const float>(in.data(), n));
-    gelu_forward_bf16(View1<bf16_t>(out16.data(), n), View1<const float>(in.data(), n));
-    const std::vector<float> f = to_host_vector(v1(out));
-    const std::vector<bf16_t> h = to_host_vector(View1<const bf16_t>(out16.data(), n));
-    for (int i = 0; i < n; ++i) ASSERT_EQ(h[i], to_bf16(f[i])) << "GELU, length " << n << ", element " << i;
-  }
-  for (int C : {1, 7, 16, 33, 64, 70}) {
-    const int N = 5;
-    const Buffer<float> in = device_array(values(N * C, 0.91)), w = device_array(values(C, 0.37)),
-                        b = device_array(values(C, 0.53));
-    Buffer<float> out("out", N * C), m1("m1", N), r1("r1", N), m2("m2", N), r2("r2", N);
-    Buffer<bf16_t> out16("out16", N * C);
-    const auto in_m = as_matrix<const float>(in.data(), N, C);
-    layernorm_forward<float>(as_matrix(out.data(), N, C), v1(m1), v1(r1), in_m, View1<const float>(w.data(), C),
-                             View1<const float>(b.data(), C));
-    layernorm_forward_bf16(as_matrix(out16.data(), N, C), v1(m2), v1(r2), in_m, View1<const float>(w.data(), C),
-                           View1<const float>(b.data(), C));
-    const std::vector<float> f = to_host_vector(v1(out));
-    const std::vector<bf16_t> h = to_host_vector(View1<const bf16_t>(out16.data(), N * C));
-    for (int i = 0; i < N * C; ++i) ASSERT_EQ(h[i], to_bf16(f[i])) << "LayerNorm, C " << C << ", element " << i;
-    EXPECT_EQ(to_host_vector(v1(m2)), to_host_vector(v1(m1)));
-    EXPECT_EQ(to_host_vector(v1(r2)), to_host_vector(v1(r1)));
-  }
+  for (int off : {0, 1, 3})
+    for (int C : {1, 7, 16, 33, 64, 70}) {
+      const int N = 5;
+      const Buffer<float> in = device_array(values(N * C + off, 0.91)), w = device_array(values(C, 0.37)),
+                          b = device_array(values(C, 0.53));
+      Buffer<float> out("out", N * C + off), m1("m1", N), r1("r1", N), m2("m2", N), r2("r2", N);
+      Buffer<bf16_t> out16("out16", N * C + off);
+      const auto in_m = as_matrix<const float>(in.data() + off, N, C);
+      layernorm_forward<float>(as_matrix(out.data() + off, N, C), v1(m1), v1(r1), in_m,
+                               View1<const float>(w.data(), C), View1<const float>(b.data(), C));
+      layernorm_forward_bf16(as_matrix(out16.data() + off, N, C), v1(m2), v1(r2), in_m,
+                             View1<const float>(w.data(), C), View1<const float>(b.data(), C));
+      const std::vector<float> f = to_host_vector(v1(out));
+      const std::vector<bf16_t> h = to_host_vector(View1<const bf16_t>(out16.data(), N * C + off));
+      for (int i = off; i < N * C + off; ++i)
+        ASSERT_EQ(h[i], to_bf16(f[i])) << "LayerNorm, C " << C << ", offset " << off << ", element " << i - off;
+      EXPECT_EQ(to_host_vector(v1(m2)), to_host_vector(v1(m1)));
+      EXPECT_EQ(to_host_vector(v1(r2)), to_host_vector(v1(r1)));
+    }
 }
 
 #if TRIDENT_HAVE_ONEDNN && !TRIDENT_HAVE_CUDA
