@@ -50,22 +50,6 @@ struct ExportTensor {
   std::int64_t begin = 0;            ///< data_offsets within that file's byte buffer
 };
 
-void write_all(std::ofstream& out, const void* data, std::size_t n, const std::string& path) {
-  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-  if (!out) throw IoError("cannot write '" + path + "': " + std::strerror(errno));
-}
-
-/// Removes a temporary file when its scope ends by an exception (a full disk, a failed read), so
-/// a failed export leaves no *.tmp behind (the safetensors files, written as they are read; the
-/// small files go through write_file_atomically).
-struct RemoveOnThrow {
-  std::string path;
-  ~RemoveOnThrow() {
-    if (std::uncaught_exceptions() > 0) std::remove(path.c_str());
-  }
-};
-
-
 }  // namespace
 
 std::uint16_t to_bfloat16(float x) {
@@ -153,14 +137,14 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
                     ",\"data_offsets\":[" + std::to_string(t.begin) + "," + std::to_string(t.begin + t.bytes) + "]}";
       header += "}";
       header.resize((header.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
-      const std::string out_path = res.files[static_cast<size_t>(f)], tmp = out_path + ".tmp";
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) throw IoError("cannot create '" + tmp + "': " + std::strerror(errno));
-      RemoveOnThrow guard{tmp};
+      // Written as the tensors are read, through a temporary file of a unique name moved into
+      // place at the end (io/output_file.hpp): a failed export leaves no half shard and no
+      // temporary file, and replaces a shard of an earlier export only when complete.
+      AtomicFile out(res.files[static_cast<size_t>(f)]);
       unsigned char len[8];
       for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((header.size() >> (8 * b)) & 0xffu);
-      write_all(out, len, 8, tmp);
-      write_all(out, header.data(), header.size(), tmp);
+      out.write(len, 8);
+      out.write(header.data(), header.size());
       for (const ExportTensor& t : plan) {
         if (t.file != f) continue;
         values.resize(static_cast<size_t>(t.numel));
@@ -188,13 +172,10 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
             for (int b = 0; b < 4; ++b) bytes[4 * i + b] = static_cast<unsigned char>((u >> (8 * b)) & 0xffu);
           }
         }
-        write_all(out, bytes.data(), bytes.size(), tmp);
+        out.write(bytes.data(), bytes.size());
         progress.add(t.bytes);
       }
-      out.close();
-      if (!out) throw IoError("cannot write '" + tmp + "': " + std::strerror(errno));
-      if (std::rename(tmp.c_str(), out_path.c_str()) != 0)
-        throw IoError("cannot rename '" + tmp + "' to '" + out_path + "': " + std::strerror(errno));
+      out.commit(/*replace=*/true);
     }
     progress.finish();
 

@@ -312,31 +312,37 @@ void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, 
   const std::size_t preamble = 10;
   header.resize(((preamble + header.size() + 1 + 63) / 64) * 64 - preamble - 1, ' ');
   header += '\n';
-  std::string bytes;
+  // Streamed in blocks through a temporary file of a unique name and a rename (io/output_file.hpp):
+  // a failed write (a full disk) leaves no partial .npy, no link or file at a fixed temporary name
+  // is touched, and memory holds one block, not a second copy of the tensor.
+  AtomicFile out(path);
   const unsigned char magic[8] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  bytes.append(reinterpret_cast<const char*>(magic), 8);
+  out.write(magic, 8);
   const unsigned char len[2] = {static_cast<unsigned char>(header.size() & 0xff), static_cast<unsigned char>(header.size() >> 8)};
-  bytes.append(reinterpret_cast<const char*>(len), 2);
-  bytes += header;
-  bytes.reserve(bytes.size() + values.size() * (f32 ? 4 : 8));
-  for (double x : values) {
-    unsigned char b[8];
-    if (f32) {
-      const float f = static_cast<float>(x);
-      std::uint32_t u;
-      std::memcpy(&u, &f, 4);
-      for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>((u >> (8 * i)) & 0xffu);
-      bytes.append(reinterpret_cast<const char*>(b), 4);
-    } else {
-      std::uint64_t u;
-      std::memcpy(&u, &x, 8);
-      for (int i = 0; i < 8; ++i) b[i] = static_cast<unsigned char>((u >> (8 * i)) & 0xffu);
-      bytes.append(reinterpret_cast<const char*>(b), 8);
+  out.write(len, 2);
+  out.write(header.data(), header.size());
+  constexpr std::size_t kBlock = 1 << 16;  // values per write
+  std::vector<unsigned char> block;
+  block.reserve(kBlock * 8);
+  for (std::size_t first = 0; first < values.size(); first += kBlock) {
+    block.clear();
+    const std::size_t last = std::min(values.size(), first + kBlock);
+    for (std::size_t v = first; v < last; ++v) {  // explicit little-endian bytes, whatever the host order
+      const double x = values[v];
+      if (f32) {
+        const float f = static_cast<float>(x);
+        std::uint32_t u;
+        std::memcpy(&u, &f, 4);
+        for (int i = 0; i < 4; ++i) block.push_back(static_cast<unsigned char>((u >> (8 * i)) & 0xffu));
+      } else {
+        std::uint64_t u;
+        std::memcpy(&u, &x, 8);
+        for (int i = 0; i < 8; ++i) block.push_back(static_cast<unsigned char>((u >> (8 * i)) & 0xffu));
+      }
     }
+    out.write(block.data(), block.size());
   }
-  // A new temporary file of a unique name and a rename (io/output_file.hpp): a failed write (a
-  // full disk) leaves no partial .npy, and no link or file at a fixed temporary name is touched.
-  write_file_atomically(path, bytes, replace);
+  out.commit(replace);
 }
 
 // ------------------------------------------------------------------------------------------------

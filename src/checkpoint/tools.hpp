@@ -98,7 +98,7 @@ ShowResult show_checkpoint(const std::string& path, Communicator& comm, const st
 std::string format_show(const ShowResult& r, bool all);
 
 /// Writes `values` of `shape` as a NumPy .npy file (format 1.0, little-endian float64 or float32
-/// as `dtype` "float64" | "float32"), through write_file_atomically (io/output_file.hpp; an
+/// as `dtype` "float64" | "float32"), streamed through an AtomicFile (io/output_file.hpp; an
 /// existing `path` is replaced only when `replace`: callers check_output_file first). Local.
 /// Throws IoError (naming errno's reason) when it cannot be written, leaving no temporary file.
 void write_npy(const std::string& path, const std::vector<std::int64_t>& shape, const std::vector<double>& values,

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <utility>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -81,65 +82,80 @@ void check_output_file(const std::string& path, const std::string& what, const O
     throw ConfigError(name + " is an HDF5 file (a checkpoint or token file): it is never replaced by this output");
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes, bool replace) {
-  const fs::path p(path);
-  std::string templ = ((p.parent_path().empty() ? fs::path(".") : p.parent_path()) /
-                       ("." + p.filename().string() + ".XXXXXX"))
-                          .string();
-  const int fd = ::mkstemp(templ.data());  // O_CREAT | O_EXCL: a new file, no link followed
-  if (fd < 0) throw IoError("cannot create a temporary file beside '" + path + "': " + std::strerror(errno));
-  const auto fail = [&](const std::string& what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(templ.c_str());
-    throw IoError(what + ": " + std::strerror(err));
-  };
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
+  const fs::path p(path_);
+  temp_ = ((p.parent_path().empty() ? fs::path(".") : p.parent_path()) / ("." + p.filename().string() + ".XXXXXX"))
+              .string();
+  fd_ = ::mkstemp(temp_.data());  // O_CREAT | O_EXCL: a new file, no link followed
+  if (fd_ < 0) throw IoError("cannot create a temporary file beside '" + path_ + "': " + std::strerror(errno));
+}
+
+AtomicFile::~AtomicFile() {
+  if (committed_) return;
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+  if (fd_ < 0) throw IoError("cannot write '" + path_ + "': the file is closed");
+  const char* p = static_cast<const char*>(data);
   std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
+  while (done < n) {
+    const ssize_t w = ::write(fd_, p + done, n - done);
+    if (w < 0) {
       if (errno == EINTR) continue;
-      fail("cannot write '" + path + "'");
+      throw IoError("cannot write '" + path_ + "': " + std::strerror(errno));
     }
-    done += static_cast<std::size_t>(n);
+    done += static_cast<std::size_t>(w);
   }
+}
+
+void AtomicFile::commit(bool replace) {
+  if (fd_ < 0) throw IoError("cannot write '" + path_ + "': the file is closed");
   // mkstemp makes 0600: the mode a plain create would give (cosmetic: a file system that refuses
   // it, some FUSE or CIFS mounts, keeps 0600).
-  (void)::fchmod(fd, 0666 & ~process_umask());
-  if (::fsync(fd) != 0) fail("cannot write '" + path + "'");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(templ.c_str());
-    throw IoError("cannot write '" + path + "': " + std::strerror(err));
-  }
+  (void)::fchmod(fd_, 0666 & ~process_umask());
+  if (::fsync(fd_) != 0) throw IoError("cannot write '" + path_ + "': " + std::strerror(errno));
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throw IoError("cannot write '" + path_ + "': " + std::strerror(errno));
+  const std::string& path = path_;
   if (replace) {
-    if (std::rename(templ.c_str(), path.c_str()) != 0) {
-      const int err = errno;
-      ::unlink(templ.c_str());
-      throw IoError("cannot rename the temporary file to '" + path + "': " + std::strerror(err));
-    }
+    if (std::rename(temp_.c_str(), path.c_str()) != 0)
+      throw IoError("cannot rename the temporary file to '" + path + "': " + std::strerror(errno));
+    committed_ = true;
     return;
   }
   // Only where nothing is: link() fails with EEXIST instead of replacing a file that appeared
   // since the check (a second job writing the same name).
-  int linked = ::link(templ.c_str(), path.c_str()), err = errno;
+  int linked = ::link(temp_.c_str(), path.c_str()), err = errno;
   if (linked != 0 && (err == EPERM || err == EOPNOTSUPP || err == ENOSYS || err == EMLINK)) {
     // A file system without hard links: the same only-if-absent test, then a rename.
     std::error_code ec;
     if (fs::exists(fs::symlink_status(path, ec))) {
       err = EEXIST;
     } else {
-      linked = std::rename(templ.c_str(), path.c_str());
+      linked = std::rename(temp_.c_str(), path.c_str());
       err = errno;
-      if (linked == 0) return;
+      if (linked == 0) {
+        committed_ = true;
+        return;
+      }
     }
   }
-  ::unlink(templ.c_str());
   if (linked != 0) {
     if (err == EEXIST) throw ConfigError(path + " already exists (it appeared while this command ran): nothing "
                                          "was written; choose a new file, or add --force to replace it");
     throw IoError("cannot create '" + path + "': " + std::strerror(err));
   }
+  ::unlink(temp_.c_str());  // the link is the file now
+  committed_ = true;
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes, bool replace) {
+  AtomicFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit(replace);
 }
 
 }  // namespace trident

@@ -7,6 +7,7 @@
 // that ranks on nodes with different local files cannot disagree).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,31 @@ void check_output_file(const std::string& path, const std::string& what, const O
 /// temporary file is removed and `path` is as before. Throws IoError naming the file and errno's
 /// reason.
 void write_file_atomically(const std::string& path, const std::string& bytes, bool replace);
+
+/// write_file_atomically for content written in pieces (a safetensors shard of gigabytes, a large
+/// .npy): the constructor creates the temporary file beside `path` (a unique name, exclusively),
+/// write() appends to it, commit() flushes it to disk and moves it to `path` as
+/// write_file_atomically does (replace, or only where nothing is: ConfigError "already exists").
+/// The destructor removes the temporary file unless commit() succeeded, so an exception (a full
+/// disk, a failed read of the source) leaves neither half a file nor a temporary one. Errors:
+/// IoError naming the file and errno's reason.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  /// Appends n bytes (retries short writes and EINTR).
+  void write(const void* data, std::size_t n);
+  /// Flushes, closes and moves the file to its path; at most once.
+  void commit(bool replace);
+  /// The temporary file's path (for messages and tests).
+  const std::string& temp_path() const { return temp_; }
+
+ private:
+  std::string path_, temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
 
 }  // namespace trident

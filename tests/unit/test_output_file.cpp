@@ -1,0 +1,128 @@
+// io/output_file.hpp's writes on their own: AtomicFile and write_file_atomically. Oracles: the
+// bytes written, the directory listing (no temporary file is ever left behind), and the file a
+// refused or failed write must leave as it was. A full disk is stood in for by a file-size limit
+// (RLIMIT_FSIZE: EFBIG, no root needed), as in unit_offload_file.
+#include "core/error.hpp"
+#include "io/output_file.hpp"
+#include "test_env.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <sys/resource.h>
+#include <vector>
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory per test under the binary's scratch directory.
+std::string fresh_dir(const std::string& name) {
+  const std::string d = test::scratch_dir() + "/output_file." + name + "." + std::to_string(test::runtime().world().rank());
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<std::string> listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(OutputFile, AtomicFileWrittenInPiecesAppearsWholeAtCommit) {
+  const std::string dir = fresh_dir("pieces"), path = dir + "/out.bin";
+  std::string want;
+  {
+    AtomicFile f(path);
+    EXPECT_EQ(fs::path(f.temp_path()).parent_path(), fs::path(dir)) << "the temporary file lies beside the output";
+    for (int i = 0; i < 3; ++i) {
+      const std::string piece(1000 + 7 * i, static_cast<char>('a' + i));
+      f.write(piece.data(), piece.size());
+      want += piece;
+      EXPECT_FALSE(fs::exists(path)) << "the output appears only at commit";
+    }
+    f.commit(/*replace=*/false);
+  }
+  EXPECT_EQ(contents(path), want);
+  EXPECT_EQ(listing(dir), std::vector<std::string>{"out.bin"}) << "no temporary file is left";
+}
+
+TEST(OutputFile, AtomicFileWithoutCommitLeavesNothing) {
+  const std::string dir = fresh_dir("abandon"), path = dir + "/out.bin";
+  try {
+    AtomicFile f(path);
+    f.write("partial", 7);
+    throw Error("the source failed");  // as a failed read of a checkpoint in the middle of an export
+  } catch (const Error&) {
+  }
+  EXPECT_TRUE(listing(dir).empty()) << "neither the output nor the temporary file";
+}
+
+TEST(OutputFile, CommitWithoutReplaceRefusesAnExistingFileAndKeepsIt) {
+  const std::string dir = fresh_dir("exists"), path = dir + "/out.bin";
+  write_file_atomically(path, "first", /*replace=*/false);
+  EXPECT_EQ(contents(path), "first");
+  {
+    AtomicFile f(path);  // the file "appeared" after a check: commit must not replace it
+    f.write("second", 6);
+    EXPECT_THROW(f.commit(/*replace=*/false), ConfigError);
+  }
+  EXPECT_THROW(write_file_atomically(path, "third", /*replace=*/false), ConfigError);
+  EXPECT_EQ(contents(path), "first");
+  EXPECT_EQ(listing(dir), std::vector<std::string>{"out.bin"});
+  write_file_atomically(path, "fourth", /*replace=*/true);
+  EXPECT_EQ(contents(path), "fourth");
+  EXPECT_EQ(listing(dir), std::vector<std::string>{"out.bin"});
+}
+
+TEST(OutputFile, AFailedWriteLeavesTheOldFileAndNoTemporary) {
+  const std::string dir = fresh_dir("efbig"), path = dir + "/out.bin";
+  write_file_atomically(path, "the last good one", /*replace=*/true);
+  std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of the signal, as the trainer installs it
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit low = old;
+  low.rlim_cur = 4096;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &low), 0);
+  std::string msg;
+  try {
+    AtomicFile f(path);
+    const std::vector<char> block(3000, 'x');
+    f.write(block.data(), block.size());
+    f.write(block.data(), block.size());  // past the limit
+    f.commit(/*replace=*/true);
+  } catch (const IoError& e) {
+    msg = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  EXPECT_NE(msg.find("cannot write '" + path + "'"), std::string::npos) << msg;
+  EXPECT_EQ(contents(path), "the last good one");
+  EXPECT_EQ(listing(dir), std::vector<std::string>{"out.bin"});
+}
+
+TEST(OutputFile, AMissingDirectoryIsNamed) {
+  const std::string path = fresh_dir("missing") + "/no/such/dir/out.bin";
+  try {
+    AtomicFile f(path);
+    FAIL() << "created a file in a missing directory";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot create a temporary file beside '" + path + "'"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace trident
