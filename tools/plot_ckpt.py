@@ -17,14 +17,27 @@ import re
 import sys
 
 
+def read(path):
+    """The text of one of the benchmark's files, or a clear exit naming the one that is missing."""
+    try:
+        return open(path).read()
+    except OSError as e:
+        sys.exit(f"{sys.argv[0]}: error: cannot read '{path}' ({e.strerror}): the results are incomplete "
+                 "(rerun tools/bench_ckpt.sh)")
+
+
 def dd_result(path):
-    m = re.search(r"^(\d+) bytes .* copied, ([0-9.]+) s", open(path).read(), re.M)
+    m = re.search(r"^(\d+) bytes .* copied, ([0-9.]+) s", read(path), re.M)
     return (int(m.group(1)), float(m.group(2))) if m else None
 
 
 def step_ms(run_dir):
-    rows = list(csv.DictReader(open(os.path.join(run_dir, "metrics.csv"))))
-    return {int(r["step"]): float(r["ms_per_step"]) for r in rows}
+    path = os.path.join(run_dir, "metrics.csv")
+    try:
+        rows = list(csv.DictReader(read(path).splitlines()))
+        return {int(r["step"]): float(r["ms_per_step"]) for r in rows}
+    except (KeyError, TypeError, ValueError):
+        sys.exit(f"{sys.argv[0]}: error: '{path}' is not a Trident metrics.csv (columns step, ms_per_step)")
 
 
 def main():
@@ -54,9 +67,9 @@ def main():
         ck = sorted(glob.glob(os.path.join(out, f"r{R}_sync", "checkpoints", "step_*.h5")))
         size = os.path.getsize(ck[-1]) if ck else 0
         for s in re.findall(r"^checkpoint: \S+ \((?:interval|end of run), ([0-9.]+) s\)",
-                            open(os.path.join(out, f"r{R}_sync.log")).read(), re.M):
+                            read(os.path.join(out, f"r{R}_sync.log")), re.M):
             add(R, "save_sync", size, float(s))
-        alog = open(os.path.join(out, f"r{R}_async.log")).read()
+        alog = read(os.path.join(out, f"r{R}_async.log"))
         starts = [(int(a), float(b)) for a, b in
                   re.findall(r"^checkpoint: step (\d+) \(\w+\) snapshot in ([0-9.]+) s", alog, re.M)]
         writes = [float(w) for w in re.findall(r"written in the background in ([0-9.]+) s", alog)]
@@ -81,7 +94,7 @@ def main():
             p = os.path.join(out, f"r{R}_load_{kind}.log")
             if not os.path.exists(p):
                 continue
-            text = open(p).read()
+            text = read(p)
             v = re.search(r"verified \(XXH64.*\) in ([0-9.]+) s", text)
             ld = re.search(r"loaded in ([0-9.]+) s", text)
             if v:
@@ -89,6 +102,9 @@ def main():
             if ld:
                 add(R, f"load_{kind}" if kind != "cold" else "load_after_cold_verify", size, float(ld.group(1)))
 
+    if not io_rows and not step_rows:
+        sys.exit(f"{sys.argv[0]}: error: '{out}' holds no results of tools/bench_ckpt.sh (no dd_*.log, no "
+                 "rN_sync.log): nothing to summarise, nothing written")
     with open(os.path.join(out, "ckpt_io.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["ranks", "operation", "bytes", "seconds", "gb_per_s"], lineterminator="\n")
         w.writeheader()
