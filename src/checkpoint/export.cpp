@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 
 namespace fs = std::filesystem;
@@ -197,12 +198,22 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
                             /*replace=*/true);
 
     // Shards of an earlier export with another file count would shadow nothing (the index names
-    // the files) but confuse a reader globbing model-*.safetensors: say so.
+    // the files) but confuse a reader globbing model-*.safetensors: say so. The temporary file of
+    // a shard whose export was killed (.model-*.safetensors.XXXXXX, hidden) holds up to a shard's
+    // size: named too, since no later export removes another's temporary file.
     const std::set<std::string> ours(names.begin(), names.end());
+    const std::regex temporary(R"(\.model-\d{5}-of-\d{5}\.safetensors\.[A-Za-z0-9]{6})");
     for (const auto& e : fs::directory_iterator(opt.output_dir, ec)) {
       const std::string n = e.path().filename().string();
       if (n.rfind("model-", 0) == 0 && n.size() > 12 && n.substr(n.size() - 12) == ".safetensors" && !ours.count(n))
         log::warn("'%s' in the output directory is not part of this export", e.path().c_str());
+      if (std::regex_match(n, temporary)) {
+        std::error_code size_ec;
+        const auto bytes = fs::file_size(e.path(), size_ec);
+        log::warn("'%s' is the temporary file of an interrupted export (%.1f MiB): remove it if no other export "
+                  "into this directory is running",
+                  e.path().c_str(), size_ec ? 0.0 : static_cast<double>(bytes) / (1024.0 * 1024.0));
+      }
     }
   });
   return res;

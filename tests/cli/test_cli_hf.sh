@@ -66,6 +66,15 @@ for family in gpt2 llama; do
   d="$(loss_of "$("$TRIDENT" eval --checkpoint "$WORK/$family.sharded.h5" --data "$WORK/tok.h5" 2>&1)")"
   check "$family: a sharded export ($n_files files) imports to the same val loss $d (bitwise)" \
     test "$n_files" -gt 1 -a -n "$d" -a "$d" = "$a"
+  if [ $family = gpt2 ]; then
+    # A killed export leaves its shard's temporary file (hidden, of a unique name): the next export
+    # into the directory names it, and leaves no temporary file of its own.
+    printf 'half a shard' > "$WORK/$family.sharded/.model-00001-of-00002.safetensors.AbC123"
+    out="$("$TRIDENT" ckpt export --format hf --shard-size-mb 0.01 --output "$WORK/$family.sharded" "$src" 2>&1)"
+    check "export names an interrupted export's temporary file" \
+      grep -q "safetensors.AbC123' is the temporary file of an interrupted export" <<<"$out"
+    check "export leaves no temporary file of its own" test "$(ls -A "$WORK/$family.sharded" | grep -c '^[.]')" = 1
+  fi
 
   # bfloat16 export: weights rounded to 8 bits of precision, the loss close to the original's.
   "$TRIDENT" ckpt export --format hf --dtype bfloat16 --output "$WORK/$family.bf16" "$src" >/dev/null
