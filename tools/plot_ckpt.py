@@ -24,6 +24,8 @@ def read(path):
     except OSError as e:
         sys.exit(f"{sys.argv[0]}: error: cannot read '{path}' ({e.strerror}): the results are incomplete "
                  "(rerun tools/bench_ckpt.sh)")
+    except UnicodeDecodeError:
+        sys.exit(f"{sys.argv[0]}: error: '{path}' is not a text file: not a result of tools/bench_ckpt.sh")
 
 
 def dd_result(path):
@@ -35,9 +37,12 @@ def step_ms(run_dir):
     path = os.path.join(run_dir, "metrics.csv")
     try:
         rows = list(csv.DictReader(read(path).splitlines()))
-        return {int(r["step"]): float(r["ms_per_step"]) for r in rows}
+        steps = {int(r["step"]): float(r["ms_per_step"]) for r in rows}
     except (KeyError, TypeError, ValueError):
         sys.exit(f"{sys.argv[0]}: error: '{path}' is not a Trident metrics.csv (columns step, ms_per_step)")
+    if not steps:
+        sys.exit(f"{sys.argv[0]}: error: '{path}' holds no steps: the run did not train (rerun tools/bench_ckpt.sh)")
+    return steps
 
 
 def main():
@@ -58,8 +63,10 @@ def main():
         if not os.path.exists(os.path.join(out, name)):
             continue
         r = dd_result(os.path.join(out, name))
-        if r:
-            add(0, op, *r)
+        if not r:
+            sys.exit(f"{sys.argv[0]}: error: '{os.path.join(out, name)}' holds no dd result line "
+                     "(\"N bytes ... copied, S s\"): the results are incomplete (rerun tools/bench_ckpt.sh)")
+        add(0, op, *r)
     ranks = sorted({int(m.group(1)) for p in glob.glob(os.path.join(out, "r*_sync.log"))
                     for m in [re.search(r"r(\d+)_sync\.log$", p)] if m})
     slow = {}

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 
@@ -126,6 +127,15 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     const char* st_dtype = es == 2 ? "BF16" : "F32";
     std::vector<float> values, transposed;
     std::vector<unsigned char> bytes;
+    // Every file is written to a temporary file of a unique name beside it (io/output_file.hpp),
+    // all of them complete and on disk before the first is moved into place: a failed export (a
+    // full disk, a failed read) leaves no temporary file and the directory as it was -- an earlier
+    // export there is never left mixed with this one's shards. Targets that are directories are
+    // refused before anything is written.
+    for (const std::string& path : res.files)
+      if (fs::is_directory(fs::symlink_status(path, ec)))
+        throw ConfigError("'" + path + "' is a directory: the export cannot write that file");
+    std::vector<std::unique_ptr<AtomicFile>> outputs;
     // By bytes of tensor data written: tensors differ in size by orders of magnitude (wte).
     Progress progress("ckpt export", res.total_size, ProgressUnit::bytes);
     for (int f = 0; f < n_files; ++f) {
@@ -138,10 +148,9 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
                     ",\"data_offsets\":[" + std::to_string(t.begin) + "," + std::to_string(t.begin + t.bytes) + "]}";
       header += "}";
       header.resize((header.size() + 7) / 8 * 8, ' ');  // the data starts 8-byte aligned
-      // Written as the tensors are read, through a temporary file of a unique name moved into
-      // place at the end (io/output_file.hpp): a failed export leaves no half shard and no
-      // temporary file, and replaces a shard of an earlier export only when complete.
-      AtomicFile out(res.files[static_cast<size_t>(f)]);
+      // Written as the tensors are read.
+      outputs.push_back(std::make_unique<AtomicFile>(res.files[static_cast<size_t>(f)]));
+      AtomicFile& out = *outputs.back();
       unsigned char len[8];
       for (int b = 0; b < 8; ++b) len[b] = static_cast<unsigned char>((header.size() >> (8 * b)) & 0xffu);
       out.write(len, 8);
@@ -176,7 +185,7 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
         out.write(bytes.data(), bytes.size());
         progress.add(t.bytes);
       }
-      out.commit(/*replace=*/true);
+      out.close();
     }
     progress.finish();
 
@@ -188,14 +197,19 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     for (const auto& [name, file] : weight_map)
       index += "    " + json_str(name) + ": " + json_str(file) + (++i < weight_map.size() ? ",\n" : "\n");
     index += "  }\n}\n";
-    write_file_atomically(res.files[static_cast<size_t>(n_files)], index, /*replace=*/true);
-
-    write_file_atomically(res.files[static_cast<size_t>(n_files) + 1],
-                          schema.hf_config_json(meta, opt.dtype, fs::path(res.checkpoint).filename().string()),
-                          /*replace=*/true);
+    const auto small_file = [&outputs](const std::string& path, const std::string& text) {
+      outputs.push_back(std::make_unique<AtomicFile>(path));
+      outputs.back()->write(text.data(), text.size());
+      outputs.back()->close();
+    };
+    small_file(res.files[static_cast<size_t>(n_files) + 1],
+               schema.hf_config_json(meta, opt.dtype, fs::path(res.checkpoint).filename().string()));
     if (!tokenizer_model.empty())
-      write_file_atomically(res.files.back(), std::string(tokenizer_model.begin(), tokenizer_model.end()),
-                            /*replace=*/true);
+      small_file(res.files.back(), std::string(tokenizer_model.begin(), tokenizer_model.end()));
+    small_file(res.files[static_cast<size_t>(n_files)], index);  // the index last: it names the shards
+    // Now the renames (each atomic; a crash between two of them is the only window in which the
+    // directory mixes two exports).
+    for (auto& out : outputs) out->commit(/*replace=*/true);
 
     // Shards of an earlier export with another file count would shadow nothing (the index names
     // the files) but confuse a reader globbing model-*.safetensors: say so. The temporary file of
@@ -203,17 +217,22 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     // size: named too, since no later export removes another's temporary file.
     const std::set<std::string> ours(names.begin(), names.end());
     const std::regex temporary(R"(\.model-\d{5}-of-\d{5}\.safetensors\.[A-Za-z0-9]{6})");
+    std::set<std::string> foreign, leftovers;  // sorted, as ls lists them
     for (const auto& e : fs::directory_iterator(opt.output_dir, ec)) {
       const std::string n = e.path().filename().string();
       if (n.rfind("model-", 0) == 0 && n.size() > 12 && n.substr(n.size() - 12) == ".safetensors" && !ours.count(n))
-        log::warn("'%s' in the output directory is not part of this export", e.path().c_str());
-      if (std::regex_match(n, temporary)) {
-        std::error_code size_ec;
-        const auto bytes = fs::file_size(e.path(), size_ec);
-        log::warn("'%s' is the temporary file of an interrupted export (%.1f MiB): remove it if no other export "
-                  "into this directory is running",
-                  e.path().c_str(), size_ec ? 0.0 : static_cast<double>(bytes) / (1024.0 * 1024.0));
-      }
+        foreign.insert(e.path().string());
+      std::error_code sec;
+      if (std::regex_match(n, temporary) && fs::is_regular_file(fs::symlink_status(e.path(), sec)))
+        leftovers.insert(e.path().string());
+    }
+    for (const std::string& path : foreign) log::warn("'%s' in the output directory is not part of this export", path.c_str());
+    for (const std::string& path : leftovers) {
+      std::error_code sec;
+      const auto bytes = fs::file_size(path, sec);
+      log::warn("'%s' is the temporary file of an interrupted export (%s): remove it if no other export into this "
+                "directory is running",
+                path.c_str(), sec ? "size unknown" : size_text(bytes).c_str());
     }
   });
   return res;

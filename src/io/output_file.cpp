@@ -2,7 +2,10 @@
 
 #include "core/error.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -97,7 +100,7 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::write(const void* data, std::size_t n) {
-  if (fd_ < 0) throw IoError("cannot write '" + path_ + "': the file is closed");
+  if (fd_ < 0) throw IoError("cannot write '" + path_ + "': the file is closed");  // after close()
   const char* p = static_cast<const char*>(data);
   std::size_t done = 0;
   while (done < n) {
@@ -110,8 +113,8 @@ void AtomicFile::write(const void* data, std::size_t n) {
   }
 }
 
-void AtomicFile::commit(bool replace) {
-  if (fd_ < 0) throw IoError("cannot write '" + path_ + "': the file is closed");
+void AtomicFile::close() {
+  if (fd_ < 0) return;
   // mkstemp makes 0600: the mode a plain create would give (cosmetic: a file system that refuses
   // it, some FUSE or CIFS mounts, keeps 0600).
   (void)::fchmod(fd_, 0666 & ~process_umask());
@@ -119,6 +122,13 @@ void AtomicFile::commit(bool replace) {
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) throw IoError("cannot write '" + path_ + "': " + std::strerror(errno));
+  closed_ = true;
+}
+
+void AtomicFile::commit(bool replace) {
+  if (committed_) throw IoError("'" + path_ + "' is committed already");
+  close();
+  if (!closed_) throw IoError("cannot write '" + path_ + "': the file is closed");
   const std::string& path = path_;
   if (replace) {
     if (std::rename(temp_.c_str(), path.c_str()) != 0)
@@ -150,6 +160,35 @@ void AtomicFile::commit(bool replace) {
   }
   ::unlink(temp_.c_str());  // the link is the file now
   committed_ = true;
+}
+
+std::vector<std::string> leftover_temporaries(const std::string& path) {
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  const std::string prefix = "." + p.filename().string() + ".";
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.size() != prefix.size() + 6 || n.compare(0, prefix.size(), prefix) != 0) continue;
+    bool suffix = true;
+    for (size_t i = prefix.size(); i < n.size(); ++i)
+      suffix = suffix && std::isalnum(static_cast<unsigned char>(n[i])) != 0;
+    std::error_code sec;
+    if (suffix && fs::is_regular_file(fs::symlink_status(e.path(), sec))) out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string size_text(std::uintmax_t bytes) {
+  char buf[64];
+  const double b = static_cast<double>(bytes);
+  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%ju bytes", bytes);
+  else if (b < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
+  else if (b < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
+  else std::snprintf(buf, sizeof buf, "%.1f GiB", b / (1024.0 * 1024 * 1024));
+  return buf;
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes, bool replace) {

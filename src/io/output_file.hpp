@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,11 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
   /// Appends n bytes (retries short writes and EINTR).
   void write(const void* data, std::size_t n);
-  /// Flushes, closes and moves the file to its path; at most once.
+  /// Flushes the content to disk and closes the temporary file (it stays until commit() or the
+  /// destructor): for a set of files that must appear together, all written and closed before
+  /// any is moved into place. Idempotent.
+  void close();
+  /// close(), then moves the file to its path; at most once.
   void commit(bool replace);
   /// The temporary file's path (for messages and tests).
   const std::string& temp_path() const { return temp_; }
@@ -61,7 +66,15 @@ class AtomicFile {
  private:
   std::string path_, temp_;
   int fd_ = -1;
-  bool committed_ = false;
+  bool closed_ = false, committed_ = false;
 };
+
+/// The temporary files that AtomicFile writes for `path` and that are still there: regular files
+/// named "." + the file name + "." and 6 letters or digits beside it (what a write killed by a
+/// signal leaves), sorted. Local; empty where the directory cannot be read.
+std::vector<std::string> leftover_temporaries(const std::string& path);
+
+/// Bytes as a short human-readable size: "512 bytes", "50.0 KiB", "3.2 MiB", "1.5 GiB".
+std::string size_text(std::uintmax_t bytes);
 
 }  // namespace trident

@@ -340,6 +340,12 @@ expect_exit 2 "names a run's checkpoint file" -- \
   "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$(dirname "$t6")/step_00000099.h5"
 check "--npy: no step_00000099.h5 appeared in the run" test ! -e "$(dirname "$t6")/step_00000099.h5"
 expect_exit 2 "c_fc.npy already exists" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy"
+# A write killed by a signal leaves its temporary file (hidden, of a unique name): the next write
+# of that file names it with its size.
+printf 'half a npy' > "$WORK/.c_fc.npy.Ab12Cd"
+expect_exit 0 "c_fc.npy.Ab12Cd' is the temporary file of an interrupted --npy write \(10 bytes\)" -- \
+  "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy" --force
+rm "$WORK/.c_fc.npy.Ab12Cd"
 expect_exit 0 "wrote .*c_fc.npy: transformer.wte.weight" -- \
   "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy" --force
 expect_exit 2 "--npy: the file name is empty" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy ""

@@ -74,6 +74,18 @@ for family in gpt2 llama; do
     check "export names an interrupted export's temporary file" \
       grep -q "safetensors.AbC123' is the temporary file of an interrupted export" <<<"$out"
     check "export leaves no temporary file of its own" test "$(ls -A "$WORK/$family.sharded" | grep -c '^[.]')" = 1
+    # An export that fails leaves an earlier export in the directory as it was (never a mix of two
+    # exports' shards): here a directory where config.json goes, refused before anything is written.
+    before="$(cat "$WORK/$family.sharded"/model-*.safetensors "$WORK/$family.sharded"/*.json | md5sum)"
+    mv "$WORK/$family.sharded/config.json" "$WORK/$family.config.json"
+    mkdir "$WORK/$family.sharded/config.json"
+    expect_exit 2 "config.json' is a directory" -- \
+      "$TRIDENT" ckpt export --format hf --shard-size-mb 0.01 --output "$WORK/$family.sharded" "$WORK/$family.imp"
+    rmdir "$WORK/$family.sharded/config.json"
+    mv "$WORK/$family.config.json" "$WORK/$family.sharded/config.json"
+    check "a failed export leaves the earlier export's files as they were" \
+      test "$(cat "$WORK/$family.sharded"/model-*.safetensors "$WORK/$family.sharded"/*.json | md5sum)" = "$before"
+    check "a failed export leaves no temporary file" test "$(ls -A "$WORK/$family.sharded" | grep -c '^[.]')" = 1
   fi
 
   # bfloat16 export: weights rounded to 8 bits of precision, the loss close to the original's.

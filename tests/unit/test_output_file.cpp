@@ -113,6 +113,47 @@ TEST(OutputFile, AFailedWriteLeavesTheOldFileAndNoTemporary) {
   EXPECT_EQ(listing(dir), std::vector<std::string>{"out.bin"});
 }
 
+// close() flushes without moving: a set of files written together appears only at the commits, and
+// a set abandoned after close() leaves nothing (ckpt export's all-or-nothing). leftover_temporaries
+// finds what a killed write leaves (regular files of the temporary-name pattern only).
+TEST(OutputFile, ClosedFilesAppearOnlyAtCommitAndLeftoversAreFound) {
+  const std::string dir = fresh_dir("set"), a = dir + "/a.bin", b = dir + "/b.bin";
+  {
+    AtomicFile fa(a), fb(b);
+    fa.write("aa", 2);
+    fa.close();
+    fa.close();  // idempotent
+    EXPECT_THROW(fa.write("x", 1), IoError);
+    fb.write("bbb", 3);
+    fb.close();
+    EXPECT_EQ(listing(dir).size(), 2u);  // the two temporary files, no output yet
+    EXPECT_FALSE(fs::exists(a) || fs::exists(b));
+  }
+  EXPECT_TRUE(listing(dir).empty()) << "abandoned after close(): nothing left";
+  {
+    AtomicFile fa(a), fb(b);
+    fa.write("aa", 2);
+    fb.write("bbb", 3);
+    fa.close();
+    fb.close();
+    fa.commit(false);
+    fb.commit(false);
+    EXPECT_THROW(fa.commit(true), IoError);  // at most once
+  }
+  EXPECT_EQ(contents(a), "aa");
+  EXPECT_EQ(contents(b), "bbb");
+  EXPECT_EQ(listing(dir), (std::vector<std::string>{"a.bin", "b.bin"}));
+  // A killed write's leftover, a look-alike symbolic link, and names that do not fit the pattern.
+  std::ofstream(dir + "/.a.bin.Xy12Z9") << "half";
+  fs::create_symlink(a, dir + "/.a.bin.AAAAAA");
+  std::ofstream(dir + "/.a.bin.toolong7") << "x";
+  std::ofstream(dir + "/.b.bin.Xy12Z9") << "x";
+  EXPECT_EQ(leftover_temporaries(a), std::vector<std::string>{dir + "/.a.bin.Xy12Z9"});
+  EXPECT_EQ(size_text(512), "512 bytes");
+  EXPECT_EQ(size_text(51200), "50.0 KiB");
+  EXPECT_EQ(size_text(3u << 20), "3.0 MiB");
+}
+
 TEST(OutputFile, AMissingDirectoryIsNamed) {
   const std::string path = fresh_dir("missing") + "/no/such/dir/out.bin";
   try {
