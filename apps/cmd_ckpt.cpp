@@ -135,13 +135,7 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
       for (const TensorInfo& t : r.tensors)
         if (t.name == r.tensor) write_npy(npy, t.shape, r.values, r.dtype, force);
       // What an earlier write killed by a signal left beside it (a full .npy's worth at most).
-      for (const std::string& left : leftover_temporaries(npy)) {
-        std::error_code ec;
-        const auto bytes = std::filesystem::file_size(left, ec);
-        log::warn("'%s' is the temporary file of an interrupted --npy write (%s): remove it if no other command is "
-                  "writing '%s'",
-                  left.c_str(), ec ? "size unknown" : size_text(bytes).c_str(), npy.c_str());
-      }
+      warn_leftover_temporaries(leftover_temporaries(npy), "--npy write");
     });
     print0(rt, log::format("wrote %s: %s (%s), %zu values\n", npy.c_str(), r.tensor.c_str(), r.kind.c_str(),
                            r.values.size()));

@@ -216,24 +216,17 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     // a shard whose export was killed (.model-*.safetensors.XXXXXX, hidden) holds up to a shard's
     // size: named too, since no later export removes another's temporary file.
     const std::set<std::string> ours(names.begin(), names.end());
-    const std::regex temporary(R"(\.model-\d{5}-of-\d{5}\.safetensors\.[A-Za-z0-9]{6})");
-    std::set<std::string> foreign, leftovers;  // sorted, as ls lists them
+    std::set<std::string> foreign;  // sorted, as ls lists them
     for (const auto& e : fs::directory_iterator(opt.output_dir, ec)) {
       const std::string n = e.path().filename().string();
       if (n.rfind("model-", 0) == 0 && n.size() > 12 && n.substr(n.size() - 12) == ".safetensors" && !ours.count(n))
         foreign.insert(e.path().string());
-      std::error_code sec;
-      if (std::regex_match(n, temporary) && fs::is_regular_file(fs::symlink_status(e.path(), sec)))
-        leftovers.insert(e.path().string());
     }
     for (const std::string& path : foreign) log::warn("'%s' in the output directory is not part of this export", path.c_str());
-    for (const std::string& path : leftovers) {
-      std::error_code sec;
-      const auto bytes = fs::file_size(path, sec);
-      log::warn("'%s' is the temporary file of an interrupted export (%s): remove it if no other export into this "
-                "directory is running",
-                path.c_str(), sec ? "size unknown" : size_text(bytes).c_str());
-    }
+    const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+    warn_leftover_temporaries(
+        leftover_temporaries(opt.output_dir, [&shard](const std::string& n) { return std::regex_match(n, shard); }),
+        "export");
   });
   return res;
 }

@@ -199,6 +199,8 @@ void Progress::print(double t, bool final) {
   ++printed_;
 }
 
+std::string Progress::amount(std::int64_t v, ProgressUnit unit) { return amounts(v, 0, unit); }
+
 std::string Progress::duration(double seconds) {
   if (!(seconds >= 0.0)) seconds = 0.0;
   if (seconds < 60.0) return log::format("%.1fs", seconds);

@@ -121,6 +121,9 @@ class Progress {
                                 double elapsed_s);
   /// A duration as "4.2s", "3m05s" or "2h03m". Pure.
   static std::string duration(double seconds);
+  /// An amount as the lines print it alone, e.g. "512 B", "50.0 KiB", "3.2 MiB" for bytes (binary
+  /// prefixes), "1.5 M tokens". Pure.
+  static std::string amount(std::int64_t v, ProgressUnit unit);
 
  private:
   void print(double t, bool final);

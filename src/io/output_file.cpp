@@ -1,11 +1,12 @@
 #include "io/output_file.hpp"
 
 #include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/progress.hpp"
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -162,33 +163,39 @@ void AtomicFile::commit(bool replace) {
   committed_ = true;
 }
 
-std::vector<std::string> leftover_temporaries(const std::string& path) {
-  const fs::path p(path);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  const std::string prefix = "." + p.filename().string() + ".";
+std::vector<std::string> leftover_temporaries(const std::string& dir,
+                                              const std::function<bool(const std::string&)>& is_output) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  for (const auto& e : fs::directory_iterator(dir.empty() ? "." : dir, ec)) {
+    // "." + name + "." + the 6 letters or digits mkstemp puts in place of XXXXXX.
     const std::string n = e.path().filename().string();
-    if (n.size() != prefix.size() + 6 || n.compare(0, prefix.size(), prefix) != 0) continue;
-    bool suffix = true;
-    for (size_t i = prefix.size(); i < n.size(); ++i)
-      suffix = suffix && std::isalnum(static_cast<unsigned char>(n[i])) != 0;
+    if (n.size() < 9 || n[0] != '.' || n[n.size() - 7] != '.' ||
+        !std::all_of(n.end() - 6, n.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }) ||
+        !is_output(n.substr(1, n.size() - 8)))
+      continue;
     std::error_code sec;
-    if (suffix && fs::is_regular_file(fs::symlink_status(e.path(), sec))) out.push_back(e.path().string());
+    if (fs::is_regular_file(fs::symlink_status(e.path(), sec))) out.push_back(e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-std::string size_text(std::uintmax_t bytes) {
-  char buf[64];
-  const double b = static_cast<double>(bytes);
-  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%ju bytes", bytes);
-  else if (b < 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.1f GiB", b / (1024.0 * 1024 * 1024));
-  return buf;
+std::vector<std::string> leftover_temporaries(const std::string& path) {
+  const fs::path p(path);
+  const std::string name = p.filename().string();
+  return leftover_temporaries(p.parent_path().string(), [&name](const std::string& n) { return n == name; });
+}
+
+void warn_leftover_temporaries(const std::vector<std::string>& leftovers, const std::string& what) {
+  for (const std::string& path : leftovers) {
+    std::error_code ec;
+    const auto bytes = fs::file_size(path, ec);
+    log::warn("'%s' is the temporary file of an interrupted %s (%s): remove it if no other %s is running",
+              path.c_str(), what.c_str(),
+              ec ? "size unknown" : Progress::amount(static_cast<std::int64_t>(bytes), ProgressUnit::bytes).c_str(),
+              what.c_str());
+  }
 }
 
 void write_file_atomically(const std::string& path, const std::string& bytes, bool replace) {

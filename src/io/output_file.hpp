@@ -8,7 +8,7 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -69,12 +69,18 @@ class AtomicFile {
   bool closed_ = false, committed_ = false;
 };
 
-/// The temporary files that AtomicFile writes for `path` and that are still there: regular files
-/// named "." + the file name + "." and 6 letters or digits beside it (what a write killed by a
-/// signal leaves), sorted. Local; empty where the directory cannot be read.
+/// The temporary files that AtomicFile wrote in `dir` for outputs whose file name `is_output`
+/// accepts and that are still there: regular files named "." + that name + "." and 6 letters or
+/// digits (what a write killed by a signal leaves), sorted. Local; empty where the directory
+/// cannot be read.
+std::vector<std::string> leftover_temporaries(const std::string& dir,
+                                              const std::function<bool(const std::string&)>& is_output);
+/// The same for the one output `path`.
 std::vector<std::string> leftover_temporaries(const std::string& path);
 
-/// Bytes as a short human-readable size: "512 bytes", "50.0 KiB", "3.2 MiB", "1.5 GiB".
-std::string size_text(std::uintmax_t bytes);
+/// Warns once per file of `leftovers` (leftover_temporaries) that it is the temporary file of an
+/// interrupted `what` (e.g. "export"), with its size, to be removed if no other `what` is running.
+/// Local.
+void warn_leftover_temporaries(const std::vector<std::string>& leftovers, const std::string& what);
 
 }  // namespace trident

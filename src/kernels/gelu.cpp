@@ -9,12 +9,19 @@
 
 namespace trident {
 
+namespace {
+/// 0.5 x (1 + erf(x / sqrt 2)). Device-safe.
+template <class T>
+KOKKOS_INLINE_FUNCTION T gelu_of(T x) {
+  return T(0.5) * x * (T(1) + kmath::erf(x * T(0.70710678118654752440)));
+}
+}  // namespace
+
 template <class T>
 void gelu_forward(View1<T> out, View1<const T> inp) {
   Kokkos::parallel_for(
       "trident::gelu_forward", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)), KOKKOS_LAMBDA(const size_t i) {
-        const T x = inp(i);
-        out(i) = T(0.5) * x * (T(1) + kmath::erf(x * T(0.70710678118654752440)));
+        out(i) = gelu_of<T>(inp(i));
       });
 }
 
@@ -39,8 +46,7 @@ void gelu_forward_bf16(View1<bf16_t> out, View1<const float> inp) {
 #endif
   Kokkos::parallel_for(
       "trident::gelu_forward_bf16", Kokkos::RangePolicy<ExecSpace>(0, out.extent(0)), KOKKOS_LAMBDA(const size_t i) {
-        const float x = inp(i);
-        out(i) = to_bf16(0.5f * x * (1.f + kmath::erf(x * 0.70710678118654752440f)));
+        out(i) = to_bf16(gelu_of<float>(inp(i)));
       });
 }
 

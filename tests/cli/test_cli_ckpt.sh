@@ -343,7 +343,7 @@ expect_exit 2 "c_fc.npy already exists" -- "$TRIDENT" ckpt show "$t6" transforme
 # A write killed by a signal leaves its temporary file (hidden, of a unique name): the next write
 # of that file names it with its size.
 printf 'half a npy' > "$WORK/.c_fc.npy.Ab12Cd"
-expect_exit 0 "c_fc.npy.Ab12Cd' is the temporary file of an interrupted --npy write \(10 bytes\)" -- \
+expect_exit 0 "c_fc.npy.Ab12Cd' is the temporary file of an interrupted --npy write \(10 B\)" -- \
   "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/c_fc.npy" --force
 rm "$WORK/.c_fc.npy.Ab12Cd"
 expect_exit 0 "wrote .*c_fc.npy: transformer.wte.weight" -- \

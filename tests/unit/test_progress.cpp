@@ -60,6 +60,9 @@ TEST(Progress, PercentIsFlooredSo100MeansDone) {
 }
 
 TEST(Progress, Durations) {
+  EXPECT_EQ(Progress::amount(512, ProgressUnit::bytes), "512 B");
+  EXPECT_EQ(Progress::amount(51200, ProgressUnit::bytes), "50.0 KiB");
+  EXPECT_EQ(Progress::amount(3 << 20, ProgressUnit::bytes), "3.0 MiB");
   EXPECT_EQ(Progress::duration(4.24), "4.2s");
   EXPECT_EQ(Progress::duration(185.0), "3m05s");
   EXPECT_EQ(Progress::duration(7380.0), "2h03m");
