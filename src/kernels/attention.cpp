@@ -13,14 +13,23 @@ namespace trident {
 
 namespace {
 
+/// x as a D: itself, or rounded to bf16 (to_bf16: the rounding of bf16 GEMM inputs). Device-safe.
+template <class D, class T>
+KOKKOS_INLINE_FUNCTION D store_as(T x) {
+  if constexpr (std::is_same_v<D, bf16_t>)
+    return to_bf16(static_cast<float>(x));
+  else
+    return x;
+}
+
 /// Columns [col0, col0 + (NH / group) * HS) of a row-major (B*T, ld) matrix -> head-major
-/// (B, NH, T, HS), head h copied from source head h / group (grouped-query attention repeats each
+/// (B, NH, T, HS) at dst (as D: T, or bf16_t rounded), head h copied from source head h / group (grouped-query attention repeats each
 /// key/value head for `group` query heads, as transformers' repeat_kv; group = 1: a plain copy).
 /// Work items are (row, head) pairs, each a contiguous copy of HS elements, as short rows
 /// (kernels/row_parallel.hpp): a team thread per pair, its vector lanes over the HS elements, so a
 /// GPU warp reads and writes consecutive addresses.
-template <class T>
-void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, int HS, int NH, int group = 1) {
+template <class T, class D = T>
+void pack_heads(D* dst, View2<const T> src, int col0, int B, int seq_len, int HS, int NH, int group = 1) {
   const std::int64_t items = static_cast<std::int64_t>(B) * seq_len * NH;
 #if defined(KOKKOS_ENABLE_SERIAL)
   if constexpr (std::is_same_v<ExecSpace, Kokkos::Serial>) {
@@ -28,10 +37,13 @@ void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, 
     const std::int64_t ld = static_cast<std::int64_t>(src.stride(0));
     for (std::int64_t b = 0; b < B; ++b)
       for (int h = 0; h < NH; ++h) {
-        T* d = dst.data() + (b * NH + h) * seq_len * HS;
+        D* d = dst + (b * NH + h) * seq_len * HS;
         const T* s = &src(b * seq_len, col0 + (h / group) * HS);
         for (int t = 0; t < seq_len; ++t, d += HS, s += ld)
-          for (int k = 0; k < HS; ++k) d[k] = s[k];
+          if constexpr (std::is_same_v<D, bf16_t>)
+            detail::gemm_round(d, s, HS);  // the GEMMs' own rounding (vector instructions)
+          else
+            for (int k = 0; k < HS; ++k) d[k] = s[k];
       }
     return;
   }
@@ -42,9 +54,9 @@ void pack_heads(View1<T> dst, View2<const T> src, int col0, int B, int seq_len, 
           const std::int64_t row = i / NH;
           const int h = static_cast<int>(i % NH);
           const std::int64_t b = row / seq_len, t = row % seq_len;
-          T* d = dst.data() + ((b * NH + h) * seq_len + t) * HS;
+          D* d = dst + ((b * NH + h) * seq_len + t) * HS;
           const T* s = &src(row, col0 + (h / group) * HS);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, HS), [&](const int k) { d[k] = s[k]; });
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, HS), [&](const int k) { d[k] = store_as<D>(s[k]); });
         });
       });
 }
@@ -96,12 +108,16 @@ void unpack_heads(View2<T> dst, View1<const T> src, int col0, int B, int seq_len
 /// q, k and v of qkv ([q | k | v], NH query and NKV key/value heads of HS channels) head-major
 /// into ws.q, ws.k, ws.v, each key/value head repeated for its NH / NKV query heads: what all
 /// four attention kernels start from.
+template <class T, class D = T>
+void pack_qkv(D* q, D* k, D* v, View2<const T> qkv, int B, int seq_len, int HS, int NH, int NKV) {
+  const int C = NH * HS, Ckv = NKV * HS, group = NH / NKV;
+  pack_heads<T, D>(q, qkv, 0, B, seq_len, HS, NH);
+  pack_heads<T, D>(k, qkv, C, B, seq_len, HS, NH, group);
+  pack_heads<T, D>(v, qkv, C + Ckv, B, seq_len, HS, NH, group);
+}
 template <class T>
 void pack_qkv(const AttentionScratch<T>& ws, View2<const T> qkv, int B, int seq_len, int HS, int NH, int NKV) {
-  const int C = NH * HS, Ckv = NKV * HS, group = NH / NKV;
-  pack_heads<T>(ws.q, qkv, 0, B, seq_len, HS, NH);
-  pack_heads<T>(ws.k, qkv, C, B, seq_len, HS, NH, group);
-  pack_heads<T>(ws.v, qkv, C + Ckv, B, seq_len, HS, NH, group);
+  pack_qkv<T, T>(ws.q.data(), ws.k.data(), ws.v.data(), qkv, B, seq_len, HS, NH, NKV);
 }
 
 /// A flat array of `heads` equal row-major (rows, cols) blocks as a batch of matrices.
@@ -114,23 +130,13 @@ View3<const T> cbatch(const View1<T>& v, long heads, std::int64_t rows, std::int
   return View3<const T>(v.data(), static_cast<size_t>(heads), static_cast<size_t>(rows), static_cast<size_t>(cols));
 }
 
-}  // namespace
-
+/// Causal softmax of each of the `rows` rows of T scores in att, in place (row r is query
+/// position r % T; keys after it get probability 0); p16 non-null: also the probabilities rounded
+/// to bf16 into p16 (rows * T; the bf16 operand of Y = P V). Rows of T scores are short rows
+/// (kernels/row_parallel.hpp): a team thread per row, vector lanes over the row's scores, max and
+/// sum as vector reductions (in index order on the host).
 template <class T>
-void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
-                       const AttentionDropout& drop, const AttentionScratch<T>& ws, GemmInputs inputs, int NKV) {
-  const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
-  if (NKV <= 0) NKV = NH;
-  const long heads = static_cast<long>(B) * NH;
-  const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
-  pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
-  // S = scale Q K^T, all (sequence, head) pairs in one batched GEMM
-  gemm_batched<T>('N', 'T', scale, cbatch(ws.q, heads, Tn, HS), cbatch(ws.k, heads, Tn, HS), T(0),
-                  batch(att, heads, Tn, Tn), inputs);
-  // Causal softmax of every row in place; the probabilities stay in att for backward. Rows of
-  // T scores are short rows (kernels/row_parallel.hpp): a team thread per row, vector lanes over
-  // the row's scores, max and sum as vector reductions (in index order on the host).
-  const std::int64_t rows = heads * Tn;
+void causal_softmax_rows(View1<T> att, std::int64_t rows, int Tn, bf16_t* p16) {
   if constexpr (kKernelsOnHost) {
     // The host: the row's exponentials as one vector call (libmvec, kernels/vmath.hpp), then the
     // sum in index order as below; the max is exact in any order.
@@ -146,6 +152,8 @@ void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, in
           const T inv = T(1) / sum;
           for (int t2 = 0; t2 <= t; ++t2) a[t2] *= inv;
           for (int t2 = t + 1; t2 < Tn; ++t2) a[t2] = 0;
+          if constexpr (std::is_same_v<T, float>)
+            if (p16 != nullptr) detail::gemm_round(p16 + r * Tn, a, Tn);
         });
   } else
   Kokkos::parallel_for(
@@ -169,20 +177,166 @@ void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, in
           // Same range as the loop that wrote a[t2], so each lane reads back its own writes.
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) { a[t2] *= inv; });
           Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { a[t2] = 0; });
+          if (p16 != nullptr) {
+            bf16_t* o = p16 + r * Tn;
+            // Each lane rounds the elements it wrote above.
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1),
+                                 [&](const int t2) { o[t2] = to_bf16(static_cast<float>(a[t2])); });
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { o[t2] = 0; });
+          }
         });
       });
+}
+
+/// The dropped-out probabilities (kernels/dropout.hpp; the mask keyed by global indices, `heads`
+/// = B * NH (sequence, head) pairs of T x T): pd[i] = keep ? att[i] * scale : 0 where pd is
+/// non-null, and the same value rounded to bf16 into p16 where p16 is non-null.
+template <class T>
+void dropped_probabilities(T* pd, bf16_t* p16, View1<const T> att, const AttentionDropout& drop, long heads, int NH,
+                           int Tn) {
+  const T dscale = static_cast<T>(drop.key.scale());
+  Kokkos::parallel_for(
+      "trident::attention_dropout", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn * Tn), KOKKOS_LAMBDA(const long i) {
+        const int t2 = static_cast<int>(i % Tn), t = static_cast<int>((i / Tn) % Tn);
+        const long bh = i / (static_cast<long>(Tn) * Tn);
+        const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+        const T v = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? att(i) * dscale : T(0);
+        if (pd != nullptr) pd[i] = v;
+        if (p16 != nullptr) p16[i] = to_bf16(static_cast<float>(v));
+      });
+}
+
+/// A batch of `heads` row-major (rows, cols) bf16 matrices stored back to back at p.
+View3<const bf16_t> batch16(const bf16_t* p, long heads, std::int64_t rows, std::int64_t cols) {
+  return View3<const bf16_t>(p, static_cast<size_t>(heads), static_cast<size_t>(rows), static_cast<size_t>(cols));
+}
+/// The front of a float scratch buffer reused for bf16 values (half its bytes or fewer).
+bf16_t* as_bf16(const View1<float>& v) { return reinterpret_cast<bf16_t*>(v.data()); }
+
+/// attention_forward with bf16 GEMM inputs (float only; gemm_bf16_supported()): every GEMM operand
+/// is written in bf16 by its producer and read as it is (gemm_batched_bf16, kernels/gemm.hpp):
+/// q, k, v packed straight to bf16 into the front of ws.q, ws.k, ws.v, and the probabilities
+/// rounded by the softmax (or the dropout) into a GemmBf16Room, in place of a float copy rounded
+/// again by each GEMM. The GEMMs see the bits the rounding GEMMs saw: results are bitwise those.
+void attention_forward_held(View2<float> out, View1<float> att, View2<const float> qkv, int B, int Tn, int NH,
+                            const AttentionDropout& drop, const AttentionScratch<float>& ws, int NKV) {
+  const int C = static_cast<int>(out.extent(1)), HS = C / NH;
+  const long heads = static_cast<long>(B) * NH;
+  const float scale = 1.f / kmath::sqrt(static_cast<float>(HS));
+  bf16_t *q16 = as_bf16(ws.q), *k16 = as_bf16(ws.k), *v16 = as_bf16(ws.v);
+  pack_qkv<float, bf16_t>(q16, k16, v16, qkv, B, Tn, HS, NH, NKV);
+  gemm_batched_bf16('N', 'T', scale, batch16(q16, heads, Tn, HS), batch16(k16, heads, Tn, HS), 0.f,
+                    batch(att, heads, Tn, Tn));
+  GemmBf16Room room(heads * Tn * Tn);
+  const bool dropping = drop.key.active();
+  causal_softmax_rows<float>(att, heads * Tn, Tn, dropping ? nullptr : room.data());
+  if (dropping) dropped_probabilities<float>(nullptr, room.data(), att, drop, heads, NH, Tn);
+  gemm_batched_bf16('N', 'N', 1.f, batch16(room.data(), heads, Tn, Tn), batch16(v16, heads, Tn, HS), 0.f,
+                    batch(ws.y, heads, Tn, HS));
+  unpack_heads<float>(out, ws.y, 0, B, Tn, HS, NH);
+}
+
+/// attention_backward with bf16 GEMM inputs, as attention_forward_held: q, k, v and dY packed to
+/// bf16 (dY into the front of ws.y), the probabilities rounded into a GemmBf16Room for dV, and the
+/// softmax backward writing dS only in bf16, over them in the same room (dS feeds only the dQ and
+/// dK GEMMs). Bitwise the results of the rounding GEMMs.
+void attention_backward_held(View2<float> dqkv, View1<float> dpre, View2<const float> dout,
+                             View2<const float> qkv, View1<const float> att, int B, int Tn, int NH,
+                             const AttentionDropout& drop, const AttentionScratch<float>& ws, int NKV) {
+  const int C = static_cast<int>(dout.extent(1)), HS = C / NH;
+  const int group = NH / NKV, Ckv = NKV * HS;
+  const long heads = static_cast<long>(B) * NH;
+  const float scale = 1.f / kmath::sqrt(static_cast<float>(HS));
+  const bool dropping = drop.key.active();
+  const float dscale = static_cast<float>(drop.key.scale());
+  bf16_t *q16 = as_bf16(ws.q), *k16 = as_bf16(ws.k), *v16 = as_bf16(ws.v), *dy16 = as_bf16(ws.y);
+  pack_qkv<float, bf16_t>(q16, k16, v16, qkv, B, Tn, HS, NH, NKV);
+  pack_heads<float, bf16_t>(dy16, dout, 0, B, Tn, HS, NH);
+  GemmBf16Room room(heads * Tn * Tn);
+  bf16_t* const p16 = room.data();
+  if (dropping)
+    dropped_probabilities<float>(nullptr, p16, att, drop, heads, NH, Tn);
+  else
+    room.round_from(att.data(), heads * Tn * Tn);
+  // dP = dY V^T; dV = P^T dY
+  gemm_batched_bf16('N', 'T', 1.f, batch16(dy16, heads, Tn, HS), batch16(v16, heads, Tn, HS), 0.f,
+                    batch(dpre, heads, Tn, Tn));
+  gemm_batched_bf16('T', 'N', 1.f, batch16(p16, heads, Tn, Tn), batch16(dy16, heads, Tn, HS), 0.f,
+                    batch(ws.dv, heads, Tn, HS));
+  // dS = P * (dP - sum(P * dP)) as attention_backward computes it, written only in bf16 (over P's
+  // copy, which dV was the last to read; stream order on the device).
+  const std::int64_t rows = heads * Tn;
+  if constexpr (kKernelsOnHost) {
+    // The host: the row as attention_backward computes it (the same loops in the same order, so
+    // the same bits), in place in dP, then rounded with the GEMMs' own rounding.
+    Kokkos::parallel_for(
+        "trident::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, rows), [=](const std::int64_t r) {
+          const int t = static_cast<int>(r % Tn);
+          const std::int64_t bh = r / Tn;
+          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+          float* d = dpre.data() + r * Tn;
+          const float* a = att.data() + r * Tn;
+          if (dropping)
+            for (int t2 = 0; t2 <= t; ++t2) d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : 0.f;
+          float dot = 0;
+          for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * d[t2];
+          for (int t2 = 0; t2 <= t; ++t2) d[t2] = a[t2] * (d[t2] - dot);
+          for (int t2 = t + 1; t2 < Tn; ++t2) d[t2] = 0;
+          detail::gemm_round(p16 + r * Tn, d, Tn);
+        });
+  } else
+  Kokkos::parallel_for(
+      "trident::attention_softmax_backward", short_row_policy(rows), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, rows, [&](const std::int64_t r) {
+          const int t = static_cast<int>(r % Tn);
+          const std::int64_t bh = r / Tn;
+          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+          float* d = dpre.data() + r * Tn;
+          const float* a = att.data() + r * Tn;
+          bf16_t* o = p16 + r * Tn;
+          if (dropping)
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) {
+              d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : 0.f;
+            });
+          float dot;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2, float& acc) { acc += a[t2] * d[t2]; }, dot);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1),
+                               [&](const int t2) { o[t2] = to_bf16(a[t2] * (d[t2] - dot)); });
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { o[t2] = 0; });
+        });
+      });
+  // dQ = scale dS K; dK = scale dS^T Q
+  gemm_batched_bf16('N', 'N', scale, batch16(p16, heads, Tn, Tn), batch16(k16, heads, Tn, HS), 0.f,
+                    batch(ws.dq, heads, Tn, HS));
+  gemm_batched_bf16('T', 'N', scale, batch16(p16, heads, Tn, Tn), batch16(q16, heads, Tn, HS), 0.f,
+                    batch(ws.dk, heads, Tn, HS));
+  unpack_heads<float>(dqkv, ws.dq, 0, B, Tn, HS, NH);
+  unpack_heads<float>(dqkv, ws.dk, C, B, Tn, HS, NH, group);
+  unpack_heads<float>(dqkv, ws.dv, C + Ckv, B, Tn, HS, NH, group);
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(View2<T> out, View1<T> att, View2<const T> qkv, int B, int seq_len, int NH,
+                       const AttentionDropout& drop, const AttentionScratch<T>& ws, GemmInputs inputs, int NKV) {
+  const int C = static_cast<int>(out.extent(1)), HS = C / NH, Tn = seq_len;
+  if (NKV <= 0) NKV = NH;
+  if constexpr (std::is_same_v<T, float>)
+    if (inputs == GemmInputs::bf16 && gemm_bf16_supported())
+      return attention_forward_held(out, att, qkv, B, Tn, NH, drop, ws, NKV);
+  const long heads = static_cast<long>(B) * NH;
+  const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
+  pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
+  // S = scale Q K^T, all (sequence, head) pairs in one batched GEMM
+  gemm_batched<T>('N', 'T', scale, cbatch(ws.q, heads, Tn, HS), cbatch(ws.k, heads, Tn, HS), T(0),
+                  batch(att, heads, Tn, Tn), inputs);
+  causal_softmax_rows<T>(att, heads * Tn, Tn, nullptr);
   View1<T> p = att;
   if (drop.key.active()) {
-    const T dscale = static_cast<T>(drop.key.scale());
-    View1<T> pd = ws.pdrop;
-    Kokkos::parallel_for(
-        "trident::attention_dropout", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn * Tn), KOKKOS_LAMBDA(const long i) {
-          const int t2 = static_cast<int>(i % Tn), t = static_cast<int>((i / Tn) % Tn);
-          const long bh = i / (static_cast<long>(Tn) * Tn);
-          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
-          pd(i) = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? att(i) * dscale : T(0);
-        });
-    p = pd;
+    dropped_probabilities<T>(ws.pdrop.data(), nullptr, att, drop, heads, NH, Tn);
+    p = ws.pdrop;
   }
   // Y = P V
   gemm_batched<T>('N', 'N', T(1), cbatch(p, heads, Tn, Tn), cbatch(ws.v, heads, Tn, HS), T(0),
@@ -199,21 +353,17 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
   const int group = NH / NKV, Ckv = NKV * HS;
   const long heads = static_cast<long>(B) * NH;
   const T scale = T(1) / kmath::sqrt(static_cast<T>(HS));
+  if constexpr (std::is_same_v<T, float>)
+    if (inputs == GemmInputs::bf16 && gemm_bf16_supported())
+      return attention_backward_held(dqkv, dpre, dout, qkv, att, B, Tn, NH, drop, ws, NKV);
   const bool dropping = drop.key.active();
   const T dscale = static_cast<T>(drop.key.scale());
   pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
-  pack_heads<T>(ws.y, dout, 0, B, Tn, HS, NH);  // y holds dY
+  pack_heads<T>(ws.y.data(), dout, 0, B, Tn, HS, NH);  // y holds dY
   View1<const T> p = att;
   if (dropping) {
-    View1<T> pd = ws.pdrop;
-    Kokkos::parallel_for(
-        "trident::attention_dropout", Kokkos::RangePolicy<ExecSpace>(0, heads * Tn * Tn), KOKKOS_LAMBDA(const long i) {
-          const int t2 = static_cast<int>(i % Tn), t = static_cast<int>((i / Tn) % Tn);
-          const long bh = i / (static_cast<long>(Tn) * Tn);
-          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
-          pd(i) = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? att(i) * dscale : T(0);
-        });
-    p = View1<const T>(pd.data(), pd.extent(0));
+    dropped_probabilities<T>(ws.pdrop.data(), nullptr, att, drop, heads, NH, Tn);
+    p = View1<const T>(ws.pdrop.data(), ws.pdrop.extent(0));
   }
   // dP = dY V^T; dV = P^T dY (dY rounded once for both with bf16 inputs)
   {
@@ -371,7 +521,7 @@ void attention_backward_fused(View2<T> dqkv, View2<const T> dout, View2<const T>
   const bool b16 = inputs == GemmInputs::bf16, dropping = drop.key.active();
   const T dscale = static_cast<T>(drop.key.scale());
   pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
-  pack_heads<T>(ws.y, dout, 0, B, Tn, HS, NH);  // y holds dY
+  pack_heads<T>(ws.y.data(), dout, 0, B, Tn, HS, NH);  // y holds dY
   if (b16) {
     const auto n = static_cast<size_t>(heads * Tn * HS);
     const View1<T> rounded[] = {ws.q, ws.k, ws.v, ws.y};  // a named array: see attention_forward_fused

@@ -1,11 +1,18 @@
 #include "kernels/bf16_staging.hpp"
 
+#include "core/error.hpp"
+
 #include <functional>
+#include <string>
 
 namespace trident::detail {
 
 void Bf16Staging::reserve(std::int64_t n) {
   if (buf_.size() >= n) return;
+  if (lent_ > 0)
+    throw Error("gemm: the bf16 input scratch would grow to " + std::to_string(n) +
+                " elements while a GemmBf16Room holds " + std::to_string(lent_) +
+                " of it (a GEMM in the room's scope rounds float operands; it must take them in bf16)");
   Kokkos::fence();                  // earlier GEMMs may still read the buffer
   buf_ = TrackedBuffer<bf16_t>();  // free first, so the peak is the new size alone
   buf_ = TrackedBuffer<bf16_t>("trident::gemm::bf16_inputs", n, MemCategory::activations);
@@ -20,6 +27,21 @@ void Bf16Staging::keep(const float* in, std::int64_t n) {
   round_(buf_.data() + kept_end_, in, n);
   kept_.push_back(Kept{in, n, kept_end_});
   kept_end_ += n;
+}
+
+bf16_t* Bf16Staging::lend(std::int64_t n) {
+  if (!kept_.empty() || lent_ > 0)
+    throw Error("gemm: the bf16 input scratch is in use (kept copies or another room): a GemmBf16Room cannot be lent");
+  if (n < 0) throw Error("gemm: a GemmBf16Room of " + std::to_string(n) + " elements");
+  reserve(n);
+  lent_ = n;
+  kept_end_ = n;
+  return buf_.data();
+}
+
+void Bf16Staging::end_lend() noexcept {
+  lent_ = 0;
+  kept_end_ = 0;
 }
 
 void Bf16Staging::end_keep() noexcept {
@@ -54,7 +76,7 @@ std::pair<const bf16_t*, const bf16_t*> Bf16Staging::inputs(const float* a, std:
 }
 
 void Bf16Staging::release() {
-  if (!kept_.empty()) return;
+  if (!kept_.empty() || lent_ > 0) return;
   Kokkos::fence();
   buf_ = TrackedBuffer<bf16_t>();
 }

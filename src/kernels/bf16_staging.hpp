@@ -44,7 +44,16 @@ class Bf16Staging {
   /// caller holds in bf16 already, gemm_bf16()) is neither rounded nor given room: nullptr back.
   std::pair<const bf16_t*, const bf16_t*> inputs(const float* a, std::int64_t na, const float* b, std::int64_t nb);
 
-  /// Frees the buffer unless copies are kept (then it keeps them). Fences first.
+  /// Lends buf_[0, n) to a caller that writes bf16 operands into it itself (GemmBf16Room), growing
+  /// the buffer first; inputs() then rounds after it. Throws Error while copies are kept or another
+  /// loan is out. While lent the buffer does not grow: inputs() that would need it to throws Error.
+  bf16_t* lend(std::int64_t n);
+  /// Ends the loan (never throws).
+  void end_lend() noexcept;
+  /// Rounds with the owner's rounding: out[i] = to_bf16(in[i]), i < n.
+  void round(bf16_t* out, const float* in, std::int64_t n) const { round_(out, in, n); }
+
+  /// Frees the buffer unless copies are kept or a loan is out (then it keeps it). Fences first.
   void release();
 
  private:
@@ -61,6 +70,7 @@ class Bf16Staging {
   TrackedBuffer<bf16_t> buf_;
   std::vector<Kept> kept_;
   std::int64_t kept_end_ = 0;
+  std::int64_t lent_ = 0;  ///< elements lent (lend()), 0 if none
 };
 
 }  // namespace trident::detail

@@ -66,6 +66,41 @@ void gemm_bf16(char transA, char transB, float alpha, View2<const float> A, View
                          nullptr, B.data(), B.stride(0), static_cast<std::int64_t>(B.span()), beta, C);
 }
 
+GemmBf16Room::GemmBf16Room(std::int64_t n) : n_(n) {
+  if (!gemm_bf16_supported()) throw Error("gemm: bf16 inputs: " + gemm_bf16_unavailable_reason());
+  bool expected = false;
+  if (!g_reuse_alive.compare_exchange_strong(expected, true))
+    throw Error("gemm: a GemmBf16Room does not nest with another one or a GemmInputReuse scope");
+  try {
+    data_ = detail::gemm_room_lend(n);
+  } catch (...) {
+    g_reuse_alive.store(false);
+    throw;
+  }
+}
+
+GemmBf16Room::~GemmBf16Room() {
+  detail::gemm_room_end();
+  g_reuse_alive.store(false);
+}
+
+void GemmBf16Room::round_from(const float* in, std::int64_t n) const {
+  if (n > n_)
+    throw Error("gemm: GemmBf16Room::round_from: " + std::to_string(n) + " elements into a room of " +
+                std::to_string(n_));
+  detail::gemm_round(data_, in, n);
+}
+
+void gemm_batched_bf16(char transA, char transB, float alpha, View3<const bf16_t> A, View3<const bf16_t> B,
+                       float beta, View3<float> C) {
+  detail::check_batch_sizes(A.extent(0), B.extent(0), C.extent(0));
+  const auto d = detail::gemm_dims("gemm_batched_bf16", transA, transB, A.extent(1), A.extent(2), B.extent(1),
+                                   B.extent(2), C.extent(1), C.extent(2));
+  detail::gemm_batched_bf16_held(transA, transB, alpha, d, static_cast<std::int64_t>(C.extent(0)), A.data(),
+                                 A.stride(1), A.stride(0), B.data(), B.stride(1), B.stride(0), beta, C.data(),
+                                 C.stride(1), C.stride(0));
+}
+
 #define TRIDENT_INST(T) template class GemmInputReuse<T>;
 TRIDENT_INSTANTIATE_FLOATING(TRIDENT_INST)
 #undef TRIDENT_INST

@@ -2,13 +2,15 @@
 // layers, attention scores and values, the GEMM probe of the MFU log) goes through gemm() or
 // gemm_batched(); the build decides the backend:
 //  - host builds (Debian's Kokkos 3.4): KokkosBlas::gemm, i.e. OpenBLAS sgemm/dgemm
-//    (kernels/gemm_kokkosblas.cpp);
+//    (kernels/gemm_kokkosblas.cpp), except that fp32 GEMMs may go to oneDNN's matmul instead
+//    ([train] host_gemm: HostGemm below) and bf16-input GEMMs always do (kernels/gemm_onednn.cpp);
 //  - CUDA builds (a Kokkos 4.x with CUDA): cuBLAS on Kokkos' CUDA stream (kernels/gemm_cublas.cpp).
 //
 // Layer: kernels. Local. All matrices are row-major (LayoutRight) device views, as everywhere in
 // Trident (core/types.hpp); op(X) is X ('N') or X^T ('T'), as in BLAS.
-// Invariants: a host build computes exactly what KokkosBlas::gemm computes (same calls, same
-// order), so its results are bitwise those of the code before this seam.
+// Invariants: with HostGemm::openblas and native inputs a host build computes exactly what
+// KokkosBlas::gemm computes (same calls, same order), so its results are bitwise those of the code
+// before this seam; oneDNN's may differ from them in the last bits (another summation order).
 #pragma once
 
 #include "core/types.hpp"
@@ -147,6 +149,40 @@ void gemm_bf16(char transA, char transB, float alpha, View2<const bf16_t> A, Vie
 void gemm_bf16(char transA, char transB, float alpha, View2<const float> A, View2<const bf16_t> B, float beta,
                View2<float> C);
 
+/// gemm_batched() with bf16 inputs (GemmInputs::bf16) where both operands are stored in bf16
+/// already (kernels/convert.hpp's bf16_t bits, row-major, back to back), as the GEMM attention
+/// writes its packed heads, probabilities and dS with [train] compute_dtype = bf16
+/// (kernels/attention.hpp): nothing is rounded, nothing staged. Bitwise what gemm_batched(...,
+/// GemmInputs::bf16) gives on float operands whose rounding A and B hold. Local; asynchronous on
+/// the device. Throws Error as gemm_batched(), and where bf16 GEMMs are not supported.
+void gemm_batched_bf16(char transA, char transB, float alpha, View3<const bf16_t> A, View3<const bf16_t> B,
+                       float beta, View3<float> C);
+
+/// Room for bf16 GEMM operands that the caller writes itself (for gemm_bf16() or
+/// gemm_batched_bf16()), lent from the front of the GEMMs' bf16 input scratch from construction to
+/// destruction: an operand written there in bf16 by the kernel that produces it (the attention's
+/// probabilities and dS) takes no float copy and no rounding pass, and no memory beyond what the
+/// GEMMs would have staged it in. GEMMs in the scope must take operands held in bf16 only: one
+/// that would round a float operand and needs more scratch than lent throws Error (growing would
+/// move the room). Like GemmInputReuse, process-wide, and the two do not nest (Error). Throws
+/// Error where bf16 GEMMs are not supported (gemm_bf16_unavailable_reason()). Local.
+class GemmBf16Room {
+ public:
+  explicit GemmBf16Room(std::int64_t n);
+  ~GemmBf16Room();
+  GemmBf16Room(const GemmBf16Room&) = delete;
+  GemmBf16Room& operator=(const GemmBf16Room&) = delete;
+  /// The n lent elements (device memory in a CUDA build).
+  bf16_t* data() const { return data_; }
+  /// data()[0, n) = to_bf16(in[0, n)) with the backend's rounding (the one gemm() uses; bitwise
+  /// to_bf16), n <= the lent size. Asynchronous in stream order on the device. Local.
+  void round_from(const float* in, std::int64_t n) const;
+
+ private:
+  bf16_t* data_ = nullptr;
+  std::int64_t n_ = 0;
+};
+
 /// For every i of the batch: C_i = alpha op(A_i) op(B_i) + beta C_i (A, B, C of equal batch size).
 /// One strided-batched call on CUDA (cublasGemmStridedBatchedEx), a loop of gemm() on the host.
 /// Local; errors as gemm().
@@ -172,6 +208,18 @@ GemmDims gemm_dims(const char* what, char transA, char transB, std::int64_t a_ro
 void gemm_bf16_held(char transA, char transB, float alpha, const GemmDims& d, const float* A, const bf16_t* A16,
                     std::int64_t lda, std::int64_t a_span, const float* B, const bf16_t* B16, std::int64_t ldb,
                     std::int64_t b_span, float beta, View2<float> C);
+
+/// The backend's side of gemm_batched_bf16(): both operands held in bf16; lda/ldb/ldc row strides,
+/// sa/sb/sc the strides between the matrices of the batch.
+void gemm_batched_bf16_held(char transA, char transB, float alpha, const GemmDims& d, std::int64_t batch,
+                            const bf16_t* A16, std::int64_t lda, std::int64_t sa, const bf16_t* B16, std::int64_t ldb,
+                            std::int64_t sb, float beta, float* C, std::int64_t ldc, std::int64_t sc);
+
+/// The backend's side of GemmBf16Room: lend n elements of the bf16 input scratch (growing it
+/// first), take them back (never throws), and round into them as the GEMMs round their inputs.
+bf16_t* gemm_room_lend(std::int64_t n);
+void gemm_room_end() noexcept;
+void gemm_round(bf16_t* out, const float* in, std::int64_t n);
 
 /// gemm_dims() of one matrix of each batch, after checking that A, B and C hold equally many.
 template <class T>

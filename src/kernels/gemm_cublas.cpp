@@ -105,6 +105,11 @@ void gemm_reuse_keep(const float* in, std::int64_t n) { cublas().staging.keep(in
 void gemm_reuse_end() noexcept {
   if (g_cublas != nullptr) g_cublas->staging.end_keep();
 }
+bf16_t* gemm_room_lend(std::int64_t n) { return cublas().staging.lend(n); }
+void gemm_room_end() noexcept {
+  if (g_cublas != nullptr) g_cublas->staging.end_lend();
+}
+void gemm_round(bf16_t* out, const float* in, std::int64_t n) { round_on_device(out, in, n); }
 }  // namespace detail
 
 namespace {
@@ -200,6 +205,22 @@ void gemm_bf16_held(char transA, char transB, float alpha, const GemmDims& d, co
   check(cublasGemmEx(h, op(transB), op(transA), n, m, k, &alpha, B16, CUDA_R_16BF, ld(b_stride), A16, CUDA_R_16BF,
                      ld(a_stride), &beta, C.data(), CUDA_R_32F, ld(C.stride(0)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx (bf16 inputs, one held in bf16, fp32 accumulation)");
+}
+
+/// gemm_batched_bf16() on the device: one strided-batched cublasGemmStridedBatchedEx on operands
+/// held in bf16, row-major through column-major as gemm_batched() does.
+void gemm_batched_bf16_held(char transA, char transB, float alpha, const GemmDims& d, std::int64_t batch,
+                            const bf16_t* A16, std::int64_t lda, std::int64_t sa, const bf16_t* B16, std::int64_t ldb,
+                            std::int64_t sb, float beta, float* C, std::int64_t ldc, std::int64_t sc) {
+  if (d.m == 0 || d.n == 0 || batch == 0) return;
+  cublasHandle_t h = cublas().handle;
+  const int m = to_int(d.m, "M"), n = to_int(d.n, "N"), k = to_int(d.k, "K");
+  const int nb = to_int(batch, "the batch size");
+  check(cublasGemmStridedBatchedEx(h, op(transB), op(transA), n, m, k, &alpha, B16, CUDA_R_16BF, ld(ldb),
+                                   static_cast<long long>(sb), A16, CUDA_R_16BF, ld(lda), static_cast<long long>(sa),
+                                   &beta, C, CUDA_R_32F, ld(ldc), static_cast<long long>(sc), nb, CUBLAS_COMPUTE_32F,
+                                   CUBLAS_GEMM_DEFAULT),
+        "cublasGemmStridedBatchedEx (bf16 inputs held in bf16, fp32 accumulation)");
 }
 }  // namespace detail
 

@@ -52,6 +52,27 @@ void gemm_reuse_end() noexcept {
   onednn_reuse_end();
 #endif
 }
+// GemmBf16Room, likewise only where gemm_bf16_supported().
+bf16_t* gemm_room_lend(std::int64_t n) {
+#if TRIDENT_HAVE_ONEDNN
+  return onednn_room_lend(n);
+#else
+  (void)n;
+  throw Error("gemm: bf16 inputs: " + gemm_bf16_unavailable_reason());
+#endif
+}
+void gemm_room_end() noexcept {
+#if TRIDENT_HAVE_ONEDNN
+  onednn_room_end();
+#endif
+}
+void gemm_round(bf16_t* out, const float* in, std::int64_t n) {
+#if TRIDENT_HAVE_ONEDNN
+  round_to_bf16_host(out, in, n);
+#else
+  for (std::int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+#endif
+}
 }  // namespace detail
 
 namespace {
@@ -173,6 +194,20 @@ void gemm_bf16_held(char transA, char transB, float alpha, const GemmDims& d, co
 #else
   (void)transA, (void)transB, (void)alpha, (void)d, (void)A, (void)A16, (void)lda, (void)a_span, (void)B, (void)B16;
   (void)ldb, (void)b_span, (void)beta, (void)C;
+  throw Error("gemm: bf16 inputs: " + gemm_bf16_unavailable_reason());
+#endif
+}
+
+/// gemm_batched_bf16() on the host: oneDNN's bf16 matmul on two operands held in bf16.
+void gemm_batched_bf16_held(char transA, char transB, float alpha, const GemmDims& d, std::int64_t batch,
+                            const bf16_t* A16, std::int64_t lda, std::int64_t sa, const bf16_t* B16, std::int64_t ldb,
+                            std::int64_t sb, float beta, float* C, std::int64_t ldc, std::int64_t sc) {
+#if TRIDENT_HAVE_ONEDNN
+  onednn_gemm(true, transA, transB, batch, d.m, d.n, d.k, alpha, nullptr, lda, sa, 0, nullptr, ldb, sb, 0, beta, C,
+              ldc, sc, A16, B16);
+#else
+  (void)transA, (void)transB, (void)alpha, (void)d, (void)batch, (void)A16, (void)lda, (void)sa, (void)B16;
+  (void)ldb, (void)sb, (void)beta, (void)C, (void)ldc, (void)sc;
   throw Error("gemm: bf16 inputs: " + gemm_bf16_unavailable_reason());
 #endif
 }

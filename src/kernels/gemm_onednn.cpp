@@ -195,6 +195,19 @@ void onednn_reuse_end() noexcept {
   g_onednn->staging.end_keep();
 }
 
+bf16_t* onednn_room_lend(std::int64_t n) {
+  OneDnn& d = onednn();
+  std::lock_guard<std::mutex> lock(d.mutex);
+  return d.staging.lend(n);
+}
+
+void onednn_room_end() noexcept {
+  std::lock_guard<std::mutex> create(g_create);
+  if (g_onednn == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_onednn->mutex);
+  g_onednn->staging.end_lend();
+}
+
 void onednn_gemm(bool bf16_inputs, char transA, char transB, std::int64_t batch, std::int64_t M, std::int64_t N,
                  std::int64_t K, float alpha, const float* A, std::int64_t lda, std::int64_t sa, std::int64_t a_span,
                  const float* B, std::int64_t ldb, std::int64_t sb, std::int64_t b_span, float beta, float* C,

@@ -33,6 +33,11 @@ void onednn_release_scratch();
 void onednn_reuse_keep(const float* in, std::int64_t n);
 void onednn_reuse_end() noexcept;
 
+/// The host side of GemmBf16Room (kernels/gemm.hpp, kernels/bf16_staging.hpp): lend n elements
+/// of onednn_gemm()'s bf16 scratch, and take them back. Local.
+bf16_t* onednn_room_lend(std::int64_t n);
+void onednn_room_end() noexcept;
+
 /// One GEMM, or a batch of equal ones, on row-major float operands through oneDNN's matmul:
 ///   C_i = alpha op(A_i) op(B_i) + beta C_i,  i < batch,
 /// op(A_i) (M, K), op(B_i) (K, N), C_i (M, N); lda/ldb/ldc are row strides, sa/sb/sc the strides

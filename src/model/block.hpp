@@ -146,12 +146,14 @@ inline std::int64_t linear_gemm_operands(std::int64_t BT, std::int64_t in, std::
   return std::max(out * in + BT * std::max(in, out), BT * (in + out));
 }
 
-/// The same for attention (kernels/attention.hpp) with `att` probabilities and Cq = local query
-/// heads * head size: (Q, K) for the scores, (P, V) and (dP, K) for the rest; 0 for the fused
-/// kernel (no GEMM). Local.
-inline std::int64_t attention_gemm_operands(const ModelConfig& m, std::int64_t BT, std::int64_t att, std::int64_t Cq) {
+/// The same for attention (kernels/attention.hpp) with `att` probabilities: with bf16 inputs its
+/// GEMMs take every operand in bf16 as written by its producer (q, k, v and dY packed into the
+/// attention scratch) and stage nothing, but the probabilities and dS are written into a
+/// GemmBf16Room of `att` elements lent from the same scratch; 0 for the fused kernel (no GEMM).
+/// Local.
+inline std::int64_t attention_gemm_operands(const ModelConfig& m, std::int64_t att) {
   if (m.attention == AttentionKernel::fused) return 0;
-  return std::max(2 * BT * Cq, att + BT * Cq);
+  return att;
 }
 
 /// One family's transformer block on one rank (its tp partition): the kernels of forward and

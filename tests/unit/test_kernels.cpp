@@ -810,6 +810,63 @@ TEST(Kernels, GemmBf16HeldOperandEqualsRoundingGemm) {
   EXPECT_THROW(gemm_bf16('N', 'N', 1.f, inp16_m, w_m, 0.f, as_matrix(y2.data(), N, OC)), Error);
 }
 
+// gemm_batched_bf16 (both operands held in bf16) is bitwise gemm_batched with bf16 inputs on the
+// float operands that round to them, for every trans combination (the attention's four shapes
+// among them), also with A written into a GemmBf16Room by round_from. The room's contract: GEMMs on
+// held operands run inside it, one that would grow the scratch by staging float operands is
+// refused (growing would move the room), rooms and GemmInputReuse scopes do not nest, round_from
+// past the room is refused, and the scratch serves rounding GEMMs again once the room is returned.
+TEST(Kernels, GemmBatchedBf16AndRoomEqualRoundingGemms) {
+  const int batch = 3, M = 21, N = 19, K = 26;
+  if (!gemm_bf16_supported()) {
+    Buffer<bf16_t> a16("a16", batch * M * K), b16("b16", batch * K * N);
+    Buffer<float> c("c", batch * M * N);
+    EXPECT_THROW(gemm_batched_bf16('N', 'N', 1.f, View3<const bf16_t>(a16.data(), batch, M, K),
+                                   View3<const bf16_t>(b16.data(), batch, K, N), 0.f,
+                                   View3<float>(c.data(), batch, M, N)),
+                 Error);
+    EXPECT_THROW(GemmBf16Room(4), Error);
+    return;
+  }
+  for (char ta : {'N', 'T'})
+    for (char tb : {'N', 'T'}) {
+      SCOPED_TRACE(testing::Message() << "trans " << ta << tb);
+      const int ar = ta == 'N' ? M : K, ac = ta == 'N' ? K : M, br = tb == 'N' ? K : N, bc = tb == 'N' ? N : K;
+      const std::int64_t na = static_cast<std::int64_t>(batch) * ar * ac, nb = static_cast<std::int64_t>(batch) * br * bc;
+      std::vector<float> A(na), Bv(nb);
+      for (size_t i = 0; i < A.size(); ++i) A[i] = static_cast<float>(std::sin(0.37 * i)) * 1.0007f;
+      for (size_t i = 0; i < Bv.size(); ++i) Bv[i] = static_cast<float>(std::cos(0.11 * i + 1)) * 1.0003f;
+      std::vector<bf16_t> A16(A.size()), B16(Bv.size());
+      for (size_t i = 0; i < A.size(); ++i) A16[i] = to_bf16(A[i]);
+      for (size_t i = 0; i < Bv.size(); ++i) B16[i] = to_bf16(Bv[i]);
+      const Buffer<float> a = device_array(A), b = device_array(Bv);
+      const Buffer<bf16_t> a16 = device_array(A16), b16 = device_array(B16);
+      Buffer<float> c1("c1", batch * M * N), c2("c2", batch * M * N), c3("c3", batch * M * N), c4("c4", batch * M * N);
+      const View3<const float> af(a.data(), batch, ar, ac), bf(b.data(), batch, br, bc);
+      const View3<const bf16_t> bh(b16.data(), batch, br, bc);
+      gemm_batched<float>(ta, tb, 0.5f, af, bf, 0.f, View3<float>(c1.data(), batch, M, N), GemmInputs::bf16);
+      gemm_batched_bf16(ta, tb, 0.5f, View3<const bf16_t>(a16.data(), batch, ar, ac), bh, 0.f,
+                        View3<float>(c2.data(), batch, M, N));
+      EXPECT_EQ(to_host_vector(v1(c2)), to_host_vector(v1(c1)));
+      gemm_release_scratch();  // the room then is the whole scratch: staging more must grow it
+      {
+        GemmBf16Room room(na);
+        room.round_from(a.data(), na);
+        EXPECT_THROW(GemmInputReuse<float>(GemmInputs::bf16, b.data(), nb), Error);
+        EXPECT_THROW(GemmBf16Room(1), Error);
+        EXPECT_THROW(room.round_from(a.data(), na + 1), Error);
+        gemm_batched_bf16(ta, tb, 0.5f, View3<const bf16_t>(room.data(), batch, ar, ac), bh, 0.f,
+                          View3<float>(c3.data(), batch, M, N));
+        EXPECT_THROW(gemm_batched<float>(ta, tb, 0.5f, af, bf, 0.f, View3<float>(c4.data(), batch, M, N),
+                                         GemmInputs::bf16),
+                     Error);
+      }
+      EXPECT_EQ(to_host_vector(v1(c3)), to_host_vector(v1(c1)));
+      gemm_batched<float>(ta, tb, 0.5f, af, bf, 0.f, View3<float>(c4.data(), batch, M, N), GemmInputs::bf16);
+      EXPECT_EQ(to_host_vector(v1(c4)), to_host_vector(v1(c1)));
+    }
+}
+
 // The bf16 outputs of LayerNorm and GELU are bitwise the bf16 rounding of the float outputs, at
 // every length from 1 to 70 (the vector loops' bodies and tails) and at lengths that cross GELU's
 // blocks of 4096, on NaN, +-inf, +-0 and values at bf16 rounding ties, and with inputs and outputs
@@ -1094,6 +1151,94 @@ TEST(Kernels, FusedAttentionEqualsGemmAttention) {
     check_fused_attention(2, 37, 2, 2, 40, 0.2, GemmInputs::bf16, 1e-5);
     check_fused_attention(2, 9, 4, 2, 8, 0.0, GemmInputs::bf16, 1e-5);
   }
+}
+
+// With bf16 inputs the GEMM attention writes every GEMM operand in bf16 where it is produced
+// (packed q, k, v and dY; the probabilities and dS in a GemmBf16Room) instead of rounding float
+// copies in each GEMM. Oracle: the GEMMs of the definition through gemm_batched with bf16 inputs,
+// which round float operands themselves, on head-major copies the test makes: Y = P V and
+// dV = P^T dY bitwise (P the probabilities the kernel saved), softmax(scale Q K^T) equal to them,
+// and dQ = scale dS K, dK = scale dS^T Q from dS = P (dP - rowsum(P dP)) computed here in float
+// (equal up to a bf16 rounding of dS that a last-bit difference of the test's float arithmetic may
+// move: 1e-3 of the largest value).
+TEST(Kernels, AttentionBf16OperandsAreTheRoundedGemmInputs) {
+  if (!gemm_bf16_supported()) GTEST_SKIP() << gemm_bf16_unavailable_reason();
+  const int B = 2, T = 9, NH = 3, HS = 8, C = NH * HS, W = 3 * C;
+  const long heads = static_cast<long>(B) * NH;
+  Buffer<float> qkv("qkv", B * T * W), dout("dout", B * T * C);
+  fill_normal<float>(View1<float>(qkv.data(), qkv.extent(0)), 1, 4, 0, 1.0);
+  fill_normal<float>(View1<float>(dout.data(), dout.extent(0)), 1, 5, 0, 1.0);
+  Buffer<float> out("out", B * T * C), att("att", heads * T * T), dqkv("dqkv", B * T * W), pre("pre", heads * T * T),
+      ws("ws", 7 * B * T * C);
+  AttentionScratch<float> s;
+  View1<float>* parts[] = {&s.q, &s.k, &s.v, &s.y, &s.dq, &s.dk, &s.dv};
+  for (int i = 0; i < 7; ++i) *parts[i] = View1<float>(ws.data() + i * B * T * C, B * T * C);
+  const AttentionDropout drop;  // p = 0
+  attention_forward<float>(as_matrix(out.data(), B * T, C), v1(att), as_matrix<const float>(qkv.data(), B * T, W), B,
+                           T, NH, drop, s, GemmInputs::bf16);
+  {  // other layers' GEMMs use the scratch between forward and backward: poison it (bf16 NaN)
+    GemmBf16Room poison(heads * T * T);
+    Kokkos::deep_copy(View1<bf16_t>(poison.data(), heads * T * T), bf16_t{0x7fc0});
+  }
+  Kokkos::deep_copy(ws, std::numeric_limits<float>::quiet_NaN());
+  attention_backward<float>(as_matrix(dqkv.data(), B * T, W), v1(pre), as_matrix<const float>(dout.data(), B * T, C),
+                            as_matrix<const float>(qkv.data(), B * T, W), View1<const float>(att.data(), heads * T * T),
+                            B, T, NH, drop, s, GemmInputs::bf16);
+  const std::vector<float> qh = to_host_vector(v1(qkv)), dyh = to_host_vector(v1(dout)), P = to_host_vector(v1(att)),
+                           outh = to_host_vector(v1(out)), dh = to_host_vector(v1(dqkv));
+  // Head-major (B*NH, T, HS) copies of column block `col0` of a (B*T, ld) matrix.
+  auto heads_of = [&](const std::vector<float>& m, int ld, int col0) {
+    std::vector<float> r(static_cast<size_t>(heads) * T * HS);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int t = 0; t < T; ++t)
+          for (int c = 0; c < HS; ++c)
+            r[((static_cast<size_t>(b) * NH + h) * T + t) * HS + c] = m[(static_cast<size_t>(b) * T + t) * ld + col0 + h * HS + c];
+    return r;
+  };
+  const Buffer<float> Q = device_array(heads_of(qh, W, 0)), K = device_array(heads_of(qh, W, C)),
+                      V = device_array(heads_of(qh, W, 2 * C)), dY = device_array(heads_of(dyh, C, 0)),
+                      Pd = device_array(P);
+  auto b3 = [&](const Buffer<float>& x, int r, int c) { return View3<const float>(x.data(), heads, r, c); };
+  auto o3 = [&](Buffer<float>& x, int r, int c) { return View3<float>(x.data(), heads, r, c); };
+  const float scale = 1.f / std::sqrt(static_cast<float>(HS));
+  Buffer<float> S("S", heads * T * T), Y("Y", heads * T * HS), dV("dV", heads * T * HS), dP("dP", heads * T * T);
+  gemm_batched<float>('N', 'T', scale, b3(Q, T, HS), b3(K, T, HS), 0.f, o3(S, T, T), GemmInputs::bf16);
+  gemm_batched<float>('N', 'N', 1.f, b3(Pd, T, T), b3(V, T, HS), 0.f, o3(Y, T, HS), GemmInputs::bf16);
+  gemm_batched<float>('T', 'N', 1.f, b3(Pd, T, T), b3(dY, T, HS), 0.f, o3(dV, T, HS), GemmInputs::bf16);
+  gemm_batched<float>('N', 'T', 1.f, b3(dY, T, HS), b3(V, T, HS), 0.f, o3(dP, T, T), GemmInputs::bf16);
+  const std::vector<float> Sh = to_host_vector(v1(S)), dPh = to_host_vector(v1(dP));
+  std::vector<float> dS(P.size(), 0.f);
+  for (long r = 0; r < heads * T; ++r) {
+    const int t = static_cast<int>(r % T);
+    double mx = -1e300, sum = 0;
+    for (int j = 0; j <= t; ++j) mx = std::max(mx, static_cast<double>(Sh[r * T + j]));
+    for (int j = 0; j <= t; ++j) sum += std::exp(Sh[r * T + j] - mx);
+    for (int j = 0; j < T; ++j)
+      ASSERT_NEAR(P[r * T + j], j <= t ? std::exp(Sh[r * T + j] - mx) / sum : 0.0, 1e-6) << "row " << r << " key " << j;
+    float dot = 0;
+    for (int j = 0; j <= t; ++j) dot += P[r * T + j] * dPh[r * T + j];
+    for (int j = 0; j <= t; ++j) dS[r * T + j] = P[r * T + j] * (dPh[r * T + j] - dot);
+  }
+  const Buffer<float> dSd = device_array(dS);
+  Buffer<float> dQ("dQ", heads * T * HS), dK("dK", heads * T * HS);
+  gemm_batched<float>('N', 'N', scale, b3(dSd, T, T), b3(K, T, HS), 0.f, o3(dQ, T, HS), GemmInputs::bf16);
+  gemm_batched<float>('T', 'N', scale, b3(dSd, T, T), b3(Q, T, HS), 0.f, o3(dK, T, HS), GemmInputs::bf16);
+  const std::vector<float> Yh = to_host_vector(v1(Y)), dVh = to_host_vector(v1(dV)), dQh = to_host_vector(v1(dQ)),
+                           dKh = to_host_vector(v1(dK));
+  double dq_max = 0, dk_max = 0;
+  for (float x : dQh) dq_max = std::max(dq_max, static_cast<double>(std::fabs(x)));
+  for (float x : dKh) dk_max = std::max(dk_max, static_cast<double>(std::fabs(x)));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < HS; ++c) {
+          const size_t hm = ((static_cast<size_t>(b) * NH + h) * T + t) * HS + c, row = static_cast<size_t>(b) * T + t;
+          ASSERT_EQ(outh[row * C + h * HS + c], Yh[hm]) << "Y, sequence " << b << " head " << h << " t " << t;
+          ASSERT_EQ(dh[row * W + 2 * C + h * HS + c], dVh[hm]) << "dV, sequence " << b << " head " << h << " t " << t;
+          ASSERT_NEAR(dh[row * W + h * HS + c], dQh[hm], 1e-3 * dq_max) << "dQ, sequence " << b << " head " << h;
+          ASSERT_NEAR(dh[row * W + C + h * HS + c], dKh[hm], 1e-3 * dk_max) << "dK, sequence " << b << " head " << h;
+        }
 }
 
 // ---- the llama family's kernels ----------------------------------------------------------------

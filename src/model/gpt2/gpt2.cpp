@@ -110,7 +110,7 @@ class Gpt2Block final : public Block<T> {
 
   std::int64_t gemm_operand_elements(std::int64_t BT, std::int64_t att) const override {
     const std::int64_t C = C_, Cl = Cl_;
-    return std::max({linear_gemm_operands(BT, C, 3 * Cl), attention_gemm_operands(m_, BT, att, Cl),
+    return std::max({linear_gemm_operands(BT, C, 3 * Cl), attention_gemm_operands(m_, att),
                      linear_gemm_operands(BT, Cl, C), linear_gemm_operands(BT, C, 4 * Cl),
                      linear_gemm_operands(BT, 4 * Cl, C)});
   }

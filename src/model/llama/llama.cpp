@@ -105,7 +105,7 @@ class LlamaBlock final : public Block<T> {
 
   std::int64_t gemm_operand_elements(std::int64_t BT, std::int64_t att) const override {
     const std::int64_t C = C_;
-    return std::max({linear_gemm_operands(BT, C, W_), attention_gemm_operands(m_, BT, att, Cq_),
+    return std::max({linear_gemm_operands(BT, C, W_), attention_gemm_operands(m_, att),
                      linear_gemm_operands(BT, Cq_, C), linear_gemm_operands(BT, C, 2 * Fl_),
                      linear_gemm_operands(BT, Fl_, C)});
   }
