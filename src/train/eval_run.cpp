@@ -12,6 +12,7 @@
 #include "parallel/agree.hpp"
 #include "parallel/process_grid.hpp"
 #include "train/model_schema.hpp"
+#include "train/resume_check.hpp"
 #include "train/trainer.hpp"
 
 #include <memory>
@@ -24,17 +25,8 @@ namespace {
 /// the same vocabulary or model, and no id past the model's vocabulary.
 void require_same_tokenizer(const CheckpointMeta& meta, const Config& cfg, const TokenFileInfo& info,
                             const std::string& data_path) {
-  const std::string& want = meta.run.tokenizer;
   const std::string where = "token file '" + data_path + "'";
-  if (!want.empty() && info.tokenizer != want)
-    throw ConfigError(where + " uses the " + info.tokenizer + " tokenizer; the checkpoint's model was trained on " +
-                      want + " tokens. Prepare the text with the checkpoint's tokenizer (trident prep --tokenizer " +
-                      want + ")");
-  if ((!meta.run.vocab.empty() && info.vocab != meta.run.vocab) ||
-      (!meta.run.tokenizer_model.empty() && info.model != meta.run.tokenizer_model))
-    throw ConfigError(where + ": its " + info.tokenizer +
-                      " vocabulary differs from the checkpoint's (the same kind, built from another text): token "
-                      "ids would mean other characters or pieces");
+  if (const std::string why = tokenizer_mismatch(meta.run, info); !why.empty()) throw ConfigError(where + ": " + why);
   if (info.vocab_size > cfg.model.vocab_size)
     throw ConfigError(where + " has " + std::to_string(info.vocab_size) + " token ids, more than the model's vocabulary (" +
                       std::to_string(cfg.model.vocab_size) + ")");

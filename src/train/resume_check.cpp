@@ -52,6 +52,22 @@ std::optional<ChangeClass> change_class(const std::string& name) {
   return std::nullopt;
 }
 
+std::string tokenizer_mismatch(const RunState& checkpoint, const TokenFileInfo& data) {
+  std::string why;
+  if (checkpoint.tokenizer.empty()) return why;
+  if (checkpoint.tokenizer != data.tokenizer)
+    why = "the checkpoint's tokenizer is '" + checkpoint.tokenizer + "', the token file's '" + data.tokenizer + "'";
+  else if (!checkpoint.vocab.empty() && checkpoint.vocab != data.vocab)
+    why = "the checkpoint's " + checkpoint.tokenizer +
+          " vocabulary differs from the token file's (the same kind, built from another text)";
+  else if (!checkpoint.tokenizer_model.empty() && checkpoint.tokenizer_model != data.model)
+    why = "the checkpoint's " + checkpoint.tokenizer + " tokenizer model differs from the token file's";
+  if (!why.empty())
+    why += ": token ids would mean other characters or pieces (prepare the text with the checkpoint's tokenizer: "
+           "trident prep --tokenizer " + checkpoint.tokenizer + ")";
+  return why;
+}
+
 void check_resume_data(const std::string& checkpoint_hash, const std::string& now_hash, const std::string& path,
                        const TrainConfig& train, std::int64_t consumed) {
   if (checkpoint_hash.empty() || now_hash.empty() || checkpoint_hash == now_hash) return;

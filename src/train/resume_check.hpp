@@ -19,7 +19,9 @@
 //  - impossible: the model's shape; the checkpoint's tensors do not fit, nothing overrides it.
 #pragma once
 
+#include "checkpoint/metadata.hpp"
 #include "core/config.hpp"
+#include "io/token_file.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -68,6 +70,14 @@ struct ResumeChanges {
 /// a key that is not a deck key.
 ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, std::int64_t step,
                                    std::int64_t consumed);
+
+/// Why token file `data` cannot feed a model trained with the tokenizer that checkpoint run state
+/// `checkpoint` records: another kind, or the same kind with another vocabulary (char, byte) or
+/// model (bpe), so token ids would mean other characters or pieces. One phrase naming both
+/// sides, for a ConfigError of the caller (resume, [train] init_from, trident eval), with the
+/// remedy (`trident prep --tokenizer KIND`); empty where they agree or the checkpoint records no
+/// tokenizer (files of older versions). Local.
+std::string tokenizer_mismatch(const RunState& checkpoint, const TokenFileInfo& data);
 
 /// The data check of a resume: `checkpoint_hash` (the content hash of the token file the run
 /// trained on, RunState::data_hash) against `now_hash` (TokenFileInfo::content_hash of the file at

@@ -461,7 +461,7 @@ void Trainer<T>::load_checkpoint(const std::string& path) {
   step_ = r.step;
   consumed_samples_ = r.consumed_samples;
   lineage_ = r.lineage;
-  checkpoint_data_hash_ = r.data_hash;
+  loaded_run_ = r;
   val_loss_ = r.val_loss;
   val_loss_step_ = r.val_loss_step;
   nonfinite_.restore(r.consecutive_skips, r.skipped_steps);
@@ -481,17 +481,8 @@ void Trainer<T>::init_weights_from(const std::string& path, const TokenFileInfo&
   // the model's shape (the vocabulary size follows from the tokenizer). Identical on every rank
   // (one file, one token file), so the ConfigError is collective.
   state_.load_weights(path, [&](const CheckpointMeta& meta) {
-    const RunState& r = meta.run;
-    std::string why;
-    if (!r.tokenizer.empty() && r.tokenizer != data.tokenizer)
-      why = "its tokenizer is '" + r.tokenizer + "', the token file's '" + data.tokenizer + "'";
-    else if (!r.vocab.empty() && !data.vocab.empty() && r.vocab != data.vocab)
-      why = "its " + r.tokenizer + " vocabulary differs from the token file's";
-    else if (!r.tokenizer_model.empty() && !data.model.empty() && r.tokenizer_model != data.model)
-      why = "its tokenizer model differs from the token file's";
-    if (!why.empty())
-      throw ConfigError("[train] init_from = " + path + ": " + why +
-                        " (prepare the data with the checkpoint's tokenizer: `trident prep --tokenizer ...`)");
+    if (const std::string why = tokenizer_mismatch(meta.run, data); !why.empty())
+      throw ConfigError("[train] init_from = " + path + ": " + why);
   });
 }
 
@@ -727,7 +718,11 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     trainer.load_checkpoint(resume_from);
     // The same path may hold another file's tokens (same vocabulary, other text): identical on
     // every rank (the same checkpoint, the same file), so the ConfigError is collective.
-    check_resume_data(trainer.checkpoint_data_hash(), data.info().content_hash, cfg.data.path, cfg.train,
+    // Another tokenizer is never a data change to allow: the model's ids would mean other tokens
+    // (and the next checkpoint would record the file's tokenizer for this model).
+    if (const std::string why = tokenizer_mismatch(trainer.loaded_run_state(), data.info()); !why.empty())
+      throw ConfigError("cannot resume from " + resume_from + " on token file '" + cfg.data.path + "': " + why);
+    check_resume_data(trainer.loaded_run_state().data_hash, data.info().content_hash, cfg.data.path, cfg.train,
                       trainer.consumed_samples());
     log::info("resumed from %s at step %lld (%lld samples consumed; loaded in %.2f s)", resume_from.c_str(),
               static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()), t.seconds());

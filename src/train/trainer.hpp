@@ -79,7 +79,8 @@ class Trainer {
   /// (global sample index, window offset) pairs this rank loaded in the last train_step, on the
   /// first pipeline stage (empty elsewhere); [data] sample_log gathers them over dp. Local.
   const std::vector<std::int64_t>& loaded_samples() const { return loaded_samples_; }
-  /// Bytes this rank sent over the dp communicators since construction (ring model).
+  /// Bytes this rank sent over all its communicators (dp, shard and replica groups, tp, pp, tied
+  /// embedding, model-parallel) since construction (ring model). Local.
   std::int64_t comm_bytes() const;
   /// The step-time breakdown ([train] timers): train_step times its parts in it, the driver adds
   /// evaluation and checkpoints and takes one lap() per metrics row. It watches every communicator
@@ -144,9 +145,9 @@ class Trainer {
   /// The step whose validation loss was last recorded (record_val_loss; restored from a
   /// checkpoint), -1 when none. Local.
   std::int64_t val_loss_step() const { return val_loss_step_; }
-  /// The content hash of the token file the loaded checkpoint was trained on (RunState::data_hash),
-  /// "" when none was loaded or it records none. Local.
-  const std::string& checkpoint_data_hash() const { return checkpoint_data_hash_; }
+  /// The run state of the checkpoint load_checkpoint() read (its data hash and tokenizer are what
+  /// a resume checks the token file against); default-constructed when none was loaded. Local.
+  const RunState& loaded_run_state() const { return loaded_run_; }
 
   /// Records that leg `id` (this invocation) trains from the current step on. Local.
   void begin_leg(const std::string& id) { lineage_ = extend_lineage(lineage_, id, step_); }
@@ -190,7 +191,7 @@ class Trainer {
   std::string lineage_;
   double val_loss_ = 0.0;
   std::int64_t val_loss_step_ = -1;
-  std::string checkpoint_data_hash_;
+  RunState loaded_run_;
   std::vector<std::int64_t> loaded_samples_;
   NonfinitePolicy nonfinite_;
   SpikeDetector spikes_;

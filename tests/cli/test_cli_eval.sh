@@ -58,11 +58,11 @@ expect_exit 2 "--micro-batch 9223372036854775807 is more than" -- ev 1 --checkpo
 expect_exit 2 "this layout cannot evaluate the checkpoint's model: .*n_head" -- ev 4 --checkpoint "$WORK/run" --tp 4
 expect_exit 1 "token file '$WORK/missing.h5'" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/missing.h5"
 "$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/text.txt" >/dev/null
-expect_exit 2 "uses the byte tokenizer; the checkpoint's model was trained on char tokens" -- \
+expect_exit 2 "token file '$WORK/bytes.h5': the checkpoint's tokenizer is 'char', the token file's 'byte'.*trident prep --tokenizer char" -- \
   ev 1 --checkpoint "$WORK/run" --data "$WORK/bytes.h5"
 printf 'zyx wvu tsr qpo nml kji hgf edc ba\n%.0s' $(seq 200) > "$WORK/other.txt"
 "$TRIDENT" prep --output "$WORK/other.h5" "$WORK/other.txt" >/dev/null
-expect_exit 2 "vocabulary differs from the checkpoint's" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/other.h5"
+expect_exit 2 "the checkpoint's char vocabulary differs from the token file's .*token ids would mean other characters" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/other.h5"
 cp "$WORK/run/checkpoints/step_00000006.h5" "$WORK/damaged.h5"
 corrupt_dataset "$WORK/damaged.h5" shards/param/pp0_dp0_tp0
 expect_exit 1 "trident ckpt verify" -- ev 1 --checkpoint "$WORK/damaged.h5"

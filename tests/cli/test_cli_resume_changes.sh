@@ -96,5 +96,17 @@ expect_exit 0 "holds other tokens .*continuing as \[train\] allow_changed names 
 cp "$WORK/tok_orig.h5" "$WORK/tok.h5"
 expect_exit 0 "resumed from" -- resume_from orig_tokens_again
 
+# Another tokenizer is never an allowed data change: ids would mean other characters, and the next
+# checkpoint would record the new file's tokenizer for the old model. Refused even with
+# allow_changed = data.path (here another char vocabulary, from another text).
+printf 'zyx wvu tsr qpo nml kji hgf edc ba\n%.0s' $(seq 300) > "$WORK/other.txt"
+"$TRIDENT" prep --output "$WORK/other_vocab.h5" "$WORK/other.txt" >/dev/null || echo "FAIL prep of the other text"
+# The model's vocabulary size as the checkpoint has it (the deck takes it from the token file), so
+# the deck check passes and the tokenizer check is what refuses.
+vocab="$(h5dump -a vocab_size "$WORK/tok.h5" | sed -n 's/^ *(0): *\([0-9]*\).*/\1/p')"
+expect_exit 2 "cannot resume from .* on token file '$WORK/other_vocab.h5': the checkpoint's char vocabulary differs from the token file's .*token ids would mean other characters" -- \
+  resume_from other_vocab --data.path="$WORK/other_vocab.h5" --train.allow_changed=data.path --model.vocab_size="$vocab"
+check "... and nothing was written" test -z "$(ls "$WORK"/r_other_vocab/checkpoints/*.h5 2>/dev/null)"
+
 echo "$FAILED failed"
 exit "$FAILED"
