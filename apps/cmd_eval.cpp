@@ -17,7 +17,7 @@ namespace po = boost::program_options;
 int cmd_eval(Runtime& rt, const std::vector<std::string>& args) {
   EvalRunOptions opt;
   po::options_description desc(
-      "usage: trident eval --checkpoint PATH [--data FILE] [--split val|train] [--tp N] [--pp N]\n"
+      "usage: trident eval --checkpoint PATH [--data FILE] [--split val|train] [--tp N] [--pp N] [--micro-batch N]\n"
       "                    [--compute-dtype float|bf16] [--attention gemm|fused] [--host-gemm auto|openblas|onednn|shape]\n\n"
       "Prints the mean loss (nats per token) and perplexity of a checkpoint's model on a whole split\n"
       "of a token file: every window of block_size + 1 tokens starting every block_size tokens, as a\n"

@@ -34,7 +34,7 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
       "prompt-ids", po::value<std::string>(&prompt_ids),
       "comma-separated token ids to continue instead of --prompt (for gpt2-tokenised models)")(
       "tokens", po::value<int>(&opt.max_new_tokens)->default_value(200), "number of tokens to generate")(
-      "temperature", po::value<double>(&opt.temperature)->default_value(0.8),
+      "temperature", po::value<double>(&opt.temperature)->default_value(0.8, "0.8"),
       "softmax temperature; 0 = always the most likely token")(
       "top-k", po::value<int>(&opt.top_k)->default_value(200), "sample among the k most likely tokens; 0 = all")(
       "seed", po::value<std::int64_t>(&seed)->default_value(1337), "seed of the draws (same seed, same text)");

@@ -6,6 +6,7 @@
 #
 # usage: tools/bench_ckpt.sh [--out DIR] [--ranks "1 2"] [--steps N] [--interval K] [--data PATH]
 #                            [--warm]
+# Defaults: --steps 12, --interval 4, --ranks "1 2", --data data/shakespeare_char.h5, --out runs/bench_ckpt.
 #
 # For each rank count R it runs, with `mpiexec -n R`:
 #   base   N steps without checkpoints (the step time without saves);

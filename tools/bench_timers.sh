@@ -4,6 +4,7 @@
 #
 # usage: tools/bench_timers.sh [--out DIR] [--ranks "1 2"] [--reps N] [--steps N] [--modes "off coarse fine"]
 #        [-- extra trident train options, e.g. --parallel.zero_stage=3]
+# Defaults: --reps 5 (repetitions of every mode), --steps 40, --ranks "1 2", --modes "off coarse fine".
 #
 # Each run trains --steps steps (default 40) of input/shakespeare_char.ini with no evaluation, no
 # checkpoint and a fixed peak (no GEMM probe); the statistic is the median ms_per_step of steps 3..N

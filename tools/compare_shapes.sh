@@ -38,6 +38,14 @@
 #   tools/compare_shapes.sh --shapes 0.8m,10.7m --out /tmp/cs --profile
 #   tools/compare_shapes.sh --rounds 3                       # medians of 3 rounds (~45 minutes)
 # Markdown table on stdout (progress on stderr); CSV in --results.
+#
+# Options (besides --profile and --rounds above):
+#   --shapes LIST   comma-separated shapes from 0.8m, 10.7m, 124m (default 0.8m,10.7m,124m)
+#   --trident PATH  the trident binary (default build/bin/trident)
+#   --python PATH   the Python that runs torch_peer.py and the tables (default /usr/bin/python3)
+#   --data FILE     the text file both codes train on (default ../shared/data/tinyshakespeare.txt)
+#   --out DIR       where the token file and every run go (default a new mktemp -d /tmp/compare_shapes.XXXXXX)
+#   --results FILE  the CSV (default DIR/results.csv)
 source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 

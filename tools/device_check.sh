@@ -5,6 +5,10 @@
 #
 # Usage (on the GPU machine, from the repository root):
 #   tools/device_check.sh [--help] [--bundle .device/bundle.tar.xz] [--steps N] [--quick]
+#   --bundle FILE  the bundle of tools/device_bundle.sh (default .device/bundle.tar.xz)
+#   --steps N      training steps of each Trident run of step 4 (default 40)
+#   --quick        skips torch.compile in step 3 (eager only) and the 2-rank MPI training run of
+#                  step 4 (the 2-rank MPI collectives test of step 2 still runs)
 # Prepare the bundle on a build machine first (CUDA build + tools/device_bundle.sh), then run this
 # with the bundle carried along, e.g. with the project's device tool:
 #   run(command="tools/device_check.sh", carry=[".device"], timeout_s=540)

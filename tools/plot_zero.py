@@ -12,11 +12,6 @@ import os
 import sys
 from collections import defaultdict
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\nusage:")[0],
@@ -37,6 +32,13 @@ def main():
         except (KeyError, TypeError, ValueError) as e:
             sys.exit(f"{sys.argv[0]}: error: '{out}/zero_memory.csv', line {n}: not a row of tools/bench_zero.sh "
                      f"(stage, source, dp, model_states, zero_paper): {e!r}")
+    try:  # after parsing, so that --help works without matplotlib (as tools/plot_run.py)
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit(f"{sys.argv[0]}: error: needs matplotlib (Debian: apt-get install python3-matplotlib; "
+                 "or pip install matplotlib)")
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = {0: "tab:blue", 1: "tab:orange", 2: "tab:green", 3: "tab:red"}
     for stage in sorted({k[0] for k in series}):

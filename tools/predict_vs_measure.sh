@@ -7,7 +7,7 @@
 # and the step's breakdown (forward, backward, optimizer, exposed dp communication) next to the model's.
 # fp32 GEMMs go through the library the machine file's rates were measured with ([compute]
 # host_gemm, written by tools/machine_file.sh; OpenBLAS for files without it).
-# Usage: tools/predict_vs_measure.sh --machine FILE [--build DIR] [--steps N] [--cases FILE] [--out CSV]
+# Usage: tools/predict_vs_measure.sh --machine FILE [--build DIR] [--steps N] [--cases FILE] [--out CSV] [--reuse] [--trainer EXE]
 #   --machine FILE  machine file (input/machines/*.ini) the predictions use (required)
 #   --build DIR     build directory with bin/trident (default build)
 #   --steps N       optimizer steps per run (default 8; the first two are not timed)

@@ -4,8 +4,9 @@
 //
 // Layer: checkpoint (reads through io's CheckpointReader and checkpoint/tensor_read.hpp; what the
 // model family calls its tensors, which weights Hugging Face stores transposed and its
-// config.json come from the ModelSchema the caller passes -- for GPT-2, model/hf_gpt2.hpp). Writes
-// plain files with std::ofstream on world rank 0 only.
+// config.json come from the ModelSchema the caller passes -- for GPT-2, model/gpt2/hf_gpt2.hpp). Writes
+// plain files on world rank 0 only, each through an AtomicFile (io/output_file.hpp: a temporary
+// file renamed into place once all are written).
 //
 // Safetensors format (https://github.com/huggingface/safetensors, "Format"): an 8-byte
 // little-endian unsigned header length N, N bytes of UTF-8 JSON
@@ -49,8 +50,10 @@ std::uint16_t to_bfloat16(float x);
 /// Collective over comm (the file is opened through MPI-IO); world rank 0 reads and writes
 /// everything, showing its progress by bytes of tensor data written (core/progress.hpp; the
 /// checksum verification before it shows its own). Same result on every rank.
+/// A checkpoint written at any tp size exports whole tensors (its tp partitions joined).
 /// Throws ConfigError (collective) for bad options, CheckpointError (collective) when the
-/// checkpoint cannot be read or has tp > 1, IoError (collective) when a file cannot be written.
+/// checkpoint cannot be read or does not match its model fingerprint, IoError (collective) when a
+/// file cannot be written.
 SafetensorsExportResult export_safetensors(const std::string& path, Communicator& comm,
                                            const SafetensorsExportOptions& opt, const ModelSchema& schema);
 

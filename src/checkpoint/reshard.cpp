@@ -36,7 +36,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
   Config cfg;
   bool to_dir = false;
   std::string out = opt.output;  // the file, or the checkpoint directory written into
-  // Rank 0 holds the lock of a run directory written into (train/run_lock.hpp) to the end.
+  // Rank 0 holds the lock of a run directory written into (checkpoint/run_lock.hpp) to the end.
   std::unique_ptr<RunLock> lock;
   run_agreed(world, "ckpt reshard", [&] {
     std::error_code ec;

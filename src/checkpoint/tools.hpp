@@ -126,6 +126,8 @@ struct CheckpointDiff {
   double tolerance = 0.0;                ///< DiffOptions::tolerance used
   std::vector<std::string> differences;  ///< attributes (step, consumed_samples, ...), missing tensors/kinds, shapes
   std::vector<TensorDiff> arrays;        ///< every compared array, in index order of A
+  /// True when `differences` is empty and no array differs; honours the tolerance (an array differs
+  /// only when max_abs > tolerance), so with tolerance > 0 it means "equal within tolerance".
   bool identical() const;
 };
 

@@ -38,11 +38,18 @@ const char* mem_category_name(MemCategory c);
 /// Per-process bytes of tracked buffers, current and peak, by category. Local, thread-safe.
 class MemoryLedger {
  public:
+  /// Counts `bytes` more in category c, raising c's peak and the total's peak if passed. Local.
   static void add(MemCategory c, std::int64_t bytes);
+  /// Counts `bytes` fewer in category c and in the total (unchecked: no error below zero). Local.
   static void sub(MemCategory c, std::int64_t bytes);
+  /// Bytes now counted in category c. Local.
   static std::int64_t current(MemCategory c);
+  /// Highest current(c) since start-up or the last reset_peaks()/reset_peak(c). Local.
   static std::int64_t peak(MemCategory c);
+  /// Bytes now counted over all categories. Local.
   static std::int64_t current_total();
+  /// Highest current_total() since start-up or the last reset_peaks() (the peak of the sum, not the
+  /// sum of the categories' peaks; reset_peak(c) leaves it). Local.
   static std::int64_t peak_total();
   /// Lowers every peak to the current bytes, so that the next peaks measure one phase (e.g. the
   /// extra memory of one save). Local.

@@ -30,7 +30,8 @@ struct Run {
 std::vector<Run> tp_runs(const std::vector<std::int64_t>& global_shape, int split_dim, int split_groups, int tp_size,
                          int tp_rank);
 
-/// Shape of tp partition `tp_rank` (padded to ceil for ungrouped dim-0 splits). Local, pure.
+/// Shape of the tp partitions of a tensor split over `tp_size` ranks, the same on every rank (padded
+/// to ceil for ungrouped dim-0 splits; the global shape when split_dim < 0 or tp_size = 1). Local, pure.
 std::vector<std::int64_t> tp_partition_shape(const std::vector<std::int64_t>& global_shape, int split_dim,
                                              int split_groups, int tp_size);
 

@@ -16,7 +16,8 @@ namespace trident {
 
 class Sampler {
  public:
-  /// Windows of T+1 tokens over a split of n_tokens tokens (n_tokens must exceed T).
+  /// Windows of T+1 tokens over a split of n_tokens tokens. Throws Error (naming both counts) when
+  /// n_tokens <= T, too few for one window.
   Sampler(std::uint64_t seed, std::int64_t n_tokens, int T);
 
   /// Number of distinct windows (one epoch).

@@ -116,11 +116,17 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const std::string& path() const { return path_; }
+  /// True when the root attribute `name` exists, false when it is missing. Local; never throws.
   bool has_attr(const std::string& name) const;
+  /// Root attribute `name`. Local. Throws CheckpointError (naming the file) when it is missing or unreadable.
   std::int64_t attr_int(const std::string& name) const;
+  /// Root attribute `name`. Local. Throws CheckpointError (naming the file) when it is missing or unreadable.
   double attr_double(const std::string& name) const;
+  /// Root attribute `name`. Local. Throws CheckpointError (naming the file) when it is missing, unreadable or not a string.
   std::string attr_string(const std::string& name) const;
+  /// The string dataset `/name`. Local. Throws IoError ("dataset '/name' is missing") when it is missing.
   std::string text(const std::string& name) const;
+  /// The int32 dataset `/name`. Local. Throws CheckpointError when it is missing, IoError when unreadable.
   std::vector<std::int32_t> int_array(const std::string& name) const;
   /// The byte array `name`. Local. Throws CheckpointError when it is missing or its bytes do not
   /// match its xxh64 attribute, IoError when it cannot be read.

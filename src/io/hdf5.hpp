@@ -97,10 +97,15 @@ Type string_type(std::size_t n);
 
 /// Root-group (or any object's) scalar attributes. Writing is collective in parallel files:
 /// every rank must call with the same value (docs/design.md, "Toolchain facts").
+/// write_attr: creates attribute `name`, or replaces it (deleted, then created) when it exists.
+/// Throws IoError when HDF5 fails.
 void write_attr(hid_t obj, const std::string& name, std::int64_t v);
 void write_attr(hid_t obj, const std::string& name, double v);
 void write_attr(hid_t obj, const std::string& name, const std::string& v);
+/// True when attribute `name` exists; false when it is missing (or HDF5 cannot tell). Never throws.
 bool has_attr(hid_t obj, const std::string& name);
+/// read_attr_*: throw IoError("attribute '<name>' is missing") when it is missing, IoError when it
+/// cannot be read (read_attr_string also when it is not a string).
 std::int64_t read_attr_int(hid_t obj, const std::string& name);
 double read_attr_double(hid_t obj, const std::string& name);
 std::string read_attr_string(hid_t obj, const std::string& name);

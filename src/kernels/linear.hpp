@@ -1,5 +1,5 @@
 // kernels/linear.hpp: fully connected layer y = x W^T + b (PyTorch nn.Linear convention), GEMMs
-// through the GEMM seam (kernels/gemm.hpp: OpenBLAS on the host, cuBLAS on NVIDIA GPUs).
+// through the GEMM seam (kernels/gemm.hpp: OpenBLAS or oneDNN on the host, cuBLAS on NVIDIA GPUs).
 //
 // Layer: kernels. Local. Shapes: inp (N, C), weight (OC, C), bias (OC) or empty, out (N, OC).
 // These are also the local partitions of Megatron-LM's column/row-parallel linears (Shoeybi et al.

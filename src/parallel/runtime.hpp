@@ -1,7 +1,9 @@
 // parallel/runtime.hpp: process-wide start-up and shut-down of MPI and Kokkos.
 //
 // Layer: parallel. One Runtime lives in main() of every executable (the trident driver, MPI tests,
-// benchmarks). It is the only place, with the process grid, that touches MPI_COMM_WORLD.
+// benchmarks). It is the only place that uses MPI_COMM_WORLD directly: it wraps it as the world
+// Communicator, which everything else (the process grid too) goes through; mpi_communicator.cpp
+// names it only to borrow it rather than free it.
 // Invariants: MPI is initialised before Kokkos and finalised after it (reverse order);
 // log::set_rank() has been called by the time the constructor returns.
 #pragma once

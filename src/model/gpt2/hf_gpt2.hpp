@@ -1,4 +1,4 @@
-// model/hf_gpt2.hpp: how Trident's GPT-2 maps onto Hugging Face's GPT2LMHeadModel -- tensor
+// model/gpt2/hf_gpt2.hpp: how Trident's GPT-2 maps onto Hugging Face's GPT2LMHeadModel -- tensor
 // names, layouts and config.json -- for `trident ckpt export` (the model family's state-dict
 // adapter; the checkpoint layer receives it through a ModelSchema, train/model_schema.hpp).
 //
