@@ -49,6 +49,13 @@ def read_run(path):
         header = reader.fieldnames or []
     if rows and not {"step", "train_loss"} <= set(header):
         raise csv.Error(f"its header has no step and train_loss columns: {','.join(header)[:80]}")
+    # A row with fewer or more fields than the header: cut short by a kill, or being written now.
+    complete = [r for r in rows if None not in r and None not in r.values()]
+    if len(complete) < len(rows):
+        bad = [r.get("step") or "?" for r in rows if r not in complete]
+        print(f"trident-plot: warning: {csv_path}: {len(rows) - len(complete)} row(s) without every column "
+              f"(step {', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}: cut short?) left out", file=sys.stderr)
+        rows = complete
     label = os.path.basename(os.path.normpath(os.path.dirname(os.path.abspath(csv_path))))
     return label, csv_path, rows
 
@@ -164,12 +171,14 @@ def main(argv=None):
                         label=f"{label} MFU" if overlay else "MFU")
         present = [m for m in MEM_COLUMNS if any(number(r.get(m)) is not None for r in rows)]
         if present and not overlay:
-            steps = series(rows, present[0])[0]
-            stacks = [[number(r.get(m)) or 0.0 for r in rows if number(r.get("step")) is not None] for m in present]
+            stepped = [r for r in rows if number(r.get("step")) is not None]
+            steps = [number(r.get("step")) for r in stepped]
+            stacks = [[number(r.get(m)) or 0.0 for r in stepped] for m in present]
             ax_mem.stackplot(steps, *stacks, labels=[m[4:] for m in present], alpha=0.8)
         elif present:
-            totals = [sum(number(r.get(m)) or 0.0 for m in present) for r in rows if number(r.get("step")) is not None]
-            ax_mem.plot(series(rows, present[0])[0], totals, color=c, label=f"{label} tracked")
+            stepped = [r for r in rows if number(r.get("step")) is not None]
+            totals = [sum(number(r.get(m)) or 0.0 for m in present) for r in stepped]
+            ax_mem.plot([number(r.get("step")) for r in stepped], totals, color=c, label=f"{label} tracked")
         px, py = series(rows, "peak_mem_mib")
         if px and not overlay:
             ax_mem.plot(px, py, color="black", lw=1.0, ls="--", label="peak RSS")

@@ -150,7 +150,12 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
       usable = it->file_name;
       break;
     }
-  const std::string would = "a resume would use " + (usable.empty() ? std::string("none, starting at step 0") : usable);
+  // With checkpoints present but none usable, `train --resume` refuses (exit 1) rather than start
+  // again at step 0 (train/resume.hpp); with none at all it starts a new run.
+  const std::string would =
+      !usable.empty()          ? "a resume would use " + usable
+      : out.entries.empty()    ? std::string("a resume would start a new run at step 0")
+                               : std::string("a resume would stop (exit 1): no checkpoint here is complete and intact");
   std::error_code dir_ec;
   if (!fs::is_directory(path, dir_ec)) return out;  // one file listed: the directory is not judged
   if (!out.latest_name.empty()) {

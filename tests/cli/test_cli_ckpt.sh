@@ -56,6 +56,10 @@ expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- \
 expect_exit 1 "/shards/exp_avg/pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt verify "$WORK/bad/step_00000004.h5"
 expect_exit 0 "step_00000004.h5 .* ok" -- "$TRIDENT" ckpt ls "$WORK/bad"
 expect_exit 1 "BAD: .*pp0_dp1_tp0 fails its checksum" -- "$TRIDENT" ckpt ls --verify "$WORK/bad"
+# Its only checkpoint is damaged: the listing says what train --resume then does (it stops, exit 1,
+# rather than start again at step 0).
+expect_exit 1 "there is no 'latest' pointer \(a resume would stop \(exit 1\): no checkpoint here is complete and intact\)" -- \
+  "$TRIDENT" ckpt ls --verify "$WORK/bad"
 
 # Every damaged dataset is listed (not only the first), also at one rank.
 cp "$WORK/bad/step_00000004.h5" "$WORK/bad2.h5"
