@@ -58,12 +58,18 @@ std::string superseded_path(const std::string& path) {
                                                                            : path + ".superseded";
 }
 
-std::vector<std::string> data_lines(const std::string& path) {
+/// The data rows of `path` (after its header); `cut_short`, when given, receives the last row if
+/// the file does not end with a newline (a kill while the row was written), else "".
+std::vector<std::string> data_lines(const std::string& path, std::string* cut_short = nullptr) {
   std::vector<std::string> out;
   std::ifstream in(path);
   std::string line;
-  for (bool first = true; std::getline(in, line); first = false)
+  bool ended = true;
+  for (bool first = true; std::getline(in, line); first = false) {
+    ended = !in.eof();  // getline stopped at a newline, not at the end of the file
     if (!first && !line.empty()) out.push_back(line);
+  }
+  if (cut_short != nullptr) *cut_short = !ended && !out.empty() ? out.back() : std::string();
   return out;
 }
 
@@ -127,11 +133,23 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   };
   const std::string aside = superseded_path(path_);
   std::vector<std::string> kept, dropped;
+  std::string cut_short;
   // Rows before the recorded lineage (written before lineages existed) follow the step rule.
-  for (const std::string& l : data_lines(path_)) {
+  for (const std::string& l : data_lines(path_, &cut_short)) {
     const std::int64_t st = std::atoll(l.c_str());
     if ((st <= s0 && st <= keep_until_step) || in_lineage(l)) kept.push_back(l);
     else dropped.push_back(l);
+  }
+  // A last row a kill cut short has lost its leg field: say so, rather than call it another history.
+  if (!cut_short.empty() && !dropped.empty() && dropped.back() == cut_short) {
+    dropped.pop_back();
+    log::warn("the last row of %s (step %lld) was cut short (no end of line: the run was killed while writing it): "
+              "moved to %s",
+              path_.c_str(), static_cast<long long>(std::atoll(cut_short.c_str())), aside.c_str());
+    report_set_aside(path_, aside, dropped);
+    dropped.push_back(cut_short);
+  } else {
+    report_set_aside(path_, aside, dropped);
   }
   std::vector<std::string> still_aside;
   for (const std::string& l : data_lines(aside)) {
@@ -140,7 +158,6 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   }
   std::stable_sort(kept.begin(), kept.end(),
                    [](const std::string& a, const std::string& b) { return std::atoll(a.c_str()) < std::atoll(b.c_str()); });
-  report_set_aside(path_, aside, dropped);
   still_aside.insert(still_aside.end(), dropped.begin(), dropped.end());
   // metrics.csv first: a crash between the two renames leaves a row in both files, never in none.
   rewrite(path_, kHeader, kept);

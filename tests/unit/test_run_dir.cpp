@@ -266,6 +266,31 @@ TEST(RunDir, MetricsRowsOfEveryVersionFollowTheirLeg) {
                 ",offload_read_mib,offload_write_mib,offload_wait_ms");
 }
 
+TEST(RunDir, AMetricsRowCutShortByAKillIsSetAsideAndNamedSo) {
+  // A kill while a row was written leaves it without its end of line (and its leg): the resume
+  // moves it aside as before, and its warning says it was cut short, not another history.
+  const std::string out = fresh_dir("rd_metrics_cut");  // collective
+  if (world().rank() != 0) return;                       // the rest is local
+  fs::create_directories(out);
+  const std::string path = out + "/metrics.csv";
+  const std::string values = ",2.5,,1e-3,0.5,1000,10,0.1,100,1,1,2,0,3,0,0.5,0";
+  {
+    std::ofstream f(path);
+    f << "step,train_loss,val_loss,lr,grad_norm,tokens_per_sec,ms_per_step,mfu,peak_mem_mib,mem_params,mem_grads,"
+         "mem_optimizer,mem_gathered,mem_activations,mem_comm,comm_mib,bubble,leg\n";
+    for (int s = 1; s <= 3; ++s) f << s << values << ",aaaaaaaa\n";
+    f << "4,2.49,,1e-3,0.5";  // cut short
+  }
+  testing::internal::CaptureStdout();  // log::info
+  testing::internal::CaptureStderr();  // log::warn
+  { MetricsCsv resumed(path, 4, "aaaaaaaa@0", "bbbbbbbb"); }
+  const std::string log = testing::internal::GetCapturedStderr() + testing::internal::GetCapturedStdout();
+  EXPECT_EQ(csv_steps(path), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_NE(read_file(out + "/metrics.superseded.csv").find("\n4,2.49,,1e-3,0.5\n"), std::string::npos);
+  EXPECT_NE(log.find("the last row of " + path + " (step 4) was cut short"), std::string::npos) << log;
+  EXPECT_EQ(log.find("not in the history"), std::string::npos) << log;
+}
+
 TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
   const std::string base = fresh_dir("rd_blocked");
   if (world().rank() == 0) std::ofstream(base) << "a file where a directory should be";
