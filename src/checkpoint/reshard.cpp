@@ -45,6 +45,9 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     if (opt.output.empty()) throw ConfigError("no output given");
     // A path ending in .h5 is a file; anything else is a checkpoint directory.
     to_dir = fs::path(opt.output).extension() != ".h5";
+    if (to_dir && fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec))
+      throw ConfigError("the output '" + opt.output +
+                        "' exists and is not a directory: give a checkpoint directory, or a *.h5 file name");
     if (!to_dir && fs::exists(opt.output, ec)) {
       if (fs::equivalent(opt.output, res.input, ec))
         throw ConfigError("the output '" + opt.output + "' is the input checkpoint; write to another file");
@@ -56,7 +59,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
       // step added behind a run's back), a device or a directory.
       OutputRules rules;
       rules.force = true;
-      rules.allow_hdf5 = true;
+      rules.replace_checkpoint = true;
       rules.inputs = {res.input};
       check_output_file(opt.output, "the output", rules);
     }

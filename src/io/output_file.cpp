@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/progress.hpp"
+#include "io/hdf5.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -31,6 +32,27 @@ bool hdf5_signature(const std::string& path) {
   char sig[8] = {};
   in.read(sig, 8);
   return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+}
+
+/// The `format` attribute of HDF5 file `path` ("trident-checkpoint", "trident-tokens", ...), or ""
+/// where it has none or cannot be opened (damaged, cut short).
+std::string hdf5_format(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(h5::mutex());
+  h5::quiet_errors();
+  const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return "";
+  H5Pset_file_locking(fapl, false, true);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl);
+  H5Pclose(fapl);
+  if (f < 0) return "";
+  std::string format;
+  try {
+    if (h5::has_attr(f, "format")) format = h5::read_attr_string(f, "format");
+  } catch (const Error&) {
+    format.clear();
+  }
+  H5Fclose(f);
+  return format;
 }
 
 /// A run's checkpoint file or pointer, existing or not: step_NNNNNNNN.h5 or `latest` in a folder
@@ -82,8 +104,17 @@ void check_output_file(const std::string& path, const std::string& what, const O
   if (st.type() != fs::file_type::regular)
     throw ConfigError(name + " exists and is not a regular file (a device, FIFO or socket): choose another name");
   if (!rules.force) throw ConfigError(name + " already exists: choose a new file, or add --force to replace it");
-  if (!rules.allow_hdf5 && hdf5_signature(path))
-    throw ConfigError(name + " is an HDF5 file (a checkpoint or token file): it is never replaced by this output");
+  if (hdf5_signature(path)) {
+    if (!rules.replace_checkpoint)
+      throw ConfigError(name + " is an HDF5 file (a checkpoint or token file): it is never replaced by this output");
+    const std::string format = hdf5_format(path);
+    if (format != "trident-checkpoint")
+      throw ConfigError(name + " is an HDF5 file that is not a Trident checkpoint (" +
+                        (format == "trident-tokens" ? std::string("a token file")
+                         : format.empty()           ? std::string("no format attribute, or unreadable")
+                                                    : "format '" + format + "'") +
+                        "): --force replaces only a Trident checkpoint file");
+  }
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {

@@ -17,7 +17,9 @@ namespace trident {
 /// What may stand at an output path.
 struct OutputRules {
   bool force = false;           ///< an existing regular file may be replaced
-  bool allow_hdf5 = false;      ///< ... even an HDF5 file (a checkpoint or token file) outside a run
+  /// ... even an HDF5 file, if it is a Trident checkpoint (format = "trident-checkpoint") outside a
+  /// run; never a token file or another HDF5 file
+  bool replace_checkpoint = false;
   std::vector<std::string> inputs;  ///< files the command reads: never replaced, even with force
 };
 
@@ -26,7 +28,8 @@ struct OutputRules {
 /// that has a `latest`, a step_*.h5 file, or a run's lock beside it), whether or not that file
 /// exists yet; nothing is there (a dangling symbolic link counts as something), or, with
 /// rules.force, a regular file (a link to one counts; the link itself is what gets replaced) that
-/// is none of rules.inputs and not an HDF5 file unless rules.allow_hdf5. Directories, devices,
+/// is none of rules.inputs and not an HDF5 file unless a checkpoint under rules.replace_checkpoint
+/// (a token file never: the run that reads it would be lost). Directories, devices,
 /// FIFOs and sockets are refused. Throws IoError when the file system cannot answer (a parent
 /// without search permission, a loop of links).
 void check_output_file(const std::string& path, const std::string& what, const OutputRules& rules);

@@ -120,7 +120,7 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
       // behind a run's back), a device or a directory.
       OutputRules rules;
       rules.force = true;
-      rules.allow_hdf5 = true;
+      rules.replace_checkpoint = true;
       check_output_file(opt.output, "the output", rules);
     } else if (fs::exists(opt.output, ec)) {
       const fs::path out(opt.output);

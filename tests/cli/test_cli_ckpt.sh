@@ -306,6 +306,14 @@ expect_exit 2 "is the input checkpoint" -- "$TRIDENT" ckpt reshard --tp 1 --forc
 expect_exit 1 "'$WORK/absent.h5' does not exist" -- "$TRIDENT" ckpt reshard --output "$WORK/x.h5" "$WORK/absent.h5"
 expect_exit 1 "ckpt reshard: .*text.txt" -- "$TRIDENT" ckpt reshard --output "$WORK/x.h5" "$WORK/text.txt"
 check "reshard: nothing written by a refused reshard" test ! -e "$WORK/x.h5" -a ! -e "$WORK/x.h5.tmp"
+# --force replaces an earlier checkpoint file, never a token file (the data of a run) or a file
+# that is not a directory where a checkpoint directory is meant.
+cp "$WORK/tok.h5" "$WORK/tok_copy.h5"
+expect_exit 2 "tok_copy.h5 is an HDF5 file that is not a Trident checkpoint \(a token file\)" -- \
+  "$TRIDENT" ckpt reshard --tp 1 --force --output "$WORK/tok_copy.h5" "$t6"
+check "reshard: the token file is untouched" cmp -s "$WORK/tok.h5" "$WORK/tok_copy.h5"
+expect_exit 2 "the output '$WORK/text.txt' exists and is not a directory" -- \
+  "$TRIDENT" ckpt reshard --tp 1 --force --output "$WORK/text.txt" "$t6"
 expect_exit 0 "\(1 x 1 x 1, ZeRO-0\)" -- "$TRIDENT" ckpt reshard --tp 1 --zero-stage 0 --force --output "$WORK/r1.h5" "$t6"
 
 # ---- show, validation loss in ls, keep_best (issue 16's features) ---------------------------------
