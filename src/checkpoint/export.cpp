@@ -211,19 +211,31 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     // directory mixes two exports).
     for (auto& out : outputs) out->commit(/*replace=*/true);
 
-    // Shards of an earlier export with another file count would shadow nothing (the index names
-    // the files) but confuse a reader globbing model-*.safetensors: say so. The temporary file of
-    // a shard whose export was killed (.model-*.safetensors.XXXXXX, hidden) holds up to a shard's
-    // size: named too, since no later export removes another's temporary file.
+    // Shards of an earlier export with another file count (model-NNNNN-of-MMMMM.safetensors, the
+    // names only an export writes) are removed once this export is in place, as transformers'
+    // save_pretrained removes its stale shards: the index names only this export's files, and a
+    // reader globbing model-*.safetensors would mix two models. Other model-*.safetensors files
+    // are the user's: named, not touched. The temporary file of a shard whose export was killed
+    // (.model-*.safetensors.XXXXXX, hidden) holds up to a shard's size: named too, since no later
+    // export removes another's temporary file.
+    const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
     const std::set<std::string> ours(names.begin(), names.end());
-    std::set<std::string> foreign;  // sorted, as ls lists them
+    std::set<std::string> stale, foreign;  // sorted, as ls lists them
     for (const auto& e : fs::directory_iterator(opt.output_dir, ec)) {
       const std::string n = e.path().filename().string();
-      if (n.rfind("model-", 0) == 0 && n.size() > 12 && n.substr(n.size() - 12) == ".safetensors" && !ours.count(n))
-        foreign.insert(e.path().string());
+      if (ours.count(n) || n.rfind("model-", 0) != 0 || n.size() <= 12 || n.substr(n.size() - 12) != ".safetensors")
+        continue;
+      (std::regex_match(n, shard) && e.is_regular_file(ec) ? stale : foreign).insert(e.path().string());
+    }
+    for (const std::string& path : stale) {
+      std::error_code rm;
+      if (fs::remove(path, rm))
+        log::info("removed '%s', a shard of an earlier export into this directory", path.c_str());
+      else
+        log::warn("'%s' is a shard of an earlier export, not part of this one, and could not be removed: %s",
+                  path.c_str(), rm.message().c_str());
     }
     for (const std::string& path : foreign) log::warn("'%s' in the output directory is not part of this export", path.c_str());
-    const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
     warn_leftover_temporaries(
         leftover_temporaries(opt.output_dir, [&shard](const std::string& n) { return std::regex_match(n, shard); }),
         "export");

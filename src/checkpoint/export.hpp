@@ -29,7 +29,9 @@
 namespace trident {
 
 struct SafetensorsExportOptions {
-  std::string output_dir;         ///< created if missing; files of the same names are replaced
+  /// Created if missing; files of the same names are replaced, and once they are, the shards of
+  /// an earlier export with another file count (model-NNNNN-of-MMMMM.safetensors) are removed.
+  std::string output_dir;
   double shard_size_mb = 5000.0;  ///< MiB of tensor data per file at most (a larger tensor gets a file of its own)
   std::string dtype = "float32";  ///< float32 | bfloat16 (round to nearest even)
 };

@@ -86,6 +86,16 @@ for family in gpt2 llama; do
     check "a failed export leaves the earlier export's files as they were" \
       test "$(cat "$WORK/$family.sharded"/model-*.safetensors "$WORK/$family.sharded"/*.json | md5sum)" = "$before"
     check "a failed export leaves no temporary file" test "$(ls -A "$WORK/$family.sharded" | grep -c '^[.]')" = 1
+    # Exported again as one file into the same directory: the earlier export's shards go (the
+    # index names only the new file; a glob of model-*.safetensors must not mix two models), a
+    # file of the user's that merely starts with model- stays, named.
+    printf 'mine' > "$WORK/$family.sharded/model-notes.safetensors"
+    out="$("$TRIDENT" ckpt export --format hf --output "$WORK/$family.sharded" "$src" 2>&1)"
+    check "a re-export removes the earlier export's $n_files shards" \
+      test "$(cd "$WORK/$family.sharded" && ls model-*-of-*.safetensors)" = "model-00001-of-00001.safetensors"
+    check "... and says so" grep -q "removed '.*/model-00001-of-[0-9]*.safetensors', a shard of an earlier export" <<<"$out"
+    check "... names a file it did not write" grep -q "model-notes.safetensors' in the output directory is not part of this export" <<<"$out"
+    check "... and keeps it" test -f "$WORK/$family.sharded/model-notes.safetensors"
   fi
 
   # bfloat16 export: weights rounded to 8 bits of precision, the loss close to the original's.
