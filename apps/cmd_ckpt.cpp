@@ -110,6 +110,7 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
   if (vm.count("npy") > 0 && npy.empty()) throw ConfigError("--npy: the file name is empty");
   if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
   if (npy.empty() && vm.count("force") > 0) throw ConfigError("--force only applies to --npy");
+  if (paths.size() < 2 && !vm["kind"].defaulted()) throw ConfigError("--kind needs a TENSOR to show");
   // --npy: checked before the tensor is read (it may be large), by rank 0 alone inside
   // run_agreed (nodes may see different local files: all ranks must take the same exit). Never the
   // checkpoint read, an existing file only with --force (a typo must not replace a deck), never a

@@ -41,6 +41,9 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "", 0, vm, "sample")) return 0;
   if (checkpoint.empty()) throw ConfigError("no --checkpoint given (try `trident sample --help`)");
+  if (vm.count("prompt-ids") > 0 && prompt_ids.empty()) throw ConfigError("--prompt-ids: the list is empty");
+  if (vm.count("prompt-ids") > 0 && !vm["prompt"].defaulted())
+    throw ConfigError("--prompt and --prompt-ids both given: the prompt is text or token ids, not both");
   if (opt.max_new_tokens < 0 || opt.top_k < 0 || !(opt.temperature >= 0) || !std::isfinite(opt.temperature) || seed < 0)
     throw ConfigError("--tokens, --top-k, --temperature and --seed must be finite and >= 0");
   opt.seed = static_cast<std::uint64_t>(seed);

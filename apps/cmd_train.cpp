@@ -72,13 +72,19 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
       if (rt.world_rank() == 0) std::printf("%s\n%s\n", kTrainUsage, deck_help().c_str());
       return 0;
     } else if (is_option(a, "--config")) {
-      deck = option_value(args, i, "--config");
-    } else if (a == "--resume") {
+      const std::string d = option_value(args, i, "--config");
+      if (!deck.empty() && d != deck)
+        throw ConfigError("--config given twice (" + deck + ", " + d + "): a run reads one deck; change keys with "
+                          "--section.key=value");
+      deck = d;
+    } else if (a == "--resume" || a.rfind("--resume=", 0) == 0) {
       opt.resume = true;
-      if (i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) opt.resume_path = args[++i];
-    } else if (a.rfind("--resume=", 0) == 0) {
-      opt.resume = true;
-      opt.resume_path = a.substr(9);
+      std::string path;
+      if (a != "--resume") path = a.substr(9);
+      else if (i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) path = args[++i];
+      if (!path.empty() && !opt.resume_path.empty() && path != opt.resume_path)
+        throw ConfigError("--resume given two checkpoints (" + opt.resume_path + ", " + path + "): name one");
+      if (!path.empty()) opt.resume_path = path;
     } else if (a == "--print-config") {
       print_config = true;
     } else if (a == "--dry-run") {

@@ -27,6 +27,7 @@ done
 expect_exit 0 "--shard-size-mb" -- "$TRIDENT" ckpt export --help
 expect_exit 2 "takes two checkpoints" -- "$TRIDENT" ckpt diff "$c2"
 expect_exit 2 "--kind 'grad' is not param" -- "$TRIDENT" ckpt diff --kind grad "$c2" "$c4"
+expect_exit 2 "--kind needs a TENSOR to show" -- "$TRIDENT" ckpt show "$c2" --kind foo
 expect_exit 2 "--format 'onnx' is not supported" -- "$TRIDENT" ckpt export --format onnx --output "$WORK/x" "$c6"
 expect_exit 2 "no --output" -- "$TRIDENT" ckpt export --format safetensors "$c6"
 expect_exit 2 "--dtype 'float16' is not float32 or bfloat16" -- \

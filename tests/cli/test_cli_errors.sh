@@ -116,6 +116,16 @@ expect_exit 1 "cannot create directory .*afile" -- "$TRIDENT" prep --output "$WO
 expect_exit 2 "Kokkos rejected its options --kokkos-threads=abc" -- "$TRIDENT" --kokkos-threads=abc train --config "$WORK/deck.ini"
 expect_exit 2 "deck '$WORK' is not a file" -- "$TRIDENT" train --config "$WORK"
 expect_exit 2 "'abc' is not a token id" -- "$TRIDENT" sample --checkpoint "$ck" --prompt-ids 1,abc
+expect_exit 2 "--prompt-ids: the list is empty" -- "$TRIDENT" sample --checkpoint "$ck" --prompt-ids ""
+expect_exit 2 "--prompt and --prompt-ids both given" -- "$TRIDENT" sample --checkpoint "$ck" --prompt-ids 1 --prompt a
+# An argument given twice with two values is an error, not "the last wins" (deck keys on the
+# command line may be repeated: job scripts append to a user's arguments).
+cp "$WORK/deck.ini" "$WORK/deck2.ini"
+expect_exit 2 "--config given twice \($WORK/deck.ini, $WORK/deck2.ini\)" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --config "$WORK/deck2.ini" --print-config
+expect_exit 0 "n_layer" -- "$TRIDENT" train --config "$WORK/deck.ini" --config "$WORK/deck.ini" --print-config
+expect_exit 2 "--resume given two checkpoints \(a.h5, b.h5\)" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --resume a.h5 --resume=b.h5
 expect_exit 2 "finite and >= 0" -- "$TRIDENT" sample --checkpoint "$ck" --temperature nan
 check "train --help does not print Kokkos's help" bash -c "! '$TRIDENT' train --help | grep -qi kokkos"
 /usr/bin/python3 - "$WORK/tok.h5" "$WORK/bogus.h5" <<'PYEOF'
