@@ -28,11 +28,11 @@ cd "$(dirname "$0")/.."
 out=runs/bench_ckpt ranks="1 2" steps=12 interval=4 data="" warm=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --interval) interval=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --ranks) ranks=$(need_value "$@") || exit 2; shift 2 ;;
+    --steps) steps=$(need_value "$@") || exit 2; shift 2 ;;
+    --interval) interval=$(need_value "$@") || exit 2; shift 2 ;;
+    --data) data=$(need_value "$@") || exit 2; shift 2 ;;
     --warm) warm=1; shift ;;
     -h|--help) script_help; exit 0 ;;
     *) echo "bench_ckpt.sh: unknown option $1" >&2; exit 2 ;;

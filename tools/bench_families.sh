@@ -17,10 +17,10 @@ cd "$(dirname "$0")/.."
 out=runs/bench_families sizes="128 256 384" steps=30 data=data/shakespeare_char.h5
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;;
-    --sizes) sizes=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --sizes) sizes=$(need_value "$@") || exit 2; shift 2 ;;
+    --steps) steps=$(need_value "$@") || exit 2; shift 2 ;;
+    --data) data=$(need_value "$@") || exit 2; shift 2 ;;
     -h|--help) script_help; exit 0 ;;
     *) echo "bench_families.sh: unknown option $1" >&2; exit 2 ;;
   esac

@@ -27,9 +27,9 @@ cd "$(dirname "$0")/.."
 out=/tmp/trident_large_ckpt layers=43 data="" keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;;
-    --layers) layers=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --layers) layers=$(need_value "$@") || exit 2; shift 2 ;;
+    --data) data=$(need_value "$@") || exit 2; shift 2 ;;
     --keep) keep=1; shift ;;
     -h|--help) script_help; exit 0 ;;
     *) echo "bench_large_ckpt.sh: unknown option $1" >&2; exit 2 ;;

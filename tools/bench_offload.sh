@@ -21,10 +21,10 @@ cd "$(dirname "$0")/.."
 out=runs/bench_offload steps=5 offpath="" stage=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --offload-path) offpath=$2; shift 2 ;;
-    --stage) stage=$2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --steps) steps=$(need_value "$@") || exit 2; shift 2 ;;
+    --offload-path) offpath=$(need_value "$@") || exit 2; shift 2 ;;
+    --stage) stage=$(need_value "$@") || exit 2; shift 2 ;;
     -h|--help) script_help; exit 0 ;;
     *) echo "bench_offload.sh: unknown option $1" >&2; exit 2 ;;
   esac

@@ -20,10 +20,10 @@ cd "$(dirname "$0")/.."
 out=runs/bench_offload_capacity budget=3 project=24 offpath=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;;
-    --budget-gib) budget=$2; shift 2 ;;
-    --project-gib) project=$2; shift 2 ;;
-    --offload-path) offpath=$2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --budget-gib) budget=$(need_value "$@") || exit 2; shift 2 ;;
+    --project-gib) project=$(need_value "$@") || exit 2; shift 2 ;;
+    --offload-path) offpath=$(need_value "$@") || exit 2; shift 2 ;;
     *) echo "bench_offload_capacity.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -18,11 +18,11 @@ cd "$(dirname "$0")/.."
 out=runs/bench_timers ranks="1 2" reps=5 steps=40 modes="off coarse fine"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    --reps) reps=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --modes) modes=$2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --ranks) ranks=$(need_value "$@") || exit 2; shift 2 ;;
+    --reps) reps=$(need_value "$@") || exit 2; shift 2 ;;
+    --steps) steps=$(need_value "$@") || exit 2; shift 2 ;;
+    --modes) modes=$(need_value "$@") || exit 2; shift 2 ;;
     --) shift; break ;;
     -h|--help) script_help; exit 0 ;;
     *) echo "bench_timers.sh: unknown option $1" >&2; exit 2 ;;

@@ -17,10 +17,10 @@ cd "$(dirname "$0")/.."
 out=runs/bench_zero ranks="1 2 4 8" stages="0 1 2 3" steps=2
 while [ $# -gt 0 ]; do
   case "$1" in
-    --out) out=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    --stages) stages=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --ranks) ranks=$(need_value "$@") || exit 2; shift 2 ;;
+    --stages) stages=$(need_value "$@") || exit 2; shift 2 ;;
+    --steps) steps=$(need_value "$@") || exit 2; shift 2 ;;
     -h|--help) script_help; exit 0 ;;
     *) echo "bench_zero.sh: unknown option $1" >&2; exit 2 ;;
   esac

@@ -62,14 +62,14 @@ rounds=1
 mpiexec_cmd="${MPIEXEC:-mpiexec}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --shapes) shapes="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    --results) results="$2"; shift 2 ;;
-    --trident) trident="$2"; shift 2 ;;
-    --python) python="$2"; shift 2 ;;
-    --data) data_text="$2"; shift 2 ;;
+    --shapes) shapes=$(need_value "$@") || exit 2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --results) results=$(need_value "$@") || exit 2; shift 2 ;;
+    --trident) trident=$(need_value "$@") || exit 2; shift 2 ;;
+    --python) python=$(need_value "$@") || exit 2; shift 2 ;;
+    --data) data_text=$(need_value "$@") || exit 2; shift 2 ;;
     --profile) profile=1; shift ;;
-    --rounds) rounds="$2"; shift 2 ;;
+    --rounds) rounds=$(need_value "$@") || exit 2; shift 2 ;;
     *) echo "compare_shapes: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -40,8 +40,8 @@ quick=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -h|--help) script_help; exit 0 ;;
-    --bundle) bundle=$2; shift ;;
-    --steps) steps=$2; shift ;;
+    --bundle) bundle=$(need_value "$@") || exit 2; shift ;;
+    --steps) steps=$(need_value "$@") || exit 2; shift ;;
     --quick) quick=1 ;;
     *) echo "device_check.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac

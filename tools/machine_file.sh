@@ -46,17 +46,17 @@ name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""
 host_gemm=auto; alone=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --name) name=$2; shift 2 ;;
-    --ranks) ranks=$2; shift 2 ;;
-    --max-bytes) max_bytes=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --note) note=$2; shift 2 ;;
-    --min-time) min_time=$2; shift 2 ;;
-    --clock) clock=$2; shift 2 ;;
+    --name) name=$(need_value "$@") || exit 2; shift 2 ;;
+    --ranks) ranks=$(need_value "$@") || exit 2; shift 2 ;;
+    --max-bytes) max_bytes=$(need_value "$@") || exit 2; shift 2 ;;
+    --build) build=$(need_value "$@") || exit 2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
+    --note) note=$(need_value "$@") || exit 2; shift 2 ;;
+    --min-time) min_time=$(need_value "$@") || exit 2; shift 2 ;;
+    --clock) clock=$(need_value "$@") || exit 2; shift 2 ;;
     --reuse) reuse=1; shift ;;
-    --offload-dir) offload_dir=$2; shift 2 ;;
-    --host-gemm) host_gemm=$2; shift 2 ;;
+    --offload-dir) offload_dir=$(need_value "$@") || exit 2; shift 2 ;;
+    --host-gemm) host_gemm=$(need_value "$@") || exit 2; shift 2 ;;
     --alone) alone=1; shift ;;
     *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac

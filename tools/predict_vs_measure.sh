@@ -24,13 +24,13 @@ cd "$(dirname "$0")/.."
 machine=""; build=build; steps=8; cases=""; out=runs/predict_vs_measure/results.csv; reuse=0; trainer=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --machine) machine=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    --cases) cases=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
+    --machine) machine=$(need_value "$@") || exit 2; shift 2 ;;
+    --build) build=$(need_value "$@") || exit 2; shift 2 ;;
+    --steps) steps=$(need_value "$@") || exit 2; shift 2 ;;
+    --cases) cases=$(need_value "$@") || exit 2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
     --reuse) reuse=1; shift ;;
-    --trainer) trainer=$2; shift 2 ;;
+    --trainer) trainer=$(need_value "$@") || exit 2; shift 2 ;;
     *) echo "predict_vs_measure.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done

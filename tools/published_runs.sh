@@ -23,10 +23,10 @@ cd "$(dirname "$0")/.."
 a100=input/machines/dgx-a100-80gb.ini; h100=input/machines/dgx-h100-80gb.ini; build=build; out=runs/published_runs/results.csv; peer=1
 while [ $# -gt 0 ]; do
   case "$1" in
-    --a100) a100=$2; shift 2 ;;
-    --h100) h100=$2; shift 2 ;;
-    --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
+    --a100) a100=$(need_value "$@") || exit 2; shift 2 ;;
+    --h100) h100=$(need_value "$@") || exit 2; shift 2 ;;
+    --build) build=$(need_value "$@") || exit 2; shift 2 ;;
+    --out) out=$(need_value "$@") || exit 2; shift 2 ;;
     --trident-only) peer=0; shift ;;
     *) echo "published_runs.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac

@@ -189,6 +189,16 @@ for script in "$repo"/tools/plot_*.py "$repo"/tools/trident_ckpt.py; do
   out="$(cd "$WORK" && timeout 20 "$script" --help 2>&1)"; rc=$?
   check "$(basename "$script") --help: exit 0 and a usage line" test "$rc" = 0 -a -n "$(grep '^usage: ' <<<"$out")"
 done
+# An option given without its value is a usage error (exit 2) naming it, not bash's "$2: unbound
+# variable" (exit 1), in every script whose options take values.
+for script in "$repo"/tools/*.sh; do
+  [ "$(basename "$script")" = script_help.sh ] && continue
+  grep -q 'need_value "\$@"' "$script" || continue
+  opt="$(grep -o -m1 -E '^ +--[a-z-]+\) [a-z_]+=\$\(need_value' "$script" | sed -E 's/^ +(--[a-z-]+)\).*/\1/')"
+  out="$(cd "$WORK" && timeout 10 bash "$script" "$opt" 2>&1)"; rc=$?
+  check "$(basename "$script") $opt without a value: exit 2 naming it (got $rc)" \
+    test "$rc" = 2 -a -n "$(grep -F -- "$opt needs a value" <<<"$out")"
+done
 # A mistyped option is a usage error (exit 2) that names it, and starts nothing.
 expect_exit 2 "unknown option '--bogus'" -- bash "$repo/tools/compare_torch.sh" --bogus
 expect_exit 2 "unknown option '--bogus'" -- bash "$repo/tools/device_bundle.sh" --bogus
