@@ -62,7 +62,7 @@ usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; }
 case "$cmd" in
   start|stop|status) ;;
   -h|--help|help) usage; exit 0 ;;
-  *) usage; exit 2 ;;
+  *) [ -n "$cmd" ] && echo "$prog: unknown command '$cmd' (start, stop or status)" >&2; usage; exit 2 ;;
 esac
 
 # Absolute state dir (the paths go into slurm.conf and to the daemons).

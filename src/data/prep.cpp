@@ -285,6 +285,9 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       token_file = true;
     } catch (const Error&) {
     }
+    if (!token_file && std::filesystem::is_directory(opt.output, ec))
+      throw ConfigError("--output '" + opt.output + "' is a directory: give a file name (e.g. " +
+                        (std::filesystem::path(opt.output) / "tokens.h5").string() + ")");
     if (!token_file)
       throw ConfigError("refusing to overwrite '" + opt.output +
                         "', which is not a Trident token file; remove it or choose another --output");

@@ -89,6 +89,9 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
                     "working directory, here '" + std::filesystem::current_path().string() +
                     "'); write it with `trident prep --output " + path + " TEXT_FILE...`");
     std::fclose(fp);
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      throw IoError("token file '" + path + "' is a directory: give the token file in it (trident prep --output)");
     throw IoError("token file '" + path + "' is not an HDF5 file (or is truncated); write it with `trident prep`");
   }
   // Read-only access needs no file lock; skipping it lets many ranks open the file on file

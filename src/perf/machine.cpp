@@ -185,6 +185,10 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
                       key == "optimizer_large_gparams" || key == "optimizer_params" || key == "optimizer_large_params" ||
                       section == "storage" || section == "host";
     require_config(!(rate && v == 0 && key != "peak_tflops_bf16"), where + ": " + dotted + " must be > 0");
+    // In this file's units (TFLOP/s, GB/s, G elements/s, ...) a rate outside [1e-9, 1e15] is a typo
+    // (a missing exponent sign, the wrong unit), and would print step times of hundreds of digits.
+    require_config(!(rate && v != 0 && (v < 1e-9 || v > 1e15)),
+                   where + ": " + dotted + " = " + value + " is outside [1e-9, 1e15] (see `trident plan --help` for units)");
     if (key == "devices_per_node")
       require_config(v >= 1 && v == std::floor(v) && v <= 2147483647.0,
                      where + ": " + dotted + " must be a whole number from 1 to 2147483647");

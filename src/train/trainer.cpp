@@ -1042,9 +1042,12 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   }
   const double secs = run_timer.seconds();
   log_host_gemm_choices();
-  log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %.4f",
+  // NaN: no evaluation finished (a validation split shorter than one sequence is warned about where
+  // it is evaluated; a non-finite validation loss stops the run before this line).
+  log::info("done: steps %lld-%lld in %.1f s (%s tok/s), final val loss %s",
             static_cast<long long>(first_step + 1), static_cast<long long>(trainer.step()), secs,
-            human(tokens_per_step * static_cast<double>(trainer.step() - first_step) / secs).c_str(), last_val);
+            human(tokens_per_step * static_cast<double>(trainer.step() - first_step) / secs).c_str(),
+            std::isnan(last_val) ? "none" : log::format("%.4f", last_val).c_str());
   return 0;
 }
 

@@ -161,6 +161,15 @@ TEST(Machine, RejectsBadFiles) {
   bad.replace(bad.find("devices_per_node = 2"), 20, "devices_per_node = 0");
   EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
   EXPECT_THROW(parse_machine_file("/nonexistent/machine.ini"), ConfigError);
+  // A rate outside [1e-9, 1e15] in the file's units is a typo (1e-300 printed 300-digit step times).
+  for (const char* rate : {"peak_tflops_float = 1e-300", "peak_tflops_float = 1e16"}) {
+    bad = base;
+    bad.replace(bad.find("peak_tflops_float = 0.001"), 25, rate);
+    EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError) << rate;
+  }
+  bad = base;
+  bad.replace(bad.find("peak_tflops_float = 0.001"), 25, "peak_tflops_float = 1e-9 ");
+  EXPECT_NO_THROW(parse_machine_text(bad, "t"));
 }
 
 Config small_deck(int dp, int tp, int pp, std::int64_t global_batch, std::int64_t micro_batch);  // below
