@@ -3,6 +3,7 @@
 
 #include "core/error.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -22,6 +23,21 @@ inline std::string option_value(const std::vector<std::string>& args, size_t& i,
   if (a.size() > name.size() && a[name.size()] == '=') return a.substr(name.size() + 1);
   if (i + 1 >= args.size()) throw ConfigError(name + " needs a value");
   return args[++i];
+}
+
+/// The largest count an option takes (ranks, nodes, rows): 2^30 - 1, so products of two stay in a long.
+constexpr long kMaxCount = (1L << 30) - 1;
+
+/// The integer value `v` of option `opt`, from `lo` to kMaxCount. Throws ConfigError "<opt> <v>:
+/// expected an integer from <lo> to 1073741823" for anything else (empty, trailing text, out of range).
+inline int count_option(const std::string& opt, const std::string& v, int lo) {
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > kMaxCount)
+    throw ConfigError(opt + " " + v + ": expected an integer from " + std::to_string(lo) + " to " +
+                      std::to_string(kMaxCount));
+  return static_cast<int>(x);
 }
 
 /// A deck override "--section.key=VALUE" or "--section.key VALUE" at args[i]: appends it to

@@ -67,8 +67,6 @@ machine file keys (INI; docs/scaling.md, tools/machine_file.sh writes one from t
 )";
 
 /// The largest count plan takes (ranks, nodes, sizes): 2^30 - 1.
-constexpr long kMaxCount = (1L << 30) - 1;
-
 std::vector<int> int_list(const std::string& opt, const std::string& v, int lo) {
   std::vector<int> out;
   std::stringstream ss(v);
@@ -90,15 +88,6 @@ std::string join_ints(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
   return s;
-}
-
-int positive(const std::string& opt, const std::string& v, int lo) {
-  char* end = nullptr;
-  errno = 0;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  require_config(!v.empty() && *end == '\0' && errno == 0 && x >= lo && x <= kMaxCount,
-                 opt + " " + v + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(kMaxCount));
-  return static_cast<int>(x);
 }
 
 void print_row(const PlanCandidate& c, int rank, int ranks, const MachineSpec& m) {
@@ -125,10 +114,10 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
       return 0;
     } else if (is("--config")) deck = value_of("--config");
     else if (is("--machine")) machine = value_of("--machine");
-    else if (is("--ranks")) ranks = positive("--ranks", value_of("--ranks"), 1);
-    else if (is("--nodes")) nodes = positive("--nodes", value_of("--nodes"), 1);
-    else if (is("--top")) top = positive("--top", value_of("--top"), 0);
-    else if (is("--show")) show = positive("--show", value_of("--show"), 0);
+    else if (is("--ranks")) ranks = count_option("--ranks", value_of("--ranks"), 1);
+    else if (is("--nodes")) nodes = count_option("--nodes", value_of("--nodes"), 1);
+    else if (is("--top")) top = count_option("--top", value_of("--top"), 0);
+    else if (is("--show")) show = count_option("--show", value_of("--show"), 0);
     else if (is("--zero-stages")) {
       opt.zero_stages = int_list("--zero-stages", value_of("--zero-stages"), 0);
       for (int z : opt.zero_stages) require_config(z <= 3, "--zero-stages: " + std::to_string(z) + " is not 0, 1, 2 or 3");
@@ -139,12 +128,12 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     else if (a == "--fixed-schedule") opt.vary_schedule = false;
     else if (is("--csv")) csv = value_of("--csv");
     else if (a == "--force") force = true;
-    else if (is("--assume-interleaved")) opt.peer.virtual_stages = positive("--assume-interleaved", value_of("--assume-interleaved"), 1);
+    else if (is("--assume-interleaved")) opt.peer.virtual_stages = count_option("--assume-interleaved", value_of("--assume-interleaved"), 1);
     else if (a == "--assume-scatter-gather") opt.peer.p2p_scatter_gather = true;
     else if (a == "--assume-flash-attention") opt.peer.flash_attention = true;
     else if (a == "--assume-tp-overlap") opt.peer.tp_overlap = true;
     else if (is("--assume-activation-bytes")) {
-      opt.peer.activation_bytes = positive("--assume-activation-bytes", value_of("--assume-activation-bytes"), 1);
+      opt.peer.activation_bytes = count_option("--assume-activation-bytes", value_of("--assume-activation-bytes"), 1);
       require_config(opt.peer.activation_bytes == 2 || opt.peer.activation_bytes == 4 || opt.peer.activation_bytes == 8,
                      "--assume-activation-bytes: 2, 4 or 8");
     }

@@ -89,15 +89,7 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
       print_config = true;
     } else if (a == "--dry-run") {
       dry_run_ranks = rt.world_size();
-      if (i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) {
-        const std::string v = args[++i];
-        char* end = nullptr;
-        errno = 0;
-        const long n = std::strtol(v.c_str(), &end, 10);
-        if (v.empty() || *end != '\0' || errno != 0 || n < 1 || n > (1L << 30) - 1)
-          throw ConfigError("--dry-run " + v + ": N must be a number of ranks from 1 to 1073741823");
-        dry_run_ranks = static_cast<int>(n);
-      }
+      if (i + 1 < args.size() && args[i + 1].rfind("-", 0) != 0) dry_run_ranks = count_option("--dry-run", args[++i], 1);
     } else if (take_deck_override(args, i, overrides)) {
       // --section.key=value or --section.key value
     } else {

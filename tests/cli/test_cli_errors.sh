@@ -63,7 +63,7 @@ expect_exit 0 "optimizer .* MiB" -- "$TRIDENT" train --config "$WORK/deck.ini" -
 expect_exit 0 "ZeRO paper formula" -- "$TRIDENT" train --config "$WORK/deck.ini" --dry-run --train.out_dir="$WORK/dry"
 check "--dry-run allocates nothing and writes no run directory" test ! -e "$WORK/dry"
 # Counts beyond what the code holds are refused, not wrapped into another value.
-expect_exit 2 "--dry-run 99999999999: N must be a number of ranks from 1 to 1073741823" -- \
+expect_exit 2 "--dry-run 99999999999: expected an integer from 1 to 1073741823" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --dry-run 99999999999
 expect_exit 2 "global_batch_size = 4294967298 is larger than 2147483647" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --dry-run --train.global_batch_size=4294967298
