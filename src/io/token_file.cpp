@@ -33,15 +33,27 @@ void write_tokens(hid_t file, const char* name, const std::vector<std::int32_t>&
     if (progress) progress(before + static_cast<std::int64_t>(off + m));
   }
 }
-/// XXH64 of the train tokens then the val tokens (int32, host order as written).
+/// XXH64 (seed 0) of token arrays fed in order (int32, host order as written), as 16 hex digits.
+class TokenHash {
+ public:
+  TokenHash() : h_(XXH64_createState(), XXH64_freeState) { XXH64_reset(h_.get(), 0); }
+  void update(const std::int32_t* t, std::size_t n) { XXH64_update(h_.get(), t, n * sizeof(std::int32_t)); }
+  std::string hex() const {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64_digest(h_.get())));
+    return hex;
+  }
+
+ private:
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> h_;
+};
+
+/// XXH64 of the train tokens then the val tokens: TokenFileInfo::content_hash.
 std::string content_hash(const std::vector<std::int32_t>& train, const std::vector<std::int32_t>& val) {
-  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> h(XXH64_createState(), XXH64_freeState);
-  XXH64_reset(h.get(), 0);
-  XXH64_update(h.get(), train.data(), train.size() * sizeof(std::int32_t));
-  XXH64_update(h.get(), val.data(), val.size() * sizeof(std::int32_t));
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH64_digest(h.get())));
-  return hex;
+  TokenHash h;
+  h.update(train.data(), train.size());
+  h.update(val.data(), val.size());
+  return h.hex();
 }
 }  // namespace
 
@@ -164,6 +176,30 @@ void TokenFileReader::read(const std::string& split, std::int64_t offset, std::i
   hid_t d = split == "train" ? impl_->train.id() : impl_->val.id();
   h5::read_rows(d, H5T_NATIVE_INT32, static_cast<hsize_t>(offset), static_cast<hsize_t>(count), out,
                 "/" + split + " [" + std::to_string(offset) + ", +" + std::to_string(count) + ") from " + path_);
+}
+
+TokenFileReader::Contents TokenFileReader::verify(const std::function<void(std::int64_t)>& progress) const {
+  constexpr std::int64_t kPiece = std::int64_t{1} << 24;
+  Contents c;
+  TokenHash h;
+  std::vector<std::int32_t> buf;
+  for (const char* split : {"train", "val"}) {
+    const std::int64_t n = size(split);
+    for (std::int64_t off = 0; off < n; off += kPiece) {
+      const std::int64_t m = std::min(kPiece, n - off);
+      buf.resize(static_cast<std::size_t>(m));
+      read(split, off, m, buf.data());
+      h.update(buf.data(), buf.size());
+      for (const std::int32_t t : buf) {
+        c.max_id = c.tokens == 0 ? t : std::max(c.max_id, t);
+        c.min_id = c.tokens == 0 ? t : std::min(c.min_id, t);
+        ++c.tokens;
+      }
+      if (progress) progress(c.tokens);
+    }
+  }
+  c.hash = h.hex();
+  return c;
 }
 
 }  // namespace trident

@@ -60,6 +60,20 @@ class TokenFileReader {
   /// range lies outside the split or the read fails (e.g. a truncated file).
   void read(const std::string& split, std::int64_t offset, std::int64_t count, std::int32_t* out) const;
 
+  /// What a whole read of the file finds (verify()).
+  struct Contents {
+    std::string hash;            ///< XXH64 of train then val tokens as int32: TokenFileInfo::content_hash's definition
+    std::int64_t tokens = 0;     ///< tokens read (train + val)
+    std::int32_t max_id = -1;    ///< the largest token id (-1: no tokens)
+    std::int32_t min_id = 0;     ///< the smallest (0: no tokens)
+  };
+  /// Reads every token, in pieces of 16M, and hashes them as prep did when it wrote the file, so
+  /// that a file changed since (a flipped bit on a file system, a copy cut short and padded, an
+  /// in-place edit) shows as a hash other than info().content_hash. `progress`, when given, is
+  /// called with the tokens read so far (of size("train") + size("val")). Local; reads the whole
+  /// file. Throws IoError when a read fails.
+  Contents verify(const std::function<void(std::int64_t)>& progress = {}) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

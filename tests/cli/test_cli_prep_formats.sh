@@ -86,5 +86,24 @@ expect_exit 2 "'$WORK/nul.txt' is a binary file \(a NUL byte at offset 4\), not 
 make_text "$WORK/text.txt"
 expect_exit 0 "text.txt: text, [0-9]+ bytes -> train\+val" -- "$TRIDENT" prep --output "$WORK/t.h5" "$WORK/text.txt"
 
+# prep --verify: the whole file against what prep recorded. Oracles: an untouched file (ok), one
+# token changed in place to another valid id (the hash differs), 16 bytes of garbage in /train
+# (ids outside the vocabulary), a file that is not a token file; exit 1 when any is not intact.
+expect_exit 0 "ok: $WORK/t.h5: [0-9]+ tokens \([0-9]+ train \+ [0-9]+ val\), ids within the char vocabulary of [0-9]+, content hash [0-9a-f]{16} as recorded" -- \
+  "$TRIDENT" prep --verify "$WORK/t.h5"
+cp "$WORK/t.h5" "$WORK/edit.h5"
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    d = f['train']; m = len(d) // 2; d[m] = (int(d[m]) + 1) % int(f.attrs['vocab_size'])
+" "$WORK/edit.h5"
+expect_exit 1 "BAD: $WORK/edit.h5: its tokens hash to [0-9a-f]{16}, but prep recorded [0-9a-f]{16}: they changed since" -- \
+  "$TRIDENT" prep --verify "$WORK/t.h5" "$WORK/edit.h5"
+cp "$WORK/t.h5" "$WORK/garbage.h5"
+corrupt_dataset "$WORK/garbage.h5" train
+expect_exit 1 "BAD: $WORK/garbage.h5: token ids [0-9]+\.\.[0-9]+ leave the vocabulary of" -- "$TRIDENT" prep --verify "$WORK/garbage.h5"
+expect_exit 1 "BAD: $WORK/text.txt: token file .* is not an HDF5 file" -- "$TRIDENT" prep --verify "$WORK/text.txt"
+expect_exit 2 "--verify takes token files only" -- "$TRIDENT" prep --verify --output "$WORK/x.h5" "$WORK/t.h5"
+
 echo "$FAILED failed"
 exit "$FAILED"
