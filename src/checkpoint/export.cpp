@@ -122,6 +122,7 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     if (comm.rank() != 0) return;
 
     std::error_code ec;
+    check_output_directory(opt.output_dir, "the output");
     fs::create_directories(opt.output_dir, ec);
     if (ec) throw IoError("cannot create output directory '" + opt.output_dir + "': " + ec.message());
     const char* st_dtype = es == 2 ? "BF16" : "F32";

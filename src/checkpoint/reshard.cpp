@@ -45,9 +45,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
     if (opt.output.empty()) throw ConfigError("no output given");
     // A path ending in .h5 is a file; anything else is a checkpoint directory.
     to_dir = fs::path(opt.output).extension() != ".h5";
-    if (to_dir && fs::exists(opt.output, ec) && !fs::is_directory(opt.output, ec))
-      throw ConfigError("the output '" + opt.output +
-                        "' exists and is not a directory: give a checkpoint directory, or a *.h5 file name");
+    if (to_dir) check_output_directory(opt.output, "the output", "a name ending in .h5 is written as one checkpoint file");
     if (!to_dir && fs::exists(opt.output, ec)) {
       if (fs::equivalent(opt.output, res.input, ec))
         throw ConfigError("the output '" + opt.output + "' is the input checkpoint; write to another file");

@@ -27,11 +27,18 @@ namespace fs = std::filesystem;
 namespace {
 
 bool hdf5_signature(const std::string& path) {
-  // HDF5's superblock signature at offset 0 (files Trident writes start there).
+  // HDF5's superblock signature at offset 0, or after a user block at 512, 1024, 2048, ... (the
+  // HDF5 file format specification, "Format Signature": the offsets where a library looks).
   std::ifstream in(path, std::ios::binary);
-  char sig[8] = {};
-  in.read(sig, 8);
-  return in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  for (std::streamoff off = 0; in && off + 8 <= size; off = off == 0 ? 512 : 2 * off) {
+    char sig[8] = {};
+    in.seekg(off);
+    in.read(sig, 8);
+    if (in.gcount() == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0) return true;
+  }
+  return false;
 }
 
 /// The `format` attribute of HDF5 file `path` ("trident-checkpoint", "trident-tokens", ...), or ""
@@ -113,8 +120,25 @@ void check_output_file(const std::string& path, const std::string& what, const O
                         (format == "trident-tokens" ? std::string("a token file")
                          : format.empty()           ? std::string("no format attribute, or unreadable")
                                                     : "format '" + format + "'") +
-                        "): --force replaces only a Trident checkpoint file");
+                        "): --force replaces a file, or a Trident checkpoint, but never another HDF5 file");
   }
+}
+
+void check_output_directory(const std::string& path, const std::string& what, const std::string& hint) {
+  const std::string tail = hint.empty() ? "" : " (" + hint + ")";
+  const std::string name = what + " '" + path + "'";
+  if (path.empty()) throw ConfigError(what + ": the name is empty");
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (link.type() == fs::file_type::not_found) return;
+  if (ec || link.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found)
+    throw ConfigError(name + " is a symbolic link to nothing: remove it or choose another name" + tail);
+  if (ec || st.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
+  if (st.type() == fs::file_type::directory) return;
+  throw ConfigError(name + (st.type() == fs::file_type::regular ? " is a file" : " is a device, FIFO or socket") +
+                    ", not a directory: give a directory to write into" + tail);
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {

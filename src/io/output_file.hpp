@@ -34,6 +34,13 @@ struct OutputRules {
 /// without search permission, a loop of links).
 void check_output_file(const std::string& path, const std::string& what, const OutputRules& rules);
 
+/// Throws ConfigError (naming `what`, e.g. "the output") unless `path` may be a directory a command
+/// writes files into: nothing is there (the command creates it) or a directory (a link to one
+/// counts). A regular file, a symbolic link to nothing, a device, FIFO or socket is refused by
+/// what it is, the message ending with `hint` when one is given. Throws IoError when the file
+/// system cannot answer. Local.
+void check_output_directory(const std::string& path, const std::string& what, const std::string& hint = "");
+
 /// Writes `bytes` to `path`: into a new temporary file of a unique name beside it (created
 /// exclusively, so no link or file of that name is followed or replaced), flushed, then moved to
 /// `path` -- replacing what is there when `replace`, else only if nothing is there (a file that

@@ -122,10 +122,12 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
       rules.force = true;
       rules.replace_checkpoint = true;
       check_output_file(opt.output, "the output", rules);
-    } else if (fs::exists(opt.output, ec)) {
+    } else {
+      check_output_directory(opt.output, "the output", "a name ending in .h5 is written as one checkpoint file");
       const fs::path out(opt.output);
-      if (fs::is_directory(out / "checkpoints", ec) || fs::exists(out / ".trident.lock", ec) ||
-          !CheckpointDir(opt.output).list().empty() || fs::exists(out / "latest", ec))
+      if (fs::exists(opt.output, ec) &&
+          (fs::is_directory(out / "checkpoints", ec) || fs::exists(out / ".trident.lock", ec) ||
+           !CheckpointDir(opt.output).list().empty() || fs::exists(out / "latest", ec)))
         throw ConfigError("the output directory '" + opt.output +
                           "' holds checkpoints or a run: import into a new directory or a *.h5 file");
     }

@@ -313,7 +313,7 @@ cp "$WORK/tok.h5" "$WORK/tok_copy.h5"
 expect_exit 2 "tok_copy.h5 is an HDF5 file that is not a Trident checkpoint \(a token file\)" -- \
   "$TRIDENT" ckpt reshard --tp 1 --force --output "$WORK/tok_copy.h5" "$t6"
 check "reshard: the token file is untouched" cmp -s "$WORK/tok.h5" "$WORK/tok_copy.h5"
-expect_exit 2 "the output '$WORK/text.txt' exists and is not a directory" -- \
+expect_exit 2 "the output '$WORK/text.txt' is a file, not a directory: give a directory to write into \(a name ending in .h5 is written as one checkpoint file\)" -- \
   "$TRIDENT" ckpt reshard --tp 1 --force --output "$WORK/text.txt" "$t6"
 expect_exit 0 "\(1 x 1 x 1, ZeRO-0\)" -- "$TRIDENT" ckpt reshard --tp 1 --zero-stage 0 --force --output "$WORK/r1.h5" "$t6"
 

@@ -96,6 +96,16 @@ for family in gpt2 llama; do
     check "... and says so" grep -q "removed '.*/model-00001-of-[0-9]*.safetensors', a shard of an earlier export" <<<"$out"
     check "... names a file it did not write" grep -q "model-notes.safetensors' in the output directory is not part of this export" <<<"$out"
     check "... and keeps it" test -f "$WORK/$family.sharded/model-notes.safetensors"
+    # Outputs that cannot be the directory asked for: a usage error naming what is there.
+    ln -sfn "$WORK/nothing_here" "$WORK/dangling"
+    expect_exit 2 "the output '$WORK/text.txt' is a file, not a directory" -- \
+      "$TRIDENT" ckpt export --format hf --output "$WORK/text.txt" "$src"
+    expect_exit 2 "the output '$WORK/dangling' is a symbolic link to nothing" -- \
+      "$TRIDENT" ckpt export --format hf --output "$WORK/dangling" "$src"
+    expect_exit 2 "the output '$WORK/text.txt' is a file, not a directory: .*\(a name ending in .h5 is written as one checkpoint file\)" -- \
+      "$TRIDENT" ckpt import --format hf --output "$WORK/text.txt" "$WORK/$family.hf"
+    expect_exit 2 "the output '$WORK/dangling' is a symbolic link to nothing" -- \
+      "$TRIDENT" ckpt reshard --output "$WORK/dangling" "$src"
   fi
 
   # bfloat16 export: weights rounded to 8 bits of precision, the loss close to the original's.

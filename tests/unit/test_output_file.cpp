@@ -4,6 +4,7 @@
 // (RLIMIT_FSIZE: EFBIG, no root needed), as in unit_offload_file.
 #include "core/error.hpp"
 #include "io/output_file.hpp"
+#include "io/token_file.hpp"
 #include "test_env.hpp"
 
 #include <gtest/gtest.h>
@@ -163,6 +164,34 @@ TEST(OutputFile, AMissingDirectoryIsNamed) {
     EXPECT_NE(std::string(e.what()).find("cannot create a temporary file beside '" + path + "'"), std::string::npos)
         << e.what();
   }
+}
+
+// What --force may replace (check_output_file with replace_checkpoint, as `ckpt reshard` and
+// `import` ask): never a token file, also when the file starts with a user block (HDF5 then
+// finds its signature at 512, 1024, ...: h5jam's files; the check once looked at offset 0 only);
+// a plain file, yes; nothing without force. (Replacing a checkpoint: cli_ckpt.)
+TEST(OutputFile, ForceNeverReplacesATokenFileEvenBehindAUserBlock) {
+  const std::string d = fresh_dir("force_hdf5");
+  const std::string tok = d + "/tok.h5";
+  TokenFileInfo info;
+  info.tokenizer = "byte";
+  info.vocab_size = 256;
+  for (int i = 0; i < 256; ++i) info.vocab.push_back(i);
+  write_token_file(tok, info, std::vector<std::int32_t>(100, 7), std::vector<std::int32_t>(10, 8));
+  OutputRules rules;
+  rules.force = true;
+  rules.replace_checkpoint = true;
+  EXPECT_THROW(check_output_file(tok, "the output", rules), ConfigError);
+  for (const std::size_t ub : {std::size_t{512}, std::size_t{2048}}) {
+    const std::string jammed = d + "/tok_ub" + std::to_string(ub) + ".h5";
+    std::ofstream(jammed, std::ios::binary) << std::string(ub, '\0') << contents(tok);
+    EXPECT_THROW(check_output_file(jammed, "the output", rules), ConfigError) << "user block " << ub;
+  }
+  const std::string plain = d + "/plain.h5";
+  std::ofstream(plain) << "hello\n";
+  EXPECT_NO_THROW(check_output_file(plain, "the output", rules));
+  rules.force = false;
+  EXPECT_THROW(check_output_file(plain, "the output", rules), ConfigError);
 }
 
 }  // namespace
