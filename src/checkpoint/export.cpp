@@ -125,6 +125,8 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     check_output_directory(opt.output_dir, "the output");
     fs::create_directories(opt.output_dir, ec);
     if (ec) throw IoError("cannot create output directory '" + opt.output_dir + "': " + ec.message());
+    // One export at a time per directory: each removes the shards it did not write (below).
+    const OutputDirLock lock(opt.output_dir, ".trident-export.lock", "`trident ckpt export`");
     const char* st_dtype = es == 2 ? "BF16" : "F32";
     std::vector<float> values, transposed;
     std::vector<unsigned char> bytes;
@@ -237,6 +239,10 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
                   path.c_str(), rm.message().c_str());
     }
     for (const std::string& path : foreign) log::warn("'%s' in the output directory is not part of this export", path.c_str());
+    if (fs::is_regular_file(fs::path(opt.output_dir) / "model.safetensors", ec))
+      log::warn("'%s' in the output directory is not part of this export, and transformers' from_pretrained loads it "
+                "instead of this export's index: remove it",
+                (fs::path(opt.output_dir) / "model.safetensors").string().c_str());
     warn_leftover_temporaries(
         leftover_temporaries(opt.output_dir, [&shard](const std::string& n) { return std::regex_match(n, shard); }),
         "export");

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +140,41 @@ void check_output_directory(const std::string& path, const std::string& what, co
   if (st.type() == fs::file_type::directory) return;
   throw ConfigError(name + (st.type() == fs::file_type::regular ? " is a file" : " is a device, FIFO or socket") +
                     ", not a directory: give a directory to write into" + tail);
+}
+
+OutputDirLock::OutputDirLock(const std::string& dir, const std::string& name, const std::string& who)
+    : path_((fs::path(dir) / name).string()) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw IoError("cannot create the lock file '" + path_ + "': " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      fd_ = -1;
+      if (e == EWOULDBLOCK)
+        throw ConfigError("'" + dir + "' is in use: another " + who + " is writing into it; wait for it to end or " +
+                          "write elsewhere");
+      if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
+        log::warn("'%s': the file system grants no lock (%s): make sure no other %s writes into '%s' meanwhile",
+                  path_.c_str(), std::strerror(e), who.c_str(), dir.c_str());
+        return;
+      }
+      throw IoError("cannot lock '" + path_ + "': " + std::strerror(e));
+    }
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+        held.st_dev == named.st_dev)
+      return;  // the file at the name is the one locked
+    ::close(fd_);  // its holder removed it as we locked it: lock the file now at the name
+    fd_ = -1;
+  }
+  throw IoError("cannot lock '" + path_ + "': it keeps being replaced");
+}
+
+OutputDirLock::~OutputDirLock() {
+  if (fd_ < 0) return;
+  ::unlink(path_.c_str());  // while still locked: a waiter that opened it notices the new inode
+  ::close(fd_);
 }
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {

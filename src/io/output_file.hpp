@@ -41,6 +41,26 @@ void check_output_file(const std::string& path, const std::string& what, const O
 /// system cannot answer. Local.
 void check_output_directory(const std::string& path, const std::string& what, const std::string& hint = "");
 
+/// One writer at a time into a directory of outputs (`ckpt export`: two exports into one directory
+/// would each remove the other's shards as those of an earlier export). Holds an exclusive flock
+/// on <dir>/<name> from construction to destruction, which removes the file; a lock file removed
+/// by a holder just before we locked it is noticed (another inode at the name) and taken anew.
+/// The kernel releases the lock when the process ends in any way; a file left by a killed holder
+/// is taken over. Local. Throws ConfigError "<what> is in use: another <who> is writing into
+/// '<dir>'" when another process holds it, IoError when the file cannot be created. Where the file
+/// system grants no flock (some NFS mounts) it warns and goes on without a lock.
+class OutputDirLock {
+ public:
+  OutputDirLock(const std::string& dir, const std::string& name, const std::string& who);
+  ~OutputDirLock();
+  OutputDirLock(const OutputDirLock&) = delete;
+  OutputDirLock& operator=(const OutputDirLock&) = delete;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 /// Writes `bytes` to `path`: into a new temporary file of a unique name beside it (created
 /// exclusively, so no link or file of that name is followed or replaced), flushed, then moved to
 /// `path` -- replacing what is there when `replace`, else only if nothing is there (a file that

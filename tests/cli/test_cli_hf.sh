@@ -96,6 +96,10 @@ for family in gpt2 llama; do
     check "... and says so" grep -q "removed '.*/model-00001-of-[0-9]*.safetensors', a shard of an earlier export" <<<"$out"
     check "... names a file it did not write" grep -q "model-notes.safetensors' in the output directory is not part of this export" <<<"$out"
     check "... and keeps it" test -f "$WORK/$family.sharded/model-notes.safetensors"
+    # An unsharded model.safetensors (a download, say) would be loaded instead of the index: named.
+    cp "$WORK/$family.sharded/model-00001-of-00001.safetensors" "$WORK/$family.sharded/model.safetensors"
+    expect_exit 0 "model.safetensors' in the output directory is not part of this export, and transformers' from_pretrained loads it" -- \
+      "$TRIDENT" ckpt export --format hf --output "$WORK/$family.sharded" "$src"
     # Outputs that cannot be the directory asked for: a usage error naming what is there.
     ln -sfn "$WORK/nothing_here" "$WORK/dangling"
     expect_exit 2 "the output '$WORK/text.txt' is a file, not a directory" -- \

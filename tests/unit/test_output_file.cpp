@@ -194,5 +194,27 @@ TEST(OutputFile, ForceNeverReplacesATokenFileEvenBehindAUserBlock) {
   EXPECT_THROW(check_output_file(plain, "the output", rules), ConfigError);
 }
 
+// OutputDirLock: a second writer is refused while the first holds the lock (flock conflicts
+// between two open file descriptions, also within one process), the lock file goes with the
+// holder, and a file left behind by a holder that died is simply taken over.
+TEST(OutputFile, OutputDirLockAdmitsOneWriterAndLeavesNoFile) {
+  const std::string d = fresh_dir("dir_lock");
+  {
+    const OutputDirLock first(d, ".lock", "export");
+    EXPECT_TRUE(fs::exists(d + "/.lock"));
+    try {
+      const OutputDirLock second(d, ".lock", "export");
+      ADD_FAILURE() << "a second writer was admitted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + d + "' is in use: another export is writing into it"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(listing(d), std::vector<std::string>{}) << "the lock file outlived its holder";
+  std::ofstream(d + "/.lock") << "host x pid 1\n";  // left by a killed holder: no lock on it
+  { const OutputDirLock again(d, ".lock", "export"); }
+  EXPECT_EQ(listing(d), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace trident
