@@ -53,19 +53,24 @@ std::optional<ChangeClass> change_class(const std::string& name) {
 }
 
 std::string tokenizer_mismatch(const RunState& checkpoint, const TokenFileInfo& data) {
-  std::string why;
-  if (checkpoint.tokenizer.empty()) return why;
+  if (checkpoint.tokenizer.empty()) return "";
+  const std::string ids = ": token ids would mean other characters or pieces";
   if (checkpoint.tokenizer != data.tokenizer)
-    why = "the checkpoint's tokenizer is '" + checkpoint.tokenizer + "', the token file's '" + data.tokenizer + "'";
-  else if (!checkpoint.vocab.empty() && checkpoint.vocab != data.vocab)
-    why = "the checkpoint's " + checkpoint.tokenizer +
-          " vocabulary differs from the token file's (the same kind, built from another text)";
+    return "the checkpoint's tokenizer is '" + checkpoint.tokenizer + "', the token file's '" + data.tokenizer + "'" +
+           ids + " (prepare the text with the checkpoint's tokenizer: trident prep --tokenizer " + checkpoint.tokenizer +
+           ")";
+  // The same kind, built from another text: prep cannot take a vocabulary or model from a
+  // checkpoint, so the remedy is the token file the checkpoint was trained on.
+  std::string what;
+  if (!checkpoint.vocab.empty() && checkpoint.vocab != data.vocab)
+    what = "vocabulary";
   else if (!checkpoint.tokenizer_model.empty() && checkpoint.tokenizer_model != data.model)
-    why = "the checkpoint's " + checkpoint.tokenizer + " tokenizer model differs from the token file's";
-  if (!why.empty())
-    why += ": token ids would mean other characters or pieces (prepare the text with the checkpoint's tokenizer: "
-           "trident prep --tokenizer " + checkpoint.tokenizer + ")";
-  return why;
+    what = "tokenizer model";
+  if (what.empty()) return "";
+  return "the checkpoint's " + checkpoint.tokenizer + " " + what +
+         " differs from the token file's (the same kind, built from another text)" + ids + " (a " +
+         checkpoint.tokenizer + " " + what + " comes from the text prep read: use the token file the checkpoint was "
+         "trained on)";
 }
 
 void check_resume_data(const std::string& checkpoint_hash, const std::string& now_hash, const std::string& path,

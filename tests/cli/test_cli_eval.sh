@@ -62,7 +62,7 @@ expect_exit 2 "token file '$WORK/bytes.h5': the checkpoint's tokenizer is 'char'
   ev 1 --checkpoint "$WORK/run" --data "$WORK/bytes.h5"
 printf 'zyx wvu tsr qpo nml kji hgf edc ba\n%.0s' $(seq 200) > "$WORK/other.txt"
 "$TRIDENT" prep --output "$WORK/other.h5" "$WORK/other.txt" >/dev/null
-expect_exit 2 "the checkpoint's char vocabulary differs from the token file's .*token ids would mean other characters" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/other.h5"
+expect_exit 2 "the checkpoint's char vocabulary differs from the token file's .*token ids would mean other characters .*use the token file the checkpoint was trained on" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/other.h5"
 cp "$WORK/run/checkpoints/step_00000006.h5" "$WORK/damaged.h5"
 corrupt_dataset "$WORK/damaged.h5" shards/param/pp0_dp0_tp0
 expect_exit 1 "trident ckpt verify" -- ev 1 --checkpoint "$WORK/damaged.h5"
