@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
     --budget-gib) budget=$(need_value "$@") || exit 2; shift 2 ;;
     --project-gib) project=$(need_value "$@") || exit 2; shift 2 ;;
     --offload-path) offpath=$(need_value "$@") || exit 2; shift 2 ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "bench_offload_capacity.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
 done

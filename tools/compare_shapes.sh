@@ -70,6 +70,7 @@ while [ $# -gt 0 ]; do
     --data) data_text=$(need_value "$@") || exit 2; shift 2 ;;
     --profile) profile=1; shift ;;
     --rounds) rounds=$(need_value "$@") || exit 2; shift 2 ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "compare_shapes: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done

@@ -58,6 +58,7 @@ while [ $# -gt 0 ]; do
     --offload-dir) offload_dir=$(need_value "$@") || exit 2; shift 2 ;;
     --host-gemm) host_gemm=$(need_value "$@") || exit 2; shift 2 ;;
     --alone) alone=1; shift ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done

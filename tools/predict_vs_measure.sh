@@ -31,6 +31,7 @@ while [ $# -gt 0 ]; do
     --out) out=$(need_value "$@") || exit 2; shift 2 ;;
     --reuse) reuse=1; shift ;;
     --trainer) trainer=$(need_value "$@") || exit 2; shift 2 ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "predict_vs_measure.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done

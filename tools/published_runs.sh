@@ -28,6 +28,7 @@ while [ $# -gt 0 ]; do
     --build) build=$(need_value "$@") || exit 2; shift 2 ;;
     --out) out=$(need_value "$@") || exit 2; shift 2 ;;
     --trident-only) peer=0; shift ;;
+    -h|--help) script_help; exit 0 ;;
     *) echo "published_runs.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
