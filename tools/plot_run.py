@@ -49,13 +49,16 @@ def read_run(path):
         header = reader.fieldnames or []
     if rows and not {"step", "train_loss"} <= set(header):
         raise csv.Error(f"its header has no step and train_loss columns: {','.join(header)[:80]}")
-    # A row with fewer or more fields than the header: cut short by a kill, or being written now.
-    complete = [r for r in rows if None not in r and None not in r.values()]
-    if len(complete) < len(rows):
-        bad = [r.get("step") or "?" for r in rows if r not in complete]
-        print(f"trident-plot: warning: {csv_path}: {len(rows) - len(complete)} row(s) without every column "
-              f"(step {', '.join(bad[:5])}{', ...' if len(bad) > 5 else ''}: cut short?) left out", file=sys.stderr)
-        rows = complete
+    # A row with fewer fields than the header (cut short by a kill, or being written now), or more
+    # (not a row of this header): left out, named.
+    short = [r for r in rows if None in r.values()]
+    long_ = [r for r in rows if None in r]
+    for bad, what in ((short, "without every column (cut short?)"), (long_, "with more fields than the header")):
+        if bad:
+            steps = [r.get("step") or "?" for r in bad]
+            print(f"trident-plot: warning: {csv_path}: {len(bad)} row(s) {what} left out "
+                  f"(step {', '.join(steps[:5])}{', ...' if len(steps) > 5 else ''})", file=sys.stderr)
+    rows = [r for r in rows if None not in r and None not in r.values()]
     label = os.path.basename(os.path.normpath(os.path.dirname(os.path.abspath(csv_path))))
     return label, csv_path, rows
 
@@ -126,9 +129,15 @@ def main(argv=None):
             print(f"trident-plot: error: {path}: not a metrics.csv of trident ({e})", file=sys.stderr)
             return 1
         if not rows:
-            print(f"trident-plot: error: {csv_path} has no rows yet", file=sys.stderr)
-            return 2
+            if len(args.runs) == 1:
+                print(f"trident-plot: error: {csv_path} has no rows yet", file=sys.stderr)
+                return 2
+            print(f"trident-plot: warning: {csv_path} has no rows yet: left out of the plot", file=sys.stderr)
+            continue
         runs.append((label, csv_path, rows))
+    if not runs:
+        print("trident-plot: error: none of the runs has rows yet", file=sys.stderr)
+        return 2
     labels = [r[0] for r in runs]
     if len(set(labels)) < len(labels):  # same directory names: tell them apart by their paths
         runs = [(os.path.dirname(os.path.abspath(c)), c, rows) for _, c, rows in runs]

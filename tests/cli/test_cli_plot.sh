@@ -32,9 +32,13 @@ expect_exit 0 "\(6 steps, 1 restart, 1 skipped\)" -- "${plot[@]}" "$WORK/skip.cs
 # A last row cut short (a killed run, or one being written) is left out with a warning, not a
 # traceback: the memory stack once broadcast 6 steps against 5 values.
 { head -n 6 "$WORK/run/metrics.csv"; sed -n 7p "$WORK/run/metrics.csv" | head -c 60; } > "$WORK/cut.csv"
-expect_exit 0 "warning: .*cut.csv: 1 row\(s\) without every column \(step 6: cut short\?\) left out" -- \
+expect_exit 0 "warning: .*cut.csv: 1 row\(s\) without every column \(cut short\?\) left out \(step 6\)" -- \
   "${plot[@]}" "$WORK/cut.csv" -o "$WORK/cut.png" --title x
 expect_exit 0 "wrote $WORK/cut.png: x \(5 steps" -- "${plot[@]}" "$WORK/cut.csv" -o "$WORK/cut.png" --title x
+# A run that has only its header yet is left out of an overlay, not the end of it.
+head -n 1 "$WORK/run/metrics.csv" > "$WORK/just_started.csv"
+expect_exit 0 "warning: .*just_started.csv has no rows yet: left out of the plot" -- \
+  "${plot[@]}" "$WORK/run" "$WORK/just_started.csv" -o "$WORK/overlay_one.png"
 expect_exit 1 "no metrics.csv" -- "${plot[@]}" "$WORK/nothing"
 head -n 1 "$WORK/run/metrics.csv" > "$WORK/empty.csv"
 expect_exit 2 "has no rows yet" -- "${plot[@]}" "$WORK/empty.csv"
