@@ -58,18 +58,28 @@ std::string superseded_path(const std::string& path) {
                                                                            : path + ".superseded";
 }
 
+std::size_t field_count(const std::string& line) { return static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1; }
+
 /// The data rows of `path` (after its header); `cut_short`, when given, receives the last row if
-/// the file does not end with a newline (a kill while the row was written), else "".
+/// a kill cut it short while it was written: no newline at its end and fewer fields than the row
+/// before it (or the header, for the only row); else "".
 std::vector<std::string> data_lines(const std::string& path, std::string* cut_short = nullptr) {
   std::vector<std::string> out;
   std::ifstream in(path);
-  std::string line;
+  std::string line, header;
   bool ended = true;
   for (bool first = true; std::getline(in, line); first = false) {
     ended = !in.eof();  // getline stopped at a newline, not at the end of the file
-    if (!first && !line.empty()) out.push_back(line);
+    if (first) header = line;
+    else if (!line.empty()) out.push_back(line);
   }
-  if (cut_short != nullptr) *cut_short = !ended && !out.empty() ? out.back() : std::string();
+  if (cut_short != nullptr) {
+    cut_short->clear();
+    if (!ended && !out.empty()) {
+      const std::string& before = out.size() > 1 ? out[out.size() - 2] : header;
+      if (field_count(out.back()) < field_count(before)) *cut_short = out.back();
+    }
+  }
   return out;
 }
 
@@ -143,9 +153,11 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   // A last row a kill cut short has lost its leg field: say so, rather than call it another history.
   if (!cut_short.empty() && !dropped.empty() && dropped.back() == cut_short) {
     dropped.pop_back();
+    const std::int64_t st = std::atoll(cut_short.c_str());
     log::warn("the last row of %s (step %lld) was cut short (no end of line: the run was killed while writing it): "
-              "moved to %s",
-              path_.c_str(), static_cast<long long>(std::atoll(cut_short.c_str())), aside.c_str());
+              "moved to %s%s",
+              path_.c_str(), static_cast<long long>(st), aside.c_str(),
+              st <= keep_until_step ? "; that step is not trained again, so metrics.csv keeps no row for it" : "");
     report_set_aside(path_, aside, dropped);
     dropped.push_back(cut_short);
   } else {

@@ -288,7 +288,21 @@ TEST(RunDir, AMetricsRowCutShortByAKillIsSetAsideAndNamedSo) {
   EXPECT_EQ(csv_steps(path), (std::vector<std::int64_t>{1, 2, 3}));
   EXPECT_NE(read_file(out + "/metrics.superseded.csv").find("\n4,2.49,,1e-3,0.5\n"), std::string::npos);
   EXPECT_NE(log.find("the last row of " + path + " (step 4) was cut short"), std::string::npos) << log;
+  EXPECT_NE(log.find("that step is not trained again, so metrics.csv keeps no row for it"), std::string::npos) << log;
   EXPECT_EQ(log.find("not in the history"), std::string::npos) << log;
+  // A whole row that only lacks its newline, of a step after the resumed one: set aside as any
+  // later step is, not called cut short.
+  {
+    std::ofstream f(path, std::ios::app);
+    f << "4" << values << ",aaaaaaaa\n5" << values << ",aaaaaaaa";
+  }
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  { MetricsCsv resumed(path, 3, "aaaaaaaa@0", "cccccccc"); }
+  const std::string log2 = testing::internal::GetCapturedStderr() + testing::internal::GetCapturedStdout();
+  EXPECT_EQ(csv_steps(path), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(log2.find("cut short"), std::string::npos) << log2;
+  EXPECT_NE(log2.find("(steps 4-5) are not in the history"), std::string::npos) << log2;
 }
 
 TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
