@@ -111,8 +111,9 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
     }
   });
   std::unique_ptr<TokenDataset> data;
-  run_agreed(world, "cannot load the token file", [&] {
-    data = std::make_unique<TokenDataset>(cfg.data.path, cfg.data.cache_max_mb);
+  run_agreed(world, "cannot load the token file",
+             [&] { data = std::make_unique<TokenDataset>(cfg.data.path, cfg.data.cache_max_mb); });
+  run_agreed(world, "", [&] {  // the file loaded: what is wrong is its fit to the checkpoint
     require_same_tokenizer(meta, cfg, data->info(), cfg.data.path);
     if (data->size(opt.split) < cfg.model.block_size + 1)
       throw ConfigError("token file '" + cfg.data.path + "': its " + opt.split + " split has " +

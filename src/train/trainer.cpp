@@ -482,7 +482,7 @@ void Trainer<T>::init_weights_from(const std::string& path, const TokenFileInfo&
   // (one file, one token file), so the ConfigError is collective.
   state_.load_weights(path, [&](const CheckpointMeta& meta) {
     if (const std::string why = tokenizer_mismatch(meta.run, data); !why.empty())
-      throw ConfigError("[train] init_from = " + path + ": " + why);
+      throw ConfigError("[train] init_from: " + why);  // load_weights names the file
   });
 }
 

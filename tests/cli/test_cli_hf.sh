@@ -211,7 +211,7 @@ expect_exit 2 "init_from = $WORK/nope does not exist" -- \
 expect_exit 2 "cannot take the weights of .*holds another model: \[model\] arch = llama in the checkpoint, gpt2 in this run .\[train\] init_from needs" -- \
   "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong" --train.init_from="$WORK/llama.imp"
 "$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/text.txt" >/dev/null
-expect_exit 2 "init_from = .*: the checkpoint's tokenizer is 'char', the token file's 'byte'" -- \
+expect_exit 2 "cannot take the weights of '$WORK/gpt2.imp/step_00000000.h5': \[train\] init_from: the checkpoint's tokenizer is 'char', the token file's 'byte'" -- \
   "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong2" --train.init_from="$WORK/gpt2.imp" \
   --data.path="$WORK/bytes.h5"
 expect_exit 2 "init_from = $WORK/empty: the directory holds no checkpoint" -- \
