@@ -29,7 +29,8 @@ overlap_reduce) are kept. Runs on one rank; nothing is allocated or trained.
 
 options:
   --config DECK          the input deck (required)
-  --machine FILE         machine description file, e.g. input/machines/devbox-2core.ini (required)
+  --machine FILE         machine description file, e.g. input/machines/devbox-2core-quiet.ini (this machine
+                         kind measured quiet; devbox-2core.ini: the same under a load of 9-13) (required)
   --ranks N              total ranks (devices) of the job
   --nodes K              or: K nodes of the machine file's devices_per_node ranks each
   --top K                print the breakdown of the K fastest layouts (default 3)

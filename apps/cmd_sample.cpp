@@ -25,7 +25,8 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   SampleOptions opt;
   std::int64_t seed = 1337;
   po::options_description desc(
-      "usage: trident sample --checkpoint PATH [--prompt TEXT] [--tokens N]\n\n"
+      "usage: trident sample --checkpoint PATH [--prompt TEXT | --prompt-ids IDS] [--tokens N] [--temperature T]\n"
+      "                      [--top-k K] [--seed S]\n\n"
       "Generates text from a trained model. PATH is a checkpoint file, a checkpoint directory or a\n"
       "run directory (its latest checkpoint is used). Prints the prompt followed by the new text.\n\noptions");
   desc.add_options()("help,h", "this text")("checkpoint", po::value<std::string>(&checkpoint),

@@ -17,6 +17,7 @@ namespace trident::app {
 
 namespace {
 const char* kTrainUsage = R"(usage: trident train --config DECK [--section.key=value ...] [--resume [PATH]]
+                     [--print-config] [--dry-run [N]]
 
 Trains the model of an input deck (INI file with sections [model] [parallel] [train] [data]
 [checkpoint]) on all ranks of the job. Writes [train] out_dir (default runs/<deck name>):

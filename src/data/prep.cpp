@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <chrono>
 #include <filesystem>
@@ -124,9 +125,21 @@ std::int64_t read_chunked(std::ifstream& in, char* dst, std::int64_t n, Progress
   return got;
 }
 
+/// "cannot read input file 'PATH': REASON", the reason from errno after a failed open (a missing
+/// file also names the directory a relative path is taken from).
+IoError unreadable_input(const std::string& path) {
+  const int e = errno;
+  std::string why = e != 0 ? std::strerror(e) : "cannot be opened";
+  std::error_code ec;
+  if (e == ENOENT && std::filesystem::path(path).is_relative())
+    why += " (relative to the current directory, " + std::filesystem::current_path(ec).string() + ")";
+  return IoError("cannot read input file '" + path + "': " + why);
+}
+
 std::string read_file(const std::string& path, Progress& progress) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot read input file '" + path + "'");
+  if (!in) throw unreadable_input(path);
   std::string s;
   std::vector<char> buf(static_cast<size_t>(kReadChunk));
   for (;;) {
@@ -143,8 +156,9 @@ std::string name_of_path(const std::string& path) { return std::filesystem::path
 /// The token ids of llm.c shard `path` of format `f`. Throws IoError for a truncated or corrupt
 /// shard or a token outside f's vocabulary, ConfigError for a shard without tokens.
 std::vector<std::int32_t> read_llmc_shard(const std::string& path, const LlmcShardFormat& f, Progress& progress) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot read input file '" + path + "'");
+  if (!in) throw unreadable_input(path);
   std::int32_t header[256] = {};
   in.read(reinterpret_cast<char*>(header), sizeof header);
   const std::string what = std::string("llm.c ") + f.name + " shard '" + path + "'";
@@ -216,8 +230,9 @@ const std::vector<LlmcShardFormat>& llmc_shard_formats() {
 }
 
 InputFormat detect_input_format(const std::string& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot read input file '" + path + "'");
+  if (!in) throw unreadable_input(path);
   std::error_code ec;
   const auto size = static_cast<std::int64_t>(std::filesystem::file_size(path, ec));
   return detect_format(

@@ -601,7 +601,11 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
   agree_or_throw(comm, fail, "cannot open checkpoint");
   fail.run([&] {
     hid_t f = impl_->file;
-    if (!h5::has_attr(f, "format") || h5::read_attr_string(f, "format") != "trident-checkpoint")
+    const std::string format = h5::has_attr(f, "format") ? h5::read_attr_string(f, "format") : std::string();
+    if (format == "trident-tokens")
+      throw CheckpointError("'" + path + "' is a Trident token file, not a checkpoint (`trident prep --verify` checks "
+                            "token files)");
+    if (format != "trident-checkpoint")
       throw CheckpointError("'" + path + "' is an HDF5 file but not a Trident checkpoint");
     const std::int64_t version = h5::read_attr_int(f, "format_version");
     if (version != kCheckpointFormatVersion)

@@ -29,8 +29,9 @@ StartDecision StopPolicy::at_start(std::int64_t step) const {
     return StartDecision::at_stop_step;
   }
   if (step >= limits_.max_steps) {
-    log::info("the run is already complete: step %lld of max_steps %lld", static_cast<long long>(step),
-              static_cast<long long>(limits_.max_steps));
+    log::info("the run is already complete: step %lld of max_steps %lld (to train on: --train.max_steps=N "
+              "--train.allow_changed=max_steps)",
+              static_cast<long long>(step), static_cast<long long>(limits_.max_steps));
     return StartDecision::complete;
   }
   return StartDecision::train;

@@ -48,6 +48,8 @@ expect_exit 0 "step_00000004.h5 .* ok" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt ls --v
 # ---- verify -----------------------------------------------------------------------------------
 expect_exit 0 "ok: .*step_00000004.h5 is intact" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$c4"
 expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/run"
+expect_exit 1 "tok.h5' is a Trident token file, not a checkpoint \(\`trident prep --verify\` checks token files\)" -- \
+  "$TRIDENT" ckpt verify "$WORK/tok.h5"
 
 # Corrupt 16 bytes in the middle of one shard dataset: HDF5 still reads it, only checksums notice.
 mkdir -p "$WORK/bad" && cp "$c4" "$WORK/bad/step_00000004.h5"

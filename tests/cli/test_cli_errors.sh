@@ -71,7 +71,7 @@ expect_exit 1 "token file '$WORK/missing.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/missing.h5"
 expect_exit 1 "not an HDF5 file" -- "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/text.txt"
 expect_exit 2 "vocab_size = 3 is smaller" -- "$TRIDENT" train --config "$WORK/deck.ini" --model.vocab_size=3
-expect_exit 1 "cannot read input file" -- "$TRIDENT" prep --output "$WORK/x.h5" "$WORK/none.txt"
+expect_exit 1 "cannot read input file '$WORK/none.txt': No such file or directory" -- "$TRIDENT" prep --output "$WORK/x.h5" "$WORK/none.txt"
 
 # A real checkpoint, then resumes that must be refused.
 expect_exit 0 "checkpoint: .*step_00000003.h5" -- \
