@@ -93,8 +93,15 @@ int main(int argc, char** argv) {
   } catch (const trident::Error& e) {
     // A collective error is raised identically on every rank: report it once and end cleanly.
     // A rank-local one would leave the other ranks waiting: report it and abort the job.
-    if (!e.collective() || rt.world_rank() == 0) trident::log::error("trident %s: error: %s", cmd.c_str(), e.what());
-    if (e.collective()) return e.exit_code();
+    if (e.collective()) {
+      // Every rank holds it (the message names the rank that found it): rank 0 prints it plainly.
+      if (rt.world_rank() == 0) {
+        std::fprintf(stderr, "trident %s: error: %s\n", cmd.c_str(), e.what());
+        std::fflush(stderr);
+      }
+      return e.exit_code();
+    }
+    trident::log::error("trident %s: error: %s", cmd.c_str(), e.what());
     trident::Runtime::abort(e.exit_code());
   } catch (const std::exception& e) {
     const std::string what = e.what();
