@@ -29,12 +29,13 @@ void for_each_code_point(const std::string& s, const std::string& what, Fn&& fn)
     const unsigned c = p[i];
     const int len = utf8_length(c);
     if (len == 0 || i + len > n)
-      throw Error(what + ": invalid UTF-8 at byte " + std::to_string(i) + "; use --tokenizer byte for binary or non-UTF-8 text");
+      throw ConfigError(what + ": invalid UTF-8 at byte " + std::to_string(i) +
+                        "; use --tokenizer byte for binary or non-UTF-8 text");
     std::int32_t cp = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
     for (int k = 1; k < len; ++k) {
       if ((p[i + k] & 0xC0) != 0x80)
-        throw Error(what + ": invalid UTF-8 at byte " + std::to_string(i + k) +
-                    "; use --tokenizer byte for binary or non-UTF-8 text");
+        throw ConfigError(what + ": invalid UTF-8 at byte " + std::to_string(i + k) +
+                          "; use --tokenizer byte for binary or non-UTF-8 text");
       cp = (cp << 6) | (p[i + k] & 0x3F);
     }
     fn(cp);

@@ -25,7 +25,7 @@ expect_exit 2 "invalid" -- "$TRIDENT" prep --tokenizer bpe --vocab-size many --o
 expect_exit 2 "Vocabulary size too high \(500000\)\. Please set it to a value <= [0-9]+" -- \
   "$TRIDENT" prep --tokenizer bpe --vocab-size 500000 --output "$WORK/x.h5" "$WORK/text.txt"
 printf 'caf\xe9\n' > "$WORK/latin1.txt"
-expect_exit 1 "invalid UTF-8 at byte 3" -- \
+expect_exit 2 "invalid UTF-8 at byte 3" -- \
   "$TRIDENT" prep --tokenizer bpe --vocab-size 300 --output "$WORK/x.h5" "$WORK/latin1.txt"
 check "refused preps write no token file" test ! -e "$WORK/x.h5"
 
