@@ -206,6 +206,71 @@ void dropped_probabilities(T* pd, bf16_t* p16, View1<const T> att, const Attenti
       });
 }
 
+/// Softmax backward of each of the `rows` rows of T probabilities: dS = P * (dP - sum(P * dP)),
+/// P from att, dP from dpre, through the dropout mask of `drop` (NH heads per sequence). ds16
+/// null: dS in place in dpre. ds16 non-null (float only): dS written rounded to bf16 into ds16
+/// (rows * T; the bf16 operand of the dQ and dK GEMMs), dpre left as scratch. The same arithmetic
+/// either way. Short rows as the forward softmax; the mask and the dot product stay separate loops,
+/// as in the former one-thread-per-row kernel: fused into one reduction, the host compiler
+/// contracted a * d into an FMA and the host results changed in their last bits.
+template <class T>
+void softmax_backward_rows(View1<T> dpre, View1<const T> att, std::int64_t rows, int Tn, int NH,
+                           const AttentionDropout& drop, bf16_t* ds16) {
+  const bool dropping = drop.key.active();
+  const T dscale = static_cast<T>(drop.key.scale());
+  if constexpr (kKernelsOnHost && std::is_same_v<T, float>) {
+    if (ds16 != nullptr) {
+      // The host with a bf16 output: the row as the kernel below computes it (the same loops in the
+      // same order, so the same bits), in place in dP, then rounded with the GEMMs' own rounding.
+      Kokkos::parallel_for(
+          "trident::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, rows), [=](const std::int64_t r) {
+            const int t = static_cast<int>(r % Tn);
+            const std::int64_t bh = r / Tn;
+            const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+            float* d = dpre.data() + r * Tn;
+            const float* a = att.data() + r * Tn;
+            if (dropping)
+              for (int t2 = 0; t2 <= t; ++t2) d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : 0.f;
+            float dot = 0;
+            for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * d[t2];
+            for (int t2 = 0; t2 <= t; ++t2) d[t2] = a[t2] * (d[t2] - dot);
+            for (int t2 = t + 1; t2 < Tn; ++t2) d[t2] = 0;
+            detail::gemm_round(ds16 + r * Tn, d, Tn);
+          });
+      return;
+    }
+  }
+  Kokkos::parallel_for(
+      "trident::attention_softmax_backward", short_row_policy(rows), KOKKOS_LAMBDA(const TeamMember& team) {
+        for_each_row(team, rows, [&](const std::int64_t r) {
+          const int t = static_cast<int>(r % Tn);
+          const std::int64_t bh = r / Tn;
+          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
+          T* d = dpre.data() + r * Tn;
+          const T* a = att.data() + r * Tn;
+          if (dropping)
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) {
+              d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : T(0);
+            });
+          // Same range as the loop that wrote d[t2]: each lane reads back its own writes.
+          T dot;
+          Kokkos::parallel_reduce(
+              Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2, T& acc) { acc += a[t2] * d[t2]; }, dot);
+          if (ds16 == nullptr) {
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1),
+                                 [&](const int t2) { d[t2] = a[t2] * (d[t2] - dot); });
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { d[t2] = 0; });
+          } else {
+            bf16_t* o = ds16 + r * Tn;
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) {
+              o[t2] = to_bf16(static_cast<float>(a[t2] * (d[t2] - dot)));
+            });
+            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { o[t2] = 0; });
+          }
+        });
+      });
+}
+
 /// A batch of `heads` row-major (rows, cols) bf16 matrices stored back to back at p.
 View3<const bf16_t> batch16(const bf16_t* p, long heads, std::int64_t rows, std::int64_t cols) {
   return View3<const bf16_t>(p, static_cast<size_t>(heads), static_cast<size_t>(rows), static_cast<size_t>(cols));
@@ -247,14 +312,12 @@ void attention_backward_held(View2<float> dqkv, View1<float> dpre, View2<const f
   const int group = NH / NKV, Ckv = NKV * HS;
   const long heads = static_cast<long>(B) * NH;
   const float scale = 1.f / kmath::sqrt(static_cast<float>(HS));
-  const bool dropping = drop.key.active();
-  const float dscale = static_cast<float>(drop.key.scale());
   bf16_t *q16 = as_bf16(ws.q), *k16 = as_bf16(ws.k), *v16 = as_bf16(ws.v), *dy16 = as_bf16(ws.y);
   pack_qkv<float, bf16_t>(q16, k16, v16, qkv, B, Tn, HS, NH, NKV);
   pack_heads<float, bf16_t>(dy16, dout, 0, B, Tn, HS, NH);
   GemmBf16Room room(heads * Tn * Tn);
   bf16_t* const p16 = room.data();
-  if (dropping)
+  if (drop.key.active())
     dropped_probabilities<float>(nullptr, p16, att, drop, heads, NH, Tn);
   else
     room.round_from(att.data(), heads * Tn * Tn);
@@ -263,49 +326,9 @@ void attention_backward_held(View2<float> dqkv, View1<float> dpre, View2<const f
                     batch(dpre, heads, Tn, Tn));
   gemm_batched_bf16('T', 'N', 1.f, batch16(p16, heads, Tn, Tn), batch16(dy16, heads, Tn, HS), 0.f,
                     batch(ws.dv, heads, Tn, HS));
-  // dS = P * (dP - sum(P * dP)) as attention_backward computes it, written only in bf16 (over P's
-  // copy, which dV was the last to read; stream order on the device).
-  const std::int64_t rows = heads * Tn;
-  if constexpr (kKernelsOnHost) {
-    // The host: the row as attention_backward computes it (the same loops in the same order, so
-    // the same bits), in place in dP, then rounded with the GEMMs' own rounding.
-    Kokkos::parallel_for(
-        "trident::attention_softmax_backward", Kokkos::RangePolicy<ExecSpace>(0, rows), [=](const std::int64_t r) {
-          const int t = static_cast<int>(r % Tn);
-          const std::int64_t bh = r / Tn;
-          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
-          float* d = dpre.data() + r * Tn;
-          const float* a = att.data() + r * Tn;
-          if (dropping)
-            for (int t2 = 0; t2 <= t; ++t2) d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : 0.f;
-          float dot = 0;
-          for (int t2 = 0; t2 <= t; ++t2) dot += a[t2] * d[t2];
-          for (int t2 = 0; t2 <= t; ++t2) d[t2] = a[t2] * (d[t2] - dot);
-          for (int t2 = t + 1; t2 < Tn; ++t2) d[t2] = 0;
-          detail::gemm_round(p16 + r * Tn, d, Tn);
-        });
-  } else
-  Kokkos::parallel_for(
-      "trident::attention_softmax_backward", short_row_policy(rows), KOKKOS_LAMBDA(const TeamMember& team) {
-        for_each_row(team, rows, [&](const std::int64_t r) {
-          const int t = static_cast<int>(r % Tn);
-          const std::int64_t bh = r / Tn;
-          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
-          float* d = dpre.data() + r * Tn;
-          const float* a = att.data() + r * Tn;
-          bf16_t* o = p16 + r * Tn;
-          if (dropping)
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) {
-              d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : 0.f;
-            });
-          float dot;
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2, float& acc) { acc += a[t2] * d[t2]; }, dot);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1),
-                               [&](const int t2) { o[t2] = to_bf16(a[t2] * (d[t2] - dot)); });
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { o[t2] = 0; });
-        });
-      });
+  // dS = P * (dP - sum(P * dP)), written only in bf16, over P's copy (which dV was the last to read;
+  // stream order on the device).
+  softmax_backward_rows<float>(dpre, att, heads * Tn, Tn, NH, drop, p16);
   // dQ = scale dS K; dK = scale dS^T Q
   gemm_batched_bf16('N', 'N', scale, batch16(p16, heads, Tn, Tn), batch16(k16, heads, Tn, HS), 0.f,
                     batch(ws.dq, heads, Tn, HS));
@@ -356,57 +379,26 @@ void attention_backward(View2<T> dqkv, View1<T> dpre, View2<const T> dout, View2
   if constexpr (std::is_same_v<T, float>)
     if (inputs == GemmInputs::bf16 && gemm_bf16_supported())
       return attention_backward_held(dqkv, dpre, dout, qkv, att, B, Tn, NH, drop, ws, NKV);
-  const bool dropping = drop.key.active();
-  const T dscale = static_cast<T>(drop.key.scale());
+  // Native inputs from here (bf16 ones where they are not supported: the GEMMs refuse them).
   pack_qkv<T>(ws, qkv, B, Tn, HS, NH, NKV);
   pack_heads<T>(ws.y.data(), dout, 0, B, Tn, HS, NH);  // y holds dY
   View1<const T> p = att;
-  if (dropping) {
+  if (drop.key.active()) {
     dropped_probabilities<T>(ws.pdrop.data(), nullptr, att, drop, heads, NH, Tn);
     p = View1<const T>(ws.pdrop.data(), ws.pdrop.extent(0));
   }
-  // dP = dY V^T; dV = P^T dY (dY rounded once for both with bf16 inputs)
-  {
-    GemmInputReuse<T> reuse(inputs, ws.y.data(), heads * Tn * HS);
-    gemm_batched<T>('N', 'T', T(1), cbatch(ws.y, heads, Tn, HS), cbatch(ws.v, heads, Tn, HS), T(0),
-                    batch(dpre, heads, Tn, Tn), inputs);
-    gemm_batched<T>('T', 'N', T(1), View3<const T>(p.data(), static_cast<size_t>(heads), Tn, Tn),
-                    cbatch(ws.y, heads, Tn, HS), T(0), batch(ws.dv, heads, Tn, HS), inputs);
-  }
-  // Softmax backward per row: dS = P * (dP - sum(P * dP)), with dP through the dropout mask.
-  // Short rows as in forward. The mask and the dot product stay separate loops, as in the former
-  // one-thread-per-row kernel: fused into one reduction, the host compiler contracted a * d into
-  // an FMA and the host results changed in their last bits.
-  const std::int64_t rows = heads * Tn;
-  Kokkos::parallel_for(
-      "trident::attention_softmax_backward", short_row_policy(rows), KOKKOS_LAMBDA(const TeamMember& team) {
-        for_each_row(team, rows, [&](const std::int64_t r) {
-          const int t = static_cast<int>(r % Tn);
-          const std::int64_t bh = r / Tn;
-          const int h = static_cast<int>(bh % NH), b = static_cast<int>(bh / NH);
-          T* d = dpre.data() + r * Tn;
-          const T* a = att.data() + r * Tn;
-          if (dropping)
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2) {
-              d[t2] = drop.key.keep_at(drop.index(b, h, t, t2, Tn)) ? d[t2] * dscale : T(0);
-            });
-          // Same range as the loop that wrote d[t2]: each lane reads back its own writes.
-          T dot;
-          Kokkos::parallel_reduce(
-              Kokkos::ThreadVectorRange(team, t + 1), [&](const int t2, T& acc) { acc += a[t2] * d[t2]; }, dot);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1),
-                               [&](const int t2) { d[t2] = a[t2] * (d[t2] - dot); });
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, t + 1, Tn), [&](const int t2) { d[t2] = 0; });
-        });
-      });
-  // dQ = scale dS K; dK = scale dS^T Q (dS rounded once for both with bf16 inputs)
-  {
-    GemmInputReuse<T> reuse(inputs, dpre.data(), heads * Tn * Tn);
-    gemm_batched<T>('N', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.k, heads, Tn, HS), T(0),
-                    batch(ws.dq, heads, Tn, HS), inputs);
-    gemm_batched<T>('T', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.q, heads, Tn, HS), T(0),
-                    batch(ws.dk, heads, Tn, HS), inputs);
-  }
+  // dP = dY V^T; dV = P^T dY
+  gemm_batched<T>('N', 'T', T(1), cbatch(ws.y, heads, Tn, HS), cbatch(ws.v, heads, Tn, HS), T(0),
+                  batch(dpre, heads, Tn, Tn), inputs);
+  gemm_batched<T>('T', 'N', T(1), View3<const T>(p.data(), static_cast<size_t>(heads), Tn, Tn),
+                  cbatch(ws.y, heads, Tn, HS), T(0), batch(ws.dv, heads, Tn, HS), inputs);
+  // Softmax backward per row, in place: dS = P * (dP - sum(P * dP)).
+  softmax_backward_rows<T>(dpre, att, heads * Tn, Tn, NH, drop, nullptr);
+  // dQ = scale dS K; dK = scale dS^T Q
+  gemm_batched<T>('N', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.k, heads, Tn, HS), T(0),
+                  batch(ws.dq, heads, Tn, HS), inputs);
+  gemm_batched<T>('T', 'N', scale, cbatch(dpre, heads, Tn, Tn), cbatch(ws.q, heads, Tn, HS), T(0),
+                  batch(ws.dk, heads, Tn, HS), inputs);
   unpack_heads<T>(dqkv, ws.dq, 0, B, Tn, HS, NH);
   unpack_heads<T>(dqkv, ws.dk, C, B, Tn, HS, NH, group);
   unpack_heads<T>(dqkv, ws.dv, C + Ckv, B, Tn, HS, NH, group);
