@@ -50,8 +50,6 @@ class Bf16Staging {
   bf16_t* lend(std::int64_t n);
   /// Ends the loan (never throws).
   void end_lend() noexcept;
-  /// Rounds with the owner's rounding: out[i] = to_bf16(in[i]), i < n.
-  void round(bf16_t* out, const float* in, std::int64_t n) const { round_(out, in, n); }
 
   /// Frees the buffer unless copies are kept or a loan is out (then it keeps it). Fences first.
   void release();

@@ -70,7 +70,7 @@ void gemm_round(bf16_t* out, const float* in, std::int64_t n) {
 #if TRIDENT_HAVE_ONEDNN
   round_to_bf16_host(out, in, n);
 #else
-  for (std::int64_t i = 0; i < n; ++i) out[i] = to_bf16(in[i]);
+  convert_to_bf16<float>(View1<bf16_t>(out, static_cast<size_t>(n)), View1<const float>(in, static_cast<size_t>(n)));
 #endif
 }
 }  // namespace detail
