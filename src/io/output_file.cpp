@@ -63,6 +63,21 @@ std::string hdf5_format(const std::string& path) {
   return format;
 }
 
+/// What stands at output path `path` (a link followed): not_found when nothing is there, else the
+/// type of what the name leads to. Throws ConfigError for a symbolic link to nothing (`name` and
+/// then `tail` in the message), IoError when the file system cannot answer.
+fs::file_type what_is_at(const std::string& path, const std::string& name, const std::string& tail) {
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (link.type() == fs::file_type::not_found) return fs::file_type::not_found;
+  if (ec || link.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::not_found)
+    throw ConfigError(name + " is a symbolic link to nothing: remove it or choose another name" + tail);
+  if (ec || st.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
+  return st.type();
+}
+
 /// A run's checkpoint file or pointer, existing or not: step_NNNNNNNN.h5 or `latest` in a folder
 /// that has a `latest` or a step_*.h5 file, or whose parent holds a run's lock.
 bool run_checkpoint_file(const fs::path& p) {
@@ -100,16 +115,10 @@ void check_output_file(const std::string& path, const std::string& what, const O
   if (run_checkpoint_file(fs::path(path)) || (!ec && run_checkpoint_file(real)))
     throw ConfigError(name + " names a run's checkpoint file: write it elsewhere (`trident ckpt reshard` and "
                       "`import` take a checkpoint directory to add a step to a run)");
-  ec.clear();
-  const fs::file_status link = fs::symlink_status(path, ec);
-  if (link.type() == fs::file_type::not_found) return;
-  if (ec || link.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
-  const fs::file_status st = fs::status(path, ec);
-  if (st.type() == fs::file_type::not_found)
-    throw ConfigError(name + " is a symbolic link to nothing: remove it or choose another name");
-  if (ec || st.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
-  if (st.type() == fs::file_type::directory) throw ConfigError(name + " is a directory: give a file name");
-  if (st.type() != fs::file_type::regular)
+  const fs::file_type type = what_is_at(path, name, "");
+  if (type == fs::file_type::not_found) return;
+  if (type == fs::file_type::directory) throw ConfigError(name + " is a directory: give a file name");
+  if (type != fs::file_type::regular)
     throw ConfigError(name + " exists and is not a regular file (a device, FIFO or socket): choose another name");
   if (!rules.force) throw ConfigError(name + " already exists: choose a new file, or add --force to replace it");
   if (hdf5_signature(path)) {
@@ -129,16 +138,9 @@ void check_output_directory(const std::string& path, const std::string& what, co
   const std::string tail = hint.empty() ? "" : " (" + hint + ")";
   const std::string name = what + " '" + path + "'";
   if (path.empty()) throw ConfigError(what + ": the name is empty");
-  std::error_code ec;
-  const fs::file_status link = fs::symlink_status(path, ec);
-  if (link.type() == fs::file_type::not_found) return;
-  if (ec || link.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
-  const fs::file_status st = fs::status(path, ec);
-  if (st.type() == fs::file_type::not_found)
-    throw ConfigError(name + " is a symbolic link to nothing: remove it or choose another name" + tail);
-  if (ec || st.type() == fs::file_type::none) throw IoError(name + ": cannot be examined: " + ec.message());
-  if (st.type() == fs::file_type::directory) return;
-  throw ConfigError(name + (st.type() == fs::file_type::regular ? " is a file" : " is a device, FIFO or socket") +
+  const fs::file_type type = what_is_at(path, name, tail);
+  if (type == fs::file_type::not_found || type == fs::file_type::directory) return;
+  throw ConfigError(name + (type == fs::file_type::regular ? " is a file" : " is a device, FIFO or socket") +
                     ", not a directory: give a directory to write into" + tail);
 }
 
