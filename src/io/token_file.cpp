@@ -190,11 +190,10 @@ TokenFileReader::Contents TokenFileReader::verify(const std::function<void(std::
       buf.resize(static_cast<std::size_t>(m));
       read(split, off, m, buf.data());
       h.update(buf.data(), buf.size());
-      for (const std::int32_t t : buf) {
-        c.max_id = c.tokens == 0 ? t : std::max(c.max_id, t);
-        c.min_id = c.tokens == 0 ? t : std::min(c.min_id, t);
-        ++c.tokens;
-      }
+      const auto [lo, hi] = std::minmax_element(buf.begin(), buf.end());
+      c.min_id = c.tokens == 0 ? *lo : std::min(c.min_id, *lo);
+      c.max_id = c.tokens == 0 ? *hi : std::max(c.max_id, *hi);
+      c.tokens += m;
       if (progress) progress(c.tokens);
     }
   }

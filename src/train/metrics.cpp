@@ -151,18 +151,15 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     else dropped.push_back(l);
   }
   // A last row a kill cut short has lost its leg field: say so, rather than call it another history.
-  if (!cut_short.empty() && !dropped.empty() && dropped.back() == cut_short) {
-    dropped.pop_back();
+  const bool cut = !cut_short.empty() && !dropped.empty() && dropped.back() == cut_short;
+  if (cut) {
     const std::int64_t st = std::atoll(cut_short.c_str());
     log::warn("the last row of %s (step %lld) was cut short (no end of line: the run was killed while writing it): "
               "moved to %s%s",
               path_.c_str(), static_cast<long long>(st), aside.c_str(),
               st <= keep_until_step ? "; that step is not trained again, so metrics.csv keeps no row for it" : "");
-    report_set_aside(path_, aside, dropped);
-    dropped.push_back(cut_short);
-  } else {
-    report_set_aside(path_, aside, dropped);
   }
+  report_set_aside(path_, aside, std::vector<std::string>(dropped.begin(), dropped.end() - (cut ? 1 : 0)));
   std::vector<std::string> still_aside;
   for (const std::string& l : data_lines(aside)) {
     if (in_lineage(l) && std::find(kept.begin(), kept.end(), l) == kept.end()) kept.push_back(l);
