@@ -229,6 +229,9 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
       "model.layers.0.self_attn.q_proj.weight, ..., lm_head.weight when untied), nn.Linear's\n"
       "(out, in) layout, q_proj/k_proj in HF's rotate_half order (no permutation).\n"
       "Any layout can be exported (tp partitions are joined).\n"
+      "DIR must be new or empty; --force writes over an earlier export there (its files of the\n"
+      "same names replaced, its other model-NNNNN-of-MMMMM shards removed); a run's or checkpoints'\n"
+      "directory is refused.\n"
       "FILE is verified first (every checksum); a damaged checkpoint is not exported.\n"
       "Rank 0 does all the work.\n\noptions");
   desc.add_options()("help,h", "this text")("format", po::value<std::string>(&format),
@@ -238,9 +241,11 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
       "most MiB of tensor data per safetensors file (a larger tensor gets a file of its own)")(
       "dtype", po::value<std::string>(&opt.dtype)->default_value("float32"),
       "float32 (bitwise the checkpoint's float32 values) or bfloat16 (rounded to nearest even)")(
+      "force", "write into a non-empty output directory (over an earlier export)")(
       "file", po::value<std::vector<std::string>>(&paths), "checkpoint file");
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt export")) return 0;
+  opt.force = vm.count("force") > 0;
   if (paths.size() != 1) throw ConfigError("ckpt export takes one FILE (try `trident ckpt export --help`)");
   if (format.empty()) throw ConfigError("no --format given; use --format hf");
   if (format != "safetensors" && format != "hf")

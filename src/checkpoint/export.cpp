@@ -12,6 +12,7 @@
 #include "io/output_file.hpp"
 #include "parallel/agree.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,37 @@ namespace trident {
 using ckpt_detail::numel_of;
 
 namespace {
+
+/// Throws ConfigError unless `dir` may receive an export: absent, empty (an export's lock file
+/// aside), or with `force` anything but a run's or checkpoints' directory (a run's lock, metrics,
+/// `latest`, step_*.h5 or checkpoints/ in it), whose files an export would mix with a model's.
+void check_export_directory(const std::string& dir, bool force) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  static const std::regex step(R"(step_[0-9]+\.h5(\.tmp)?)");
+  std::vector<std::string> names;
+  std::string run_file;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n == ".trident-export.lock") continue;
+    names.push_back(n);
+    if (n == ".trident.lock" || n == "latest" || n == "checkpoints" || n == "metrics.csv" || std::regex_match(n, step))
+      run_file = n;
+  }
+  if (ec) throw IoError("cannot list the output directory '" + dir + "': " + ec.message());
+  if (!run_file.empty())
+    throw ConfigError("the output '" + dir + "' is a run's or checkpoints' directory (it holds '" + run_file +
+                      "'): export into a directory of its own");
+  if (names.empty() || force) return;
+  std::sort(names.begin(), names.end());
+  std::string some;
+  for (size_t i = 0; i < names.size() && i < 3; ++i) some += (i ? ", " : "") + names[i];
+  throw ConfigError("the output '" + dir + "' is not empty (" + std::to_string(names.size()) + " entr" +
+                    (names.size() == 1 ? "y" : "ies") + ": " + some + (names.size() > 3 ? ", ..." : "") +
+                    "): export into a new or empty directory, or add --force to write over an earlier export there "
+                    "(its files of the same names are replaced, its other model-NNNNN-of-MMMMM.safetensors shards "
+                    "removed, anything else left)");
+}
 
 std::string json_shape(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
@@ -123,6 +155,7 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
 
     std::error_code ec;
     check_output_directory(opt.output_dir, "the output");
+    check_export_directory(opt.output_dir, opt.force);
     fs::create_directories(opt.output_dir, ec);
     if (ec) throw IoError("cannot create output directory '" + opt.output_dir + "': " + ec.message());
     // One export at a time per directory: each removes the shards it did not write (below).

@@ -29,9 +29,12 @@
 namespace trident {
 
 struct SafetensorsExportOptions {
-  /// Created if missing; files of the same names are replaced, and once they are, the shards of
-  /// an earlier export with another file count (model-NNNNN-of-MMMMM.safetensors) are removed.
+  /// Created if missing, or an empty directory. A directory with anything in it is refused unless
+  /// `force`; then files of the same names are replaced, and once they are, the shards of an
+  /// earlier export with another file count (model-NNNNN-of-MMMMM.safetensors) are removed. A
+  /// directory of a run or of checkpoints is refused even with `force`.
   std::string output_dir;
+  bool force = false;             ///< write into a non-empty directory (an earlier export's)
   double shard_size_mb = 5000.0;  ///< MiB of tensor data per file at most (a larger tensor gets a file of its own)
   std::string dtype = "float32";  ///< float32 | bfloat16 (round to nearest even)
 };

@@ -5,12 +5,14 @@
 #include "core/log.hpp"
 #include "core/timer.hpp"
 #include "core/tokenizer_kind.hpp"
+#include "data/tokenizer.hpp"
 #include "io/output_file.hpp"
 #include "io/checkpoint_file.hpp"
 #include "io/safetensors.hpp"
 #include "model/family.hpp"
 #include "parallel/agree.hpp"
 #include "parallel/process_grid.hpp"
+#include "train/model_schema.hpp"
 #include "train/model_state.hpp"
 
 #include <cmath>
@@ -42,8 +44,9 @@ class HfTensors {
   const std::set<std::string>& used() const { return used_; }
   const std::map<std::string, SafetensorsTensor>& all() const { return all_; }
 
- private:
-  void load(const CkptTensor& t) {
+  /// The HF tensor that holds Trident's tensor `t` (global name and shape), its shape checked.
+  /// Throws ConfigError naming a missing or misshapen tensor. Reads no values.
+  const SafetensorsTensor& find(const CkptTensor& t) const {
     // Trident's name through the family's mapping, else as it is (a GPT2LMHeadModel saved whole
     // keeps nanoGPT's "transformer." prefix, which GPT2Model's own files drop).
     const std::string hf = family_.hf_name(t.name);
@@ -62,6 +65,13 @@ class HfTensors {
       };
       throw ConfigError("tensor '" + s.name + "' has shape " + text(s.shape) + ", config.json implies " + text(want));
     }
+    return s;
+  }
+
+ private:
+  void load(const CkptTensor& t) {
+    const SafetensorsTensor& s = find(t);
+    const bool transposed = family_.hf_transposed(t.name) && t.shape.size() == 2;
     values_ = read_safetensors_values(s);
     if (transposed) {  // HF's Conv1D (in, out) -> nn.Linear's (out, in)
       const std::int64_t rows = t.shape[0], cols = t.shape[1];
@@ -173,13 +183,23 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
       throw ConfigError("--tokenizer " + kind + " has " + std::to_string(fixed) + " token ids; the model has only " +
                         std::to_string(m.vocab_size) + " (vocab_size): it was trained on other tokens");
     if (tokenizer_info(*k).stores_vocab) {
-      for (std::int64_t v : read_json_int_array(config_path, "trident_vocab")) vocab.push_back(static_cast<std::int32_t>(v));
+      for (std::int64_t v : read_json_int_array(config_path, "trident_vocab")) {
+        if (v < 0 || v > std::numeric_limits<std::int32_t>::max())
+          throw ConfigError("config.json's trident_vocab entry " + std::to_string(vocab.size()) + " = " +
+                            std::to_string(v) + " is not a " + (kind == "byte" ? "byte value" : "Unicode code point"));
+        vocab.push_back(static_cast<std::int32_t>(v));
+      }
       if (vocab.empty())
         throw ConfigError("tokenizer '" + kind + "' needs the vocabulary, which config.json's trident_vocab holds in a "
                           "Trident export; this directory has none");
       if (static_cast<std::int64_t>(vocab.size()) != m.vocab_size)
         throw ConfigError("config.json's trident_vocab has " + std::to_string(vocab.size()) + " entries for a model of " +
                           std::to_string(m.vocab_size) + " tokens (vocab_size)");
+      try {  // the checks a checkpoint's reader makes (range; char: sorted and distinct), made here
+        (void)Tokenizer(*k, vocab, m.vocab_size);
+      } catch (const Error& e) {
+        throw ConfigError("config.json's trident_vocab: " + std::string(e.what()));
+      }
     }
     if (tokenizer_info(*k).stores_model) {
       const fs::path tm = dir / "tokenizer.model";
@@ -207,8 +227,12 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
   run_agreed(comm, "ckpt import", [&] {
     if (comm.rank() != 0) return;
     ProcessGrid grid(*self, GridShape{1, 1, 1});
-    ModelState<float> state(cfg, grid);
+    // Every tensor of the model config.json describes is there with its shape before the model is
+    // allocated: a config that does not match the weights (missing keys filled with HF's defaults
+    // of a 7B model, say) is named, not a failed allocation of gigabytes.
     HfTensors hf(std::move(tensors), family_of(cfg.model.arch));
+    for (const CkptTensor& t : model_schema().tensors(cfg.model)) (void)hf.find(t);
+    ModelState<float> state(cfg, grid);
     state.set_weights([&](const CkptTensor& t, int, int, std::int64_t first, std::int64_t count, float* dst) {
       hf.read(t, first, count, dst);
     });

@@ -70,7 +70,16 @@ for family in gpt2 llama; do
     # A killed export leaves its shard's temporary file (hidden, of a unique name): the next export
     # into the directory names it, and leaves no temporary file of its own.
     printf 'half a shard' > "$WORK/$family.sharded/.model-00001-of-00002.safetensors.AbC123"
-    out="$("$TRIDENT" ckpt export --format hf --shard-size-mb 0.01 --output "$WORK/$family.sharded" "$src" 2>&1)"
+    # A directory with anything in it is refused without --force (an export there replaces and
+    # removes files), and a run's directory even with it.
+    before="$(ls -A "$WORK/$family.sharded" | md5sum)"
+    expect_exit 2 "the output '$WORK/$family.sharded' is not empty \\([0-9]+ entries: .*add --force" -- \
+      "$TRIDENT" ckpt export --format hf --output "$WORK/$family.sharded" "$src"
+    check "... and left as it was" test "$(ls -A "$WORK/$family.sharded" | md5sum)" = "$before"
+    mkdir -p "$WORK/runlike" && touch "$WORK/runlike/metrics.csv"
+    expect_exit 2 "the output '$WORK/runlike' is a run's or checkpoints' directory \\(it holds 'metrics.csv'\\)" -- \
+      "$TRIDENT" ckpt export --format hf --force --output "$WORK/runlike" "$src"
+    out="$("$TRIDENT" ckpt export --format hf --force --shard-size-mb 0.01 --output "$WORK/$family.sharded" "$src" 2>&1)"
     check "export names an interrupted export's temporary file" \
       grep -q "safetensors.AbC123' is the temporary file of an interrupted export" <<<"$out"
     check "export leaves no temporary file of its own" test "$(ls -A "$WORK/$family.sharded" | grep -c '^[.]')" = 1
@@ -80,7 +89,7 @@ for family in gpt2 llama; do
     mv "$WORK/$family.sharded/config.json" "$WORK/$family.config.json"
     mkdir "$WORK/$family.sharded/config.json"
     expect_exit 2 "config.json' is a directory" -- \
-      "$TRIDENT" ckpt export --format hf --shard-size-mb 0.01 --output "$WORK/$family.sharded" "$WORK/$family.imp"
+      "$TRIDENT" ckpt export --format hf --force --shard-size-mb 0.01 --output "$WORK/$family.sharded" "$WORK/$family.imp"
     rmdir "$WORK/$family.sharded/config.json"
     mv "$WORK/$family.config.json" "$WORK/$family.sharded/config.json"
     check "a failed export leaves the earlier export's files as they were" \
@@ -90,7 +99,7 @@ for family in gpt2 llama; do
     # index names only the new file; a glob of model-*.safetensors must not mix two models), a
     # file of the user's that merely starts with model- stays, named.
     printf 'mine' > "$WORK/$family.sharded/model-notes.safetensors"
-    out="$("$TRIDENT" ckpt export --format hf --output "$WORK/$family.sharded" "$src" 2>&1)"
+    out="$("$TRIDENT" ckpt export --format hf --force --output "$WORK/$family.sharded" "$src" 2>&1)"
     check "a re-export removes the earlier export's $n_files shards" \
       test "$(cd "$WORK/$family.sharded" && ls model-*-of-*.safetensors)" = "model-00001-of-00001.safetensors"
     check "... and says so" grep -q "removed '.*/model-00001-of-[0-9]*.safetensors', a shard of an earlier export" <<<"$out"
@@ -99,7 +108,7 @@ for family in gpt2 llama; do
     # An unsharded model.safetensors (a download, say) would be loaded instead of the index: named.
     cp "$WORK/$family.sharded/model-00001-of-00001.safetensors" "$WORK/$family.sharded/model.safetensors"
     expect_exit 0 "model.safetensors' in the output directory is not part of this export, and transformers' from_pretrained loads it" -- \
-      "$TRIDENT" ckpt export --format hf --output "$WORK/$family.sharded" "$src"
+      "$TRIDENT" ckpt export --format hf --force --output "$WORK/$family.sharded" "$src"
     # Outputs that cannot be the directory asked for: a usage error naming what is there.
     ln -sfn "$WORK/nothing_here" "$WORK/dangling"
     expect_exit 2 "the output '$WORK/text.txt' is a file, not a directory" -- \
@@ -183,6 +192,26 @@ expect_exit 2 "--tokenizer byte has 256 token ids; the model has only" -- \
   "$TRIDENT" ckpt import --format hf --tokenizer byte --output "$WORK/x.h5" "$WORK/notok"
 cp -r "$WORK/llama.hf" "$WORK/shortvocab"; sed -i 's/"trident_vocab": \[\([0-9]*\),\([0-9]*\),/"trident_vocab": [\1,/' "$WORK/shortvocab/config.json"
 expect_exit 2 "trident_vocab has [0-9]+ entries for a model of" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/shortvocab"
+# Entries a checkpoint could not hold (past int32, once stored wrapped), or a char vocabulary that
+# is not sorted and distinct (once imported, then refused by every reader): refused at import.
+cp -r "$WORK/llama.hf" "$WORK/widevocab"; sed -i 's/"trident_vocab": \[\([0-9]*\),/"trident_vocab": [4294967306,/' "$WORK/widevocab/config.json"
+expect_exit 2 "trident_vocab entry 0 = 4294967306 is not a Unicode code point" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/widevocab"
+cp -r "$WORK/llama.hf" "$WORK/dupvocab"; sed -i 's/"trident_vocab": \[\([0-9]*\),\([0-9]*\),/"trident_vocab": [\1,\1,/' "$WORK/dupvocab/config.json"
+expect_exit 2 "trident_vocab: the char tokenizer's vocabulary is not sorted and distinct at entry 1" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/dupvocab"
+check "... and nothing is written" test ! -e "$WORK/x.h5"
+# A config.json without the model's sizes gets HF's defaults (a 7B Llama): the tensors' shapes are
+# checked before the model is allocated, so this is a usage error naming a tensor, not an allocation.
+cp -r "$WORK/llama.hf" "$WORK/nosizes"
+$PY - "$WORK/nosizes/config.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size", "head_dim"):
+    c.pop(k, None)
+json.dump(c, open(sys.argv[1], "w"))
+PYEOF
+expect_exit 2 "tensor 'model.embed_tokens.weight' has shape \\([0-9]+, [0-9]+\\), config.json implies \\([0-9]+, 4096\\)" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/nosizes"
 # rope_scaling of type "default" is plain rotary embedding: accepted.
 cp -r "$WORK/llama.hf" "$WORK/default_rope"; sed -i 's/"rope_theta": 10000,/"rope_theta": 10000, "rope_scaling": {"rope_type": "default"},/' "$WORK/default_rope/config.json"
 expect_exit 0 "imported llama model" -- "$TRIDENT" ckpt import --format hf --output "$WORK/default_rope.h5" "$WORK/default_rope"
