@@ -204,7 +204,7 @@ class Schema {
     add("train", "eps", &t.eps, "AdamW epsilon");
     add("train", "grad_clip", &t.grad_clip, "clip the global gradient norm to this value; 0 = off");
     add("train", "eval_interval", &t.eval_interval, "validate every this many steps; 0 = only at the end");
-    add("train", "eval_iters", &t.eval_iters, "validation batches; 0 = the whole validation split");
+    add("train", "eval_iters", &t.eval_iters, "validation batches of random windows; 0 (or more than the split holds) = the whole validation split");
     add("train", "seed", &t.seed, "seed of initialisation, data order and dropout (>= 0)");
     add("train", "log_interval", &t.log_interval, "print a log line every this many steps");
     add("train", "out_dir", &t.out_dir, "run directory; empty = runs/<deck name>");
@@ -756,6 +756,9 @@ void validate_representable(const Config& c) {
     require_float(t.lr, "train", "lr");
     require_float(t.min_lr, "train", "min_lr");
     require_float(t.eps, "train", "eps");
+    // RMSNorm adds norm_eps to the mean square in the compute type: beyond FLT_MAX it is inf and
+    // every normalised activation 0 (the model would silently learn nothing).
+    if (c.model.arch == ModelArch::llama) require_float(c.model.norm_eps, "model", "norm_eps");
     for (const auto& [key, beta] : {std::pair<const char*, double>{"beta1", t.beta1}, {"beta2", t.beta2}})
       require_config(static_cast<float>(beta) < 1.0f,
                      kv("train", key, format_value(beta)) +
@@ -861,6 +864,8 @@ void validate(Config& c, int world_size, BuildTarget target) {
                                                        " (the head size) must be even for rotary embeddings");
     require_at_least(m.ffn_hidden, 0, "model", "ffn_hidden");
     require_at_least(m.ffn_multiple_of, 1, "model", "ffn_multiple_of");
+    require_config(m.ffn_multiple_of <= (1 << 20), kv("model", "ffn_multiple_of", format_value(m.ffn_multiple_of)) +
+                                                       " is larger than 1048576 (the largest ffn_hidden)");
     require_config(m.ffn_width() <= (1 << 20), "[model] ffn_hidden = " + format_value(m.ffn_width()) + " is larger than 1048576");
     require_config(m.norm_eps > 0.0, kv("model", "norm_eps", format_value(m.norm_eps)) + " must be positive");
     require_config(m.rope_theta > 1.0, kv("model", "rope_theta", format_value(m.rope_theta)) + " must be above 1");

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -110,8 +111,10 @@ struct ModelConfig {
   /// Meta's llama/model.py FeedForward (ffn_dim_multiplier 1).
   int ffn_width() const {
     if (ffn_hidden > 0) return ffn_hidden;
-    const int h = 2 * (4 * n_embd) / 3, q = ffn_multiple_of > 0 ? ffn_multiple_of : 1;
-    return q * ((h + q - 1) / q);
+    // In 64 bits: a huge ffn_multiple_of must not wrap to a small width (validate() bounds both).
+    const std::int64_t h = 2 * (4 * static_cast<std::int64_t>(n_embd)) / 3, q = ffn_multiple_of > 0 ? ffn_multiple_of : 1;
+    const std::int64_t w = q * ((h + q - 1) / q);
+    return w > std::numeric_limits<int>::max() ? std::numeric_limits<int>::max() : static_cast<int>(w);
   }
 };
 

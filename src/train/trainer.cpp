@@ -345,8 +345,21 @@ EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested, con
   const bool first = grid_.pp_rank() == 0, last = grid_.pp_rank() == grid_.pp_size() - 1;
   Communicator& ppc = grid_.pp_comm();
   std::vector<std::int64_t> windows;  // start offsets of all windows of this evaluation
+  // eval_iters batches of random windows that would read more windows than the split holds (the
+  // same windows again) cost more than the whole split and estimate its loss less well: the whole
+  // split instead, said once.
+  const std::int64_t whole = n_val >= T_ + 1 ? (n_val - 1) / T_ : 0;
+  const bool sampled = cfg_.train.eval_iters > 0 &&
+                       cfg_.train.eval_iters <= whole / std::max<std::int64_t>(1, cfg_.train.global_batch_size);
+  if (cfg_.train.eval_iters > 0 && !sampled && !eval_capped_warned_ && whole > 0) {
+    eval_capped_warned_ = true;
+    log::warn("[train] eval_iters = %lld batches of %lld sequences is more than the %s split's %lld windows of %d "
+              "tokens: every evaluation reads the whole split instead (as eval_iters = 0)",
+              static_cast<long long>(cfg_.train.eval_iters), static_cast<long long>(cfg_.train.global_batch_size),
+              split.c_str(), static_cast<long long>(whole), T_);
+  }
   if (n_val >= T_ + 1) {
-    if (cfg_.train.eval_iters == 0) {
+    if (!sampled) {
       const std::int64_t n = (n_val - 1) / T_;
       for (std::int64_t i = 0; i < n; ++i) windows.push_back(i * T_);
     } else {
@@ -367,7 +380,7 @@ EvalResult Trainer<T>::evaluate(const std::function<bool()>& stop_requested, con
   // Rank 0's passes (every rank runs as many). ProgressEnd::erase: the "val loss" line that follows
   // is the evaluation's one line in the step log; progress shows only on a terminal, or in a batch
   // log once an evaluation has run for a whole TRIDENT_PROGRESS_INTERVAL (whole splits, eval_iters = 0).
-  Progress progress(cfg_.train.eval_iters == 0 ? "evaluation (whole " + split + " split)" : "evaluation", passes,
+  Progress progress(!sampled ? "evaluation (whole " + split + " split)" : "evaluation", passes,
                     ProgressUnit::batches, ProgressEnd::erase);
   for (std::int64_t k = 0; k < passes; ++k) {
     // Every rank asks at the same pass, before any of the pass's communication, so all leave

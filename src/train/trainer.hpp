@@ -180,6 +180,7 @@ class Trainer {
   const TokenDataset& data_;
   ModelState<T> state_;
   int n_micro_;                 // micro-batches per step on this dp rank
+  bool eval_capped_warned_ = false;  // evaluate() said that eval_iters exceeds the split (once)
   PipelineSchedule pipeline_;   // this stage's forward/backward order and its stash count
   Gpt<T> gpt_;
   Sampler sampler_;

@@ -33,6 +33,15 @@ ppl="$(sed -n 's/.*perplexity \([0-9.e+]*\) .*/\1/p' <<<"$out")"
 check "perplexity $ppl = exp(loss)" awk -v p="$ppl" -v l="$(loss_of "$out")" 'BEGIN { e = exp(l); exit !((p - e) ^ 2 <= (1e-3 * e) ^ 2) }'
 [ "$rc" -eq 0 ] || tail -5 <<<"$out"
 
+# ---- eval_iters beyond the split: the whole split instead (bounded time, the better estimate) ----
+out="$(timeout -k 10 300 "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/run_capped" \
+  --train.eval_iters=100000000 2>&1)"
+check "eval_iters = 1e8: said once, the whole split read instead" \
+  test "$(grep -c "eval_iters = 100000000 batches of .* is more than the val split's [0-9]* windows of 16 tokens: every evaluation reads the whole split" <<<"$out")" -eq 1
+capped="$(awk -F, '$1 == 6 {print $3}' "$WORK/run_capped/metrics.csv")"
+check "... its val loss $capped at step 6 is the whole split's $want (1 rank against 2: to 1e-4)" \
+  awk -v a="$capped" -v b="$want" 'BEGIN { exit !(b > 0 && (a - b) ^ 2 <= (1e-4 * b) ^ 2) }'
+
 # ---- other layouts: the same loss to rounding ----------------------------------------------------
 for layout in "1" "2 --tp 2" "2 --pp 2" "2 --micro-batch 3"; do
   set -- $layout

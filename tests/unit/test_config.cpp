@@ -325,6 +325,24 @@ TEST(Config, RefusesValuesTheRunCannotRepresent) {
   EXPECT_NE(error_of(kDeck, 1, {"--train.global_batch_size=4294967298"})
                 .find("[train] global_batch_size = 4294967298 is larger than 2147483647"),
             std::string::npos);
+  // Llama: norm_eps is added in float (beyond FLT_MAX every RMSNorm output would be 0), and the
+  // rounding of ffn_hidden = 0 must not wrap (2^31 - 1 once rounded 8C/3 up to a width of 0).
+  const std::vector<std::string> llama = {"--model.arch=llama", "--model.n_kv_head=2"};
+  auto with = [&](std::vector<std::string> v, const char* x) { v.push_back(x); return v; };
+  EXPECT_EQ(error_of(kDeck, 1, llama), "");
+  EXPECT_NE(error_of(kDeck, 1, with(llama, "--model.norm_eps=1e39")).find("[model] norm_eps = 1e+39 is outside the range of float"),
+            std::string::npos);
+  EXPECT_EQ(error_of(kDeck, 1, with(with(llama, "--model.norm_eps=1e39"), "--train.dtype=double")).find("norm_eps"),
+            std::string::npos);
+  EXPECT_NE(error_of(kDeck, 1, with(llama, "--model.ffn_multiple_of=2147483647"))
+                .find("[model] ffn_multiple_of = 2147483647 is larger than 1048576"),
+            std::string::npos);
+  ModelConfig m;
+  m.n_embd = 64;
+  m.ffn_multiple_of = 2147483647;
+  EXPECT_EQ(m.ffn_width(), 2147483647);  // saturates, never wraps to a small width
+  m.ffn_multiple_of = 256;
+  EXPECT_EQ(m.ffn_width(), 256);  // 2 * 4 * 64 / 3 = 170, rounded up to 256
   // Values past the integer type are refused by the parser, naming the key.
   EXPECT_NE(error_of(kDeck, 1, {"--model.n_layer=99999999999"}).find("'n_layer' in section [model]"), std::string::npos);
   EXPECT_NE(error_of(kDeck, 1, {"--train.max_steps=99999999999999999999"}).find("'max_steps' in section [train]"),
