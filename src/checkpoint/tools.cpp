@@ -91,7 +91,14 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
     std::string latest;
     std::ifstream in(fs::path(dir) / "latest");
     if (in) std::getline(in, latest);
-    scan = dir + "\n" + latest + "\n";
+    // A damaged pointer (a NUL, control bytes) is shown escaped: printed raw it would cut the
+    // listing short at its first NUL.
+    std::string shown;
+    for (const char ch : latest) {
+      const auto u = static_cast<unsigned char>(ch);
+      shown += u < 0x20 || u == 0x7f ? log::format("\\x%02x", u) : std::string(1, ch);
+    }
+    scan = dir + "\n" + shown + "\n";
     for (const auto& n : names) scan += n + "\n";
   });
   broadcast_string(comm, scan);
@@ -152,9 +159,12 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
     }
   // With checkpoints present but none usable, `train --resume` refuses (exit 1) rather than start
   // again at step 0 (train/resume.hpp); with none at all it starts a new run.
+  // A resume never reads a *.tmp file: with only those (a first save cut short) it starts anew.
+  const bool any_committed =
+      std::any_of(out.entries.begin(), out.entries.end(), [](const CheckpointSummary& e) { return e.committed; });
   const std::string would =
       !usable.empty()          ? "a resume would use " + usable
-      : out.entries.empty()    ? std::string("a resume would start a new run at step 0")
+      : !any_committed         ? std::string("a resume would start a new run at step 0")
                                : std::string("a resume would stop (exit 1): no checkpoint here is complete and intact");
   std::error_code dir_ec;
   if (!fs::is_directory(path, dir_ec)) return out;  // one file listed: the directory is not judged

@@ -44,6 +44,15 @@ check "ls: only step 6 is marked latest" test "$(grep -c '<- latest' <<<"$out")"
 check "ls: layout, zero stage and dtype" grep -qE 'step_00000002\.h5 .*2 x 1 x 1, zero 0 +float32' <<<"$out"
 check "ls: the .tmp leftover is incomplete" grep -qE 'step_00000099\.h5\.tmp .*incomplete \(uncommitted\)' <<<"$out"
 expect_exit 0 "step_00000004.h5 .* ok" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt ls --verify "$c4"
+# A pointer with a NUL (a damaged file system) is shown escaped, the listing whole; a directory
+# holding only an interrupted first save is one where a resume starts anew (it never reads *.tmp).
+mkdir -p "$WORK/nul/checkpoints" && cp "$c4" "$WORK/nul/checkpoints/"
+printf 'step_00000004\000junk' > "$WORK/nul/checkpoints/latest"
+expect_exit 0 "'latest' names step_00000004.x00junk, which does not exist \\(a resume would use step_00000004.h5\\)" -- \
+  "$TRIDENT" ckpt ls "$WORK/nul"
+mkdir -p "$WORK/tmponly/checkpoints" && cp "$c4" "$WORK/tmponly/checkpoints/step_00000004.h5.tmp"
+expect_exit 0 "there is no 'latest' pointer \\(a resume would start a new run at step 0\\)" -- \
+  "$TRIDENT" ckpt ls --verify "$WORK/tmponly"
 
 # ---- verify -----------------------------------------------------------------------------------
 expect_exit 0 "ok: .*step_00000004.h5 is intact" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$c4"
