@@ -192,13 +192,14 @@ void gemm_batched(char transA, char transB, T alpha, View3<const T> A, View3<con
 
 namespace detail {
 
-/// The (M, N, K) of a GEMM whose operands have these (rows, cols), checked. Throws Error naming
-/// `what` and the shapes when op(A) (M, K), op(B) (K, N) and C (M, N) do not agree.
+/// A GEMM's sizes: op(A) is (m, k), op(B) (k, n), C (m, n).
 struct GemmDims {
   std::int64_t m, n, k;
 };
 /// Throws Error unless a batched GEMM's A, B and C hold equally many matrices.
 void check_batch_sizes(std::int64_t a, std::int64_t b, std::int64_t c);
+/// The (M, N, K) of a GEMM whose operands have these (rows, cols), checked. Throws Error naming
+/// `what` and the shapes when op(A) (M, K), op(B) (K, N) and C (M, N) do not agree.
 GemmDims gemm_dims(const char* what, char transA, char transB, std::int64_t a_rows, std::int64_t a_cols,
                    std::int64_t b_rows, std::int64_t b_cols, std::int64_t c_rows, std::int64_t c_cols);
 

@@ -120,6 +120,8 @@ struct BlockEnv {
   View1<T> produce_into(const View1<T>& saved, const View1<T>& scratch) const {
     return stored_bf16() ? scratch : saved;
   }
+  /// After the producer wrote `scratch` (produce_into): rounds its first rows * width values into
+  /// `saved`'s bf16 storage when stored_bf16(); else nothing (the producer wrote `saved`). Local.
   void keep_rounded(const View1<T>& saved, const View1<T>& scratch, std::int64_t width) const {
     if (stored_bf16()) convert_to_bf16<T>(sub16(saved, width), View1<const T>(scratch.data(), rows() * width));
   }

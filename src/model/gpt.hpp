@@ -98,6 +98,7 @@ struct GptSchedule {
   std::vector<int> forward_order;            ///< units in the order a forward acquires them
   std::vector<int> backward_order;           ///< ... a backward (after a training forward) acquires them
   std::vector<int> special_units;            ///< units of the embedding and head modules (not blocks)
+  /// The schedule of the units of `layout` (this rank's pipeline stage) for model `m`. Local.
   static GptSchedule make(const ParamLayout& layout, const ModelConfig& m);
 };
 
