@@ -38,6 +38,14 @@ while [ $# -gt 0 ]; do
     *) echo "bench_ckpt.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+# Values checked before anything runs (usage errors, exit 2).
+bad() { echo "bench_ckpt.sh: $*" >&2; exit 2; }
+posint() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$((10#$1))" -ge 1 ]; }
+posint "$steps" || bad "--steps '$steps': expected a positive whole number of steps"
+posint "$interval" || bad "--interval '$interval': expected a positive whole number of steps"
+[ -n "${ranks// }" ] || bad "--ranks '$ranks': expected rank counts, e.g. \"1 2\""
+for R in $ranks; do posint "$R" || bad "--ranks '$ranks': '$R' is not a positive number of ranks"; done
+[ ! -e "$out" ] || [ -d "$out" ] || bad "--out '$out' exists and is not a directory"
 bin=build/bin/trident deck=input/bench_ckpt_100m.ini
 [ -x "$bin" ] || { echo "bench_ckpt.sh: $bin not built (tools/build.sh)" >&2; exit 1; }
 data="${data:-data/shakespeare_char.h5}"

@@ -25,10 +25,18 @@ while [ $# -gt 0 ]; do
     *) echo "bench_families.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+# Values checked before anything runs (usage errors, exit 2).
+bad() { echo "bench_families.sh: $*" >&2; exit 2; }
+[[ "$steps" =~ ^[0-9]+$ ]] && [ "$((10#$steps))" -ge 8 ] || bad "--steps '$steps': expected a whole number of at least 8"
+[ -n "${sizes// }" ] || bad "--sizes '$sizes': expected widths, e.g. \"128 256 384\""
+for C in $sizes; do
+  [[ "$C" =~ ^[0-9]+$ ]] && [ "$((10#$C))" -ge 32 ] && [ "$((10#$C % 32))" -eq 0 ] ||
+    bad "--sizes '$sizes': '$C' is not a width (a positive multiple of 32, n_head = width / 32)"
+done
+[ ! -e "$out" ] || [ -d "$out" ] || bad "--out '$out' exists and is not a directory"
 bin=build/bin/trident
 [ -x "$bin" ] || { echo "bench_families.sh: $bin not built (tools/build.sh)" >&2; exit 1; }
 [ -f "$data" ] || { echo "bench_families.sh: $data missing (see README: trident prep)" >&2; exit 1; }
-[ "$steps" -ge 8 ] || { echo "bench_families.sh: --steps must be at least 8" >&2; exit 2; }
 mkdir -p "$out"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 csv="$out/families.csv"

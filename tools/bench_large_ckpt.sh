@@ -35,6 +35,10 @@ while [ $# -gt 0 ]; do
     *) echo "bench_large_ckpt.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+# Values checked before anything runs (usage errors, exit 2).
+[[ "$layers" =~ ^[0-9]+$ ]] && [ "$((10#$layers))" -ge 1 ] ||
+  { echo "bench_large_ckpt.sh: --layers '$layers': expected a positive whole number of layers" >&2; exit 2; }
+[ ! -e "$out" ] || [ -d "$out" ] || { echo "bench_large_ckpt.sh: --out '$out' exists and is not a directory" >&2; exit 2; }
 bin="$(pwd)/build/bin/trident"
 [ -x "$bin" ] || { echo "bench_large_ckpt.sh: $bin not built (tools/build.sh)" >&2; exit 1; }
 mkdir -p "$out"

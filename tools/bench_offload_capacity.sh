@@ -28,6 +28,13 @@ while [ $# -gt 0 ]; do
     *) echo "bench_offload_capacity.sh: unknown option $1 (try --help)" >&2; exit 2 ;;
   esac
 done
+# Values checked before anything runs (usage errors, exit 2).
+bad() { echo "bench_offload_capacity.sh: $*" >&2; exit 2; }
+posnum() { [[ "$1" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk -v v="$1" 'BEGIN {exit !(v > 0)}'; }
+posnum "$budget" || bad "--budget-gib '$budget': expected a positive number of GiB"
+posnum "$project" || bad "--project-gib '$project': expected a positive number of GiB"
+[ ! -e "$out" ] || [ -d "$out" ] || bad "--out '$out' exists and is not a directory"
+[ -z "$offpath" ] || [ ! -e "$offpath" ] || [ -d "$offpath" ] || bad "--offload-path '$offpath' exists and is not a directory"
 bin=build/bin/trident deck=input/bench_zero_50m.ini
 [ -x "$bin" ] || { echo "bench_offload_capacity.sh: $bin not built (tools/build.sh)" >&2; exit 1; }
 [ -f data/shakespeare_char.h5 ] || { echo "bench_offload_capacity.sh: data/shakespeare_char.h5 missing (see README)" >&2; exit 1; }

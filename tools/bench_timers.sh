@@ -28,6 +28,16 @@ while [ $# -gt 0 ]; do
     *) echo "bench_timers.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+# Values checked before anything runs (usage errors, exit 2).
+bad() { echo "bench_timers.sh: $*" >&2; exit 2; }
+posint() { [[ "$1" =~ ^[0-9]+$ ]] && [ "$((10#$1))" -ge 1 ]; }
+posint "$reps" || bad "--reps '$reps': expected a positive whole number of repetitions"
+[[ "$steps" =~ ^[0-9]+$ ]] && [ "$((10#$steps))" -ge 3 ] || bad "--steps '$steps': expected a whole number of at least 3 (steps 3..N are timed)"
+[ -n "${ranks// }" ] || bad "--ranks '$ranks': expected rank counts, e.g. \"1 2\""
+for n in $ranks; do posint "$n" || bad "--ranks '$ranks': '$n' is not a positive number of ranks"; done
+[ -n "${modes// }" ] || bad "--modes '$modes': expected timer modes, e.g. \"off coarse fine\""
+for m in $modes; do case "$m" in off|coarse|fine) ;; *) bad "--modes '$modes': '$m' is not off, coarse or fine" ;; esac; done
+[ ! -e "$out" ] || [ -d "$out" ] || bad "--out '$out' exists and is not a directory"
 bin=build/bin/trident deck=input/shakespeare_char.ini
 [ -x "$bin" ] || { echo "bench_timers.sh: $bin not built (tools/build.sh)" >&2; exit 1; }
 [ -f data/shakespeare_char.h5 ] || { echo "bench_timers.sh: data/shakespeare_char.h5 missing (see README)" >&2; exit 1; }

@@ -56,16 +56,25 @@ EOF
 }
 
 die() { echo "compare_torch: error: $*" >&2; exit 1; }
+usage_die() { echo "compare_torch: error: $*" >&2; exit 2; }  # bad usage: exit 2
 note() { echo "compare_torch: $*" >&2; }
+# optval OPTION [VALUE...]: VALUE, or a usage error when it is missing or is the next option
+# ("--out --steps 3": --out has no value, not the folder "--steps"). In the loop below:
+# `--out) OUT="$(optval "$@")" || exit 2; shift 2 ;;`.
+optval() {
+  [[ $# -ge 2 ]] || usage_die "$1 needs a value (try --help)"
+  [[ "$2" != --* ]] || usage_die "$1 needs a value, got the option '$2' (try --help)"
+  printf '%s' "$2"
+}
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STEPS=2000
 OUT=""
 RESULTS=""
-TRIDENT="build/bin/trident"
+TRIDENT=""   # default build/bin/trident of this checkout
 PY="/usr/bin/python3"
 DATA="/work/shared/data/tinyshakespeare.txt"
-CONFIG="input/shakespeare_char.ini"
+CONFIG=""    # default input/shakespeare_char.ini of this checkout
 MPIEXEC="mpiexec"
 WITH_DDP=0
 WITH_PASSIVE=0
@@ -74,21 +83,21 @@ DO_TORCH=1
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --steps) [[ $# -ge 2 ]] || die "--steps needs a value"; STEPS="$2"; shift 2 ;;
+    --steps) STEPS="$(optval "$@")" || exit 2; shift 2 ;;
     --steps=*) STEPS="${1#*=}"; shift ;;
-    --out) [[ $# -ge 2 ]] || die "--out needs a value"; OUT="$2"; shift 2 ;;
+    --out) OUT="$(optval "$@")" || exit 2; shift 2 ;;
     --out=*) OUT="${1#*=}"; shift ;;
-    --results) [[ $# -ge 2 ]] || die "--results needs a value"; RESULTS="$2"; shift 2 ;;
+    --results) RESULTS="$(optval "$@")" || exit 2; shift 2 ;;
     --results=*) RESULTS="${1#*=}"; shift ;;
-    --trident) [[ $# -ge 2 ]] || die "--trident needs a value"; TRIDENT="$2"; shift 2 ;;
+    --trident) TRIDENT="$(optval "$@")" || exit 2; shift 2 ;;
     --trident=*) TRIDENT="${1#*=}"; shift ;;
-    --python) [[ $# -ge 2 ]] || die "--python needs a value"; PY="$2"; shift 2 ;;
+    --python) PY="$(optval "$@")" || exit 2; shift 2 ;;
     --python=*) PY="${1#*=}"; shift ;;
-    --data) [[ $# -ge 2 ]] || die "--data needs a value"; DATA="$2"; shift 2 ;;
+    --data) DATA="$(optval "$@")" || exit 2; shift 2 ;;
     --data=*) DATA="${1#*=}"; shift ;;
-    --config) [[ $# -ge 2 ]] || die "--config needs a value"; CONFIG="$2"; shift 2 ;;
+    --config) CONFIG="$(optval "$@")" || exit 2; shift 2 ;;
     --config=*) CONFIG="${1#*=}"; shift ;;
-    --mpiexec) [[ $# -ge 2 ]] || die "--mpiexec needs a value"; MPIEXEC="$2"; shift 2 ;;
+    --mpiexec) MPIEXEC="$(optval "$@")" || exit 2; shift 2 ;;
     --mpiexec=*) MPIEXEC="${1#*=}"; shift ;;
     --with-ddp) WITH_DDP=1; shift ;;
     --with-passive) WITH_PASSIVE=1; shift ;;
@@ -99,13 +108,18 @@ while [[ $# -gt 0 ]]; do
     *) usage >&2; echo "compare_torch: error: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-[[ "$STEPS" =~ ^[0-9]+$ && "$STEPS" -gt 0 ]] || die "--steps must be a positive integer, got '$STEPS'"
+[[ "$STEPS" =~ ^[0-9]+$ ]] && (( 10#$STEPS > 0 )) || usage_die "--steps must be a positive integer, got '$STEPS'"
 
 # Paths given relative to the caller's directory stay valid after the cd below.
 abspath() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 [[ -n "$OUT" ]] && OUT="$(abspath "$OUT")"
 [[ -n "$RESULTS" ]] && RESULTS="$(abspath "$RESULTS")"
 [[ "$DATA" == /* ]] || DATA="$(abspath "$DATA")"
+# --trident and --config as given are the caller's paths too; the defaults are the checkout's.
+if [[ -n "$TRIDENT" ]]; then TRIDENT="$(abspath "$TRIDENT")"; else TRIDENT="$ROOT/build/bin/trident"; fi
+if [[ -n "$CONFIG" ]]; then CONFIG="$(abspath "$CONFIG")"; else CONFIG="$ROOT/input/shakespeare_char.ini"; fi
+[[ -z "$OUT" || ! -e "$OUT" || -d "$OUT" ]] || usage_die "--out '$OUT' exists and is not a directory"
+[[ -z "$RESULTS" || ! -d "$RESULTS" ]] || usage_die "--results '$RESULTS' is a directory: give the CSV file's name"
 cd "$ROOT"
 
 # ---- checks ---------------------------------------------------------------------------------------

@@ -63,6 +63,21 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$out" ] || out="input/machines/$name.ini"
+# Every value checked before anything runs (usage errors, exit 2).
+bad() { echo "machine_file.sh: $*" >&2; exit 2; }
+[[ "$ranks" =~ ^[0-9]+$ ]] && [ "$((10#$ranks))" -ge 1 ] || bad "--ranks '$ranks': expected a positive whole number of ranks"
+[[ "$max_bytes" =~ ^[0-9]+(\.[0-9]+)?[KkMmGg]?$ ]] && awk -v v="${max_bytes%[KkMmGg]}" 'BEGIN {exit !(v > 0)}' ||
+  bad "--max-bytes '$max_bytes': expected a size in bytes (a number, optionally K, M or G: 16M)"
+[[ "$min_time" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)s?$ ]] && awk -v v="${min_time%s}" 'BEGIN {exit !(v > 0)}' ||
+  bad "--min-time '$min_time': expected a positive number of seconds"
+[ "$clock" = wall ] || [ "$clock" = cpu ] || bad "--clock '$clock': give wall or cpu"
+case "$host_gemm" in auto|openblas|onednn) ;; *) bad "--host-gemm '$host_gemm': give auto, openblas or onednn" ;; esac
+if [ -n "$offload_dir" ] && [ ! -d "$offload_dir" ]; then
+  # An existing directory, or a new one in an existing directory (created before the measurement).
+  { [ ! -e "$offload_dir" ] && [ -d "$(dirname "$offload_dir")" ]; } ||
+    bad "--offload-dir '$offload_dir': not a directory (give a directory on the offload device)"
+fi
+[ ! -d "$out" ] || bad "--out '$out' is a directory: give the machine file's name (input/machines/NAME.ini)"
 for b in bench_kernels bench_collectives bench_offload_io; do
   [ -x "$build/bin/$b" ] || { echo "machine_file.sh: $build/bin/$b not built (cmake --build $build --target $b)" >&2; exit 2; }
 done
@@ -70,8 +85,6 @@ raw="runs/machine/$name"
 mkdir -p "$raw" "$(dirname "$out")"
 PY=python3; [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 
-[ "$clock" = wall ] || [ "$clock" = cpu ] || { echo "machine_file.sh: --clock wall or cpu" >&2; exit 2; }
-case "$host_gemm" in auto|openblas|onednn) ;; *) echo "machine_file.sh: --host-gemm auto, openblas or onednn" >&2; exit 2 ;; esac
 if [ "$reuse" = 0 ]; then
 kernels() {  # bench_kernels on --ranks cores at once (rank 0 reports), or alone
   if [ "$alone" = 1 ]; then OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 "$build/bin/bench_kernels" "$@"
@@ -83,10 +96,12 @@ if [ "$host_gemm" = auto ]; then
   host_gemm=openblas
   if kernels --host-gemm=onednn \
        --benchmark_filter='BM_LinearForward' --benchmark_min_time="$min_time" \
-       --benchmark_out="$raw/gemm_onednn.json" --benchmark_out_format=json > /dev/null 2>&1; then
+       --benchmark_out="$raw/gemm_onednn.json.tmp" --benchmark_out_format=json > /dev/null 2>&1; then
+    mv -f "$raw/gemm_onednn.json.tmp" "$raw/gemm_onednn.json"
     kernels --host-gemm=openblas \
       --benchmark_filter='BM_LinearForward' --benchmark_min_time="$min_time" \
-      --benchmark_out="$raw/gemm_openblas.json" --benchmark_out_format=json > /dev/null
+      --benchmark_out="$raw/gemm_openblas.json.tmp" --benchmark_out_format=json > /dev/null
+    mv -f "$raw/gemm_openblas.json.tmp" "$raw/gemm_openblas.json"
     host_gemm=$("$PY" - "$raw" <<'PY'
 import json, sys
 best = {lib: max(b["FLOP/s"] for b in json.load(open(f"{sys.argv[1]}/gemm_{lib}.json"))["benchmarks"])
@@ -99,16 +114,22 @@ fi
 echo "== bench_kernels (1 BLAS thread, fp32 GEMMs through $host_gemm, $([ "$alone" = 1 ] && echo alone || echo "$ranks at once"))" >&2
 kernels --host-gemm="$host_gemm" \
   --benchmark_filter='BM_LinearForward|BM_LinearBackward|BM_Attention/.*/fast:1|BM_LayerNorm|BM_Gelu|BM_AdamW|BM_Copy' \
-  --benchmark_min_time="$min_time" --benchmark_out="$raw/kernels.json" --benchmark_out_format=json >&2
+  --benchmark_min_time="$min_time" --benchmark_out="$raw/kernels.json.tmp" --benchmark_out_format=json >&2
+# Raw results are written under a temporary name and renamed when complete: a run cut short leaves
+# no partial file for --reuse to read.
+mv -f "$raw/kernels.json.tmp" "$raw/kernels.json"
 echo "== bench_collectives at $ranks ranks" >&2
 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 mpiexec -n "$ranks" "$build/bin/bench_collectives" --dp "$ranks" --axes dp \
-  --backend mpi --max-bytes "$max_bytes" --csv "$raw/collectives.csv" --json "$raw/collectives.json" --quiet >&2
+  --backend mpi --max-bytes "$max_bytes" --csv "$raw/collectives.csv.tmp" --json "$raw/collectives.json.tmp" --quiet >&2
+mv -f "$raw/collectives.csv.tmp" "$raw/collectives.csv"
+mv -f "$raw/collectives.json.tmp" "$raw/collectives.json"
 rm -f "$raw/storage.txt"
 if [ -n "$offload_dir" ]; then
   echo "== bench_offload_io at $ranks ranks in $offload_dir" >&2
   # Optional: a failure costs the [storage] section only, not the benchmarks above.
   if mkdir -p "$offload_dir" &&
-     mpiexec -n "$ranks" "$build/bin/bench_offload_io" --dir "$offload_dir" --mib 512 --json "$raw/storage.json" >&2; then
+     mpiexec -n "$ranks" "$build/bin/bench_offload_io" --dir "$offload_dir" --mib 512 --json "$raw/storage.json.tmp" >&2 &&
+     mv -f "$raw/storage.json.tmp" "$raw/storage.json"; then
     "$PY" - "$raw/storage.json" > "$raw/storage.txt" <<'PY' || true
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -125,15 +146,28 @@ fi
 storage=$(cat "$raw/storage.txt" 2>/dev/null || true)
 
 mem_kib=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
-"$PY" - "$raw" "$out" "$name" "$ranks" "$mem_kib" "$note" "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$clock" "$storage" <<'PY'
-import json, sys
-raw, out, name, ranks, mem_kib, note, date, commit, clock, storage = sys.argv[1:]
+"$PY" - "$raw" "$out" "$name" "$ranks" "$mem_kib" "$note" "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$clock" "$storage" "$reuse" <<'PY'
+import json, os, sys
+raw, out, name, ranks, mem_kib, note, date, commit, clock, storage, reuse = sys.argv[1:]
 storage = dict(kv.split("=") for kv in storage.split())
 ranks = int(ranks)
-k = json.load(open(f"{raw}/kernels.json"))
+def load(file):
+    """A raw result as JSON; a missing or damaged one (a run cut short) is an error naming it."""
+    path = f"{raw}/{file}"
+    try:
+        with open(path) as f:
+            j = json.load(f)
+        if not isinstance(j, dict):
+            raise ValueError("not a JSON object")
+        return j
+    except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        sys.exit(f"machine_file.sh: error: {path} cannot be read as a benchmark result ({why}): "
+                 + ("a run cut short? rerun without --reuse to measure again" if reuse == "1" else "the benchmark wrote no complete result"))
+k = load("kernels.json")
 cpu = k.get("context", {})
 def rate(prefix, counter, required=True):
-    rows = [b for b in k["benchmarks"] if b["name"].startswith(prefix) and b.get("run_type", "iteration") == "iteration"]
+    rows = [b for b in k.get("benchmarks", []) if b["name"].startswith(prefix) and b.get("run_type", "iteration") == "iteration"]
     if not rows and required:
         sys.exit(f"machine_file.sh: no {prefix} in {raw}/kernels.json")
     # Google Benchmark's rate counters are per CPU second; per wall-clock second they are scaled by
@@ -154,8 +188,8 @@ copy = rate("BM_Copy", "bytes/s", required=False)
 if not copy:
     print(f"machine_file.sh: warning: no BM_Copy in {raw}/kernels.json (older raw results): no copy_gbs written "
           "(the ZeRO engine's buffer passes then run at memory_gbs, an in-cache rate)", file=sys.stderr)
-c = json.load(open(f"{raw}/collectives.json"))
-fits = {f["op"]: f for f in c["fits"] if f["axis"] == "dp" and f["backend"] == "mpi"}
+c = load("collectives.json")
+fits = {f["op"]: f for f in c.get("fits", []) if f["axis"] == "dp" and f["backend"] == "mpi"}
 def busbw(f):
     return 1e-9 / f["beta_bus_s_per_byte"] if f["beta_bus_s_per_byte"] > 0 else None
 lines = [
@@ -222,6 +256,11 @@ if "read" in storage and "write" in storage:
               f"# bench_offload_io: 512 MiB per rank in 16 MiB records (Trident's OffloadFile), {ranks} ranks at once: one rank's share",
               f"read_gbs = {float(storage['read']):.6g}", f"write_gbs = {float(storage['write']):.6g}"]
 lines += [""]
-open(out, "w").write("\n".join(lines))
+try:  # through a temporary file: a failed write leaves the earlier machine file as it was
+    with open(out + ".tmp", "w") as f:
+        f.write("\n".join(lines))
+    os.replace(out + ".tmp", out)
+except OSError as e:
+    sys.exit(f"machine_file.sh: error: cannot write {out}: {e.strerror or e}")
 print(f"wrote {out}")
 PY

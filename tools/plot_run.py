@@ -59,6 +59,14 @@ def read_run(path):
             print(f"trident-plot: warning: {csv_path}: {len(bad)} row(s) {what} left out "
                   f"(step {', '.join(steps[:5])}{', ...' if len(steps) > 5 else ''})", file=sys.stderr)
     rows = [r for r in rows if None not in r and None not in r.values()]
+    # A step or train_loss that is no number at all (not even nan/inf) is not a metrics.csv row of
+    # trident: named, not drawn as an empty panel.
+    for n, r in enumerate(rows, start=1):
+        for column in ("step", "train_loss"):
+            try:
+                float(r[column])
+            except ValueError:
+                raise csv.Error(f"row {n} (step {r['step'] or '?'}): {column} '{r[column][:40]}' is not a number") from None
     label = os.path.basename(os.path.normpath(os.path.dirname(os.path.abspath(csv_path))))
     return label, csv_path, rows
 
@@ -142,6 +150,14 @@ def main(argv=None):
     if len(set(labels)) < len(labels):  # same directory names: tell them apart by their paths
         runs = [(os.path.dirname(os.path.abspath(c)), c, rows) for _, c, rows in runs]
     out = args.output or (os.path.join(os.path.dirname(runs[0][1]), "metrics.png") if len(runs) == 1 else "runs_compare.png")
+    # Where the plot goes is checked before drawing: an error, not savefig's traceback.
+    out_dir = os.path.dirname(out) or "."
+    if os.path.isdir(out):
+        print(f"trident-plot: error: {out} is a directory: cannot write the plot there (give -o FILE.png)", file=sys.stderr)
+        return 1
+    if not os.path.isdir(out_dir):
+        print(f"trident-plot: error: cannot write {out}: no directory {out_dir}", file=sys.stderr)
+        return 1
 
     try:
         import matplotlib
@@ -227,7 +243,11 @@ def main(argv=None):
         summary += f", {n_skipped} skipped"
     fig.suptitle(f"{title}  ({summary}: dashed lines)")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    try:
+        fig.savefig(out, dpi=110)
+    except OSError as e:
+        print(f"trident-plot: error: cannot write {out}: {e.strerror or e}", file=sys.stderr)
+        return 1
     print(f"trident-plot: wrote {out}: {title} ({summary})")
     return 0
 

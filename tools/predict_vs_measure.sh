@@ -37,6 +37,21 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$trainer" ] || trainer="$build/bin/trident"
 [ -n "$machine" ] || { echo "predict_vs_measure.sh: give --machine FILE" >&2; exit 2; }
+# Every value checked before anything trains (usage errors, exit 2). Relative paths are taken from
+# the repository root (where this script runs).
+bad() { echo "predict_vs_measure.sh: $*" >&2; exit 2; }
+where() { case "$1" in /*) ;; *) printf ' (relative to the repository root, %s)' "$PWD" ;; esac; }
+[[ "$steps" =~ ^[0-9]+$ ]] && [ "$((10#$steps))" -ge 3 ] ||
+  bad "--steps '$steps': expected a whole number of at least 3 (the first two steps are not timed)"
+[ -e "$machine" ] || bad "--machine '$machine': no such file$(where "$machine")"
+[ -f "$machine" ] || bad "--machine '$machine' is not a file"
+[ -r "$machine" ] || bad "--machine '$machine': not readable"
+if [ -n "$cases" ]; then
+  [ -e "$cases" ] || bad "--cases '$cases': no such file$(where "$cases")"
+  [ -f "$cases" ] || bad "--cases '$cases' is not a file"
+  [ -r "$cases" ] || bad "--cases '$cases': not readable"
+fi
+[ ! -d "$out" ] || bad "--out '$out' is a directory: give the results CSV's name"
 work=$(dirname "$out"); mkdir -p "$work"
 # Train with the fp32 GEMM library the machine file's rates were measured with (files without the
 # key were measured with OpenBLAS).

@@ -32,6 +32,19 @@ while [ $# -gt 0 ]; do
     *) echo "published_runs.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
+# Values checked before anything runs (usage errors, exit 2). Relative paths are taken from the
+# repository root (where this script runs).
+bad() { echo "published_runs.sh: $*" >&2; exit 2; }
+where() { case "$1" in /*) ;; *) printf ' (relative to the repository root, %s)' "$PWD" ;; esac; }
+for m in "--a100:$a100" "--h100:$h100"; do
+  opt=${m%%:*} f=${m#*:}
+  [ -e "$f" ] || bad "$opt '$f': no such machine file$(where "$f")"
+  [ -f "$f" ] && [ -r "$f" ] || bad "$opt '$f' is not a readable file"
+done
+[ ! -d "$out" ] || bad "--out '$out' is a directory: give the results CSV's name (e.g. $out/results.csv)"
+d=$(dirname "$out")
+while [ ! -e "$d" ] && [ "$d" != / ] && [ "$d" != . ]; do d=$(dirname "$d"); done
+[ -d "$d" ] || bad "--out '$out': '$d' exists and is not a directory"
 trident="$build/bin/trident"
 [ -x "$trident" ] || { echo "published_runs.sh: $trident not found: build first (tools/build.sh)" >&2; exit 2; }
 work=$(dirname "$out"); mkdir -p "$work"

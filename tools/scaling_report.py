@@ -244,6 +244,10 @@ def main():
     ap.add_argument("--trident", help="trident executable for --machine (default: TRIDENT_BIN, build/bin/trident, PATH)")
     a = ap.parse_args()
     trident = None
+    if a.trident is not None and not (os.path.isfile(a.trident) and os.access(a.trident, os.X_OK)):
+        # Never a silent fallback to another trident than the one named.
+        print(f"scaling_report: --trident {a.trident}: no such executable file", file=sys.stderr)
+        return 2
     if a.machine:
         if not os.path.isfile(a.machine):
             print(f"scaling_report: --machine {a.machine}: no such file", file=sys.stderr)
@@ -268,6 +272,14 @@ def main():
         print(f"scaling_report: {a.results}: no point ran successfully ({len(failed)} failed)", file=sys.stderr)
         return 2
     missed = predict(points, a.machine, trident) if a.machine else []
+    if a.machine and len(missed) == len(points):
+        # Nothing predicted, and trident plan blamed the machine file: the file is the problem, not
+        # the points (a report of nothing but "not predicted" rows would hide it).
+        bad = [why for _, why in missed if a.machine in why]
+        if bad:
+            print(f"scaling_report: --machine {a.machine} is not a machine file trident plan can use: {bad[0]}",
+                  file=sys.stderr)
+            return 1
     series = series_of(points)
     out = a.out or os.path.dirname(os.path.abspath(a.results))
     md = markdown(series, failed, a.results, a.machine, missed)

@@ -16,15 +16,18 @@ As a module
     moments = trident_ckpt.load(path, kind="exp_avg").tensors
 
 From the shell
-    tools/trident_ckpt.py FILE [--kind param|exp_avg|exp_avg_sq] [--npz OUT.npz]
+    tools/trident_ckpt.py FILE [--kind param|exp_avg|exp_avg_sq] [--npz OUT.npz [--force]]
     lists name, shape, dtype and a checksum-free summary (min, max, mean) of every tensor, and with
-    --npz writes them all to one numpy archive (names as keys).
+    --npz writes them all to one numpy archive (names as keys; an existing file only with --force).
+    FILE may be a run or checkpoint directory: its latest checkpoint is read.
 
 Errors: ValueError naming the file and the problem (not a Trident checkpoint, another format
 version, a shard shorter than its index, a tensor not covered exactly once).
 """
 
 import argparse
+import os
+import re
 import sys
 
 import numpy as np
@@ -131,12 +134,59 @@ def load(path, kind="param", dtype=None):
     return Checkpoint(path, out, attrs, config, vocab)
 
 
+def resolve(path):
+    """`path` itself unless it is a directory; for a run directory (holding checkpoints/) or a
+    checkpoint directory, the checkpoint its `latest` pointer names (a plain step_*.h5 file name
+    of that directory), else its newest step_*.h5, as Trident's own tools take it. Raises
+    ValueError when a directory holds no checkpoint."""
+    if not os.path.isdir(path):
+        return path
+    ckdir = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+    step = re.compile(r"step_(\d+)\.h5")
+    try:
+        with open(os.path.join(ckdir, "latest")) as f:
+            name = f.readline().strip()
+        if step.fullmatch(name) and os.path.isfile(os.path.join(ckdir, name)):
+            return os.path.join(ckdir, name)
+    except OSError:
+        pass
+    try:
+        names = [n for n in os.listdir(ckdir) if step.fullmatch(n) and os.path.isfile(os.path.join(ckdir, n))]
+    except OSError as e:
+        raise ValueError(f"cannot list '{ckdir}': {e.strerror}") from None
+    if not names:
+        raise ValueError(f"'{path}' is a directory without checkpoints; give a checkpoint file "
+                         f"(e.g. {os.path.join(path, 'checkpoints', 'step_NNNNNNNN.h5')})")
+    return os.path.join(ckdir, max(names, key=lambda n: int(step.fullmatch(n)[1])))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Read a Trident checkpoint with h5py (any layout): list or export its tensors.")
-    p.add_argument("file", help="a checkpoint file, e.g. runs/NAME/checkpoints/step_00000100.h5")
+    p.add_argument("file", help="a checkpoint file, e.g. runs/NAME/checkpoints/step_00000100.h5, or a run or "
+                               "checkpoint directory (its latest checkpoint)")
     p.add_argument("--kind", default="param", help="param (fp32 master weights), exp_avg or exp_avg_sq (AdamW moments)")
     p.add_argument("--npz", default="", help="write every tensor to this .npz archive")
+    p.add_argument("--force", action="store_true", help="let --npz replace an existing file")
     a = p.parse_args(argv)
+
+    def error(msg):
+        print(f"trident_ckpt.py: error: {msg}", file=sys.stderr)
+        return 1
+
+    out = ""
+    if a.npz:  # checked before the (possibly long) read
+        out = a.npz if a.npz.endswith(".npz") else a.npz + ".npz"  # what numpy.savez writes
+        out_dir = os.path.dirname(out) or "."
+        if os.path.isdir(a.npz) or os.path.isdir(out):
+            return error(f"--npz {a.npz if os.path.isdir(a.npz) else out} is a directory: give a file name")
+        if not os.path.isdir(out_dir):
+            return error(f"--npz {out}: no directory {out_dir}")
+        if os.path.lexists(out) and not a.force:
+            return error(f"--npz {out} exists: not replaced (add --force to replace it)")
+    try:
+        a.file = resolve(a.file)
+    except ValueError as e:
+        return error(str(e))
     try:
         ck = load(a.file, a.kind)
     except (OSError, ValueError, KeyError) as e:
@@ -144,15 +194,27 @@ def main(argv=None):
         msg = str(e)
         if a.file not in msg:
             msg = f"cannot read '{a.file}': {msg}"
-        print(f"trident_ckpt.py: error: {msg}", file=sys.stderr)
-        return 1
+        return error(msg)
     print(f"{a.file}: step {ck.attrs.get('step')}, layout dp x tp x pp = {ck.attrs.get('dp')} x {ck.attrs.get('tp')} x "
           f"{ck.attrs.get('pp')}, ZeRO {ck.attrs.get('zero_stage')}, {len(ck.tensors)} tensors ({a.kind})")
     for name, t in ck.tensors.items():
         print(f"  {name:48s} {str(t.shape):16s} {t.dtype}  min {t.min():+.4e} max {t.max():+.4e} mean {t.mean():+.4e}")
-    if a.npz:
-        out = a.npz if a.npz.endswith(".npz") else a.npz + ".npz"  # what numpy.savez writes
-        np.savez(out, **ck.tensors)
+    if out:
+        # Through a temporary file in the same directory, renamed at the end: an interrupted or
+        # failed write leaves no partial archive under the name.
+        tmp = f"{out}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **ck.tensors)
+            os.replace(tmp, out)
+        except BaseException as e:  # an error or an interrupt: no temporary file left behind
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            if not isinstance(e, OSError):
+                raise
+            return error(f"cannot write --npz {out}: {e.strerror or e}")
         print(f"wrote {out}")
     return 0
 

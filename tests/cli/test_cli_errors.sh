@@ -220,5 +220,95 @@ done
 expect_exit 2 "trident executable '$WORK' not found, not executable or a directory" -- env -C "$WORK" \
   TRIDENT_BIN="$WORK" TRIDENT_DECK="$WORK/deck.ini" bash "$sbatch_script"
 
+# ---- the tools' option and file checks (tools/*.sh, *.py, jobscripts): refused before any work ----
+# trident-plot: where the plot cannot go, and a metrics.csv whose step or train_loss is not a number.
+plot_run="$repo/tools/plot_run.py"
+expect_exit 1 "cannot write $WORK/nonexistdir/x.png: no directory $WORK/nonexistdir" -- \
+  "$plot_run" "$WORK/run" -o "$WORK/nonexistdir/x.png"
+mkdir -p "$WORK/plotdir/metrics.png" && cp "$WORK/run/metrics.csv" "$WORK/plotdir/"
+expect_exit 1 "$WORK/plotdir/metrics.png is a directory" -- "$plot_run" "$WORK/plotdir"
+printf 'step,train_loss\n1,2.5\n2,abc\n' > "$WORK/nonnum.csv"
+expect_exit 1 "nonnum.csv: not a metrics.csv of trident \(row 2 \(step 2\): train_loss 'abc' is not a number\)" -- \
+  "$plot_run" "$WORK/nonnum.csv" -o "$WORK/nonnum.png"
+# trident_ckpt.py: --npz into a missing folder, over an existing file (only with --force), a run directory.
+reader="$repo/tools/trident_ckpt.py"
+expect_exit 1 "--npz $WORK/nonexistdir/x.npz: no directory" -- "$reader" "$ck" --npz "$WORK/nonexistdir/x.npz"
+: > "$WORK/exists.npz"
+expect_exit 1 "--npz $WORK/exists.npz exists: not replaced \(add --force" -- "$reader" "$ck" --npz "$WORK/exists.npz"
+check "trident_ckpt.py left the existing file alone" test ! -s "$WORK/exists.npz"
+expect_exit 0 "wrote $WORK/exists.npz" -- "$reader" "$ck" --npz "$WORK/exists.npz" --force
+check "no temporary file left beside the archive" bash -c "! ls '$WORK' | grep -q 'exists.npz.*tmp'"
+expect_exit 0 "checkpoints/step_00000004.h5: step 4" -- "$reader" "$WORK/run"
+expect_exit 1 "'$WORK/zg' is a directory without checkpoints; give a checkpoint file \(e.g. $WORK/zg/checkpoints/step_NNNNNNNN.h5\)" -- \
+  "$reader" "$WORK/zg"
+# machine_file.sh: values checked before any benchmark; --reuse of raw results cut short.
+mf="$repo/tools/machine_file.sh"
+expect_exit 2 "--ranks '0': expected a positive whole number" -- bash "$mf" --ranks 0 --out "$WORK/m.ini"
+expect_exit 2 "--max-bytes 'abc': expected a size in bytes" -- bash "$mf" --max-bytes abc --out "$WORK/m.ini"
+expect_exit 2 "--min-time '0': expected a positive number of seconds" -- bash "$mf" --min-time 0 --out "$WORK/m.ini"
+expect_exit 2 "--offload-dir '$WORK/afile': not a directory" -- bash "$mf" --offload-dir "$WORK/afile" --out "$WORK/m.ini"
+expect_exit 2 "--out '$WORK' is a directory" -- bash "$mf" --out "$WORK"
+build_dir="$(dirname "$(dirname "$TRIDENT")")"
+if [ -x "$build_dir/bin/bench_kernels" ] && [ -x "$build_dir/bin/bench_collectives" ] && [ -x "$build_dir/bin/bench_offload_io" ]; then
+  # A copy of the script, so that its runs/machine/<name>/ lies in $WORK, not in the source tree.
+  mkdir -p "$WORK/mfcopy/tools" "$WORK/mfcopy/runs/machine/cut"
+  cp "$mf" "$repo/tools/script_help.sh" "$WORK/mfcopy/tools/"
+  printf '{"context": {}, "benchmarks": [{"name": "BM_Lin' > "$WORK/mfcopy/runs/machine/cut/kernels.json"
+  expect_exit 1 "kernels.json cannot be read as a benchmark result .*rerun without --reuse" -- \
+    bash "$WORK/mfcopy/tools/machine_file.sh" --name cut --reuse --build "$build_dir" --out "$WORK/cut.ini"
+  check "machine_file.sh --reuse wrote no machine file from it" test ! -e "$WORK/cut.ini"
+fi
+# predict_vs_measure.sh: --steps, --machine and --cases checked before anything trains.
+pvm="$repo/tools/predict_vs_measure.sh" mach="$repo/input/machines/devbox-2core.ini"
+expect_exit 2 "--steps '0': expected a whole number of at least 3" -- bash "$pvm" --machine "$mach" --steps 0 --out "$WORK/pvm/r.csv"
+expect_exit 2 "--steps 'abc': expected a whole number" -- bash "$pvm" --machine "$mach" --steps abc --out "$WORK/pvm/r.csv"
+expect_exit 2 "--machine '$WORK/nope.ini': no such file" -- bash "$pvm" --machine "$WORK/nope.ini" --out "$WORK/pvm/r.csv"
+expect_exit 2 "--cases '/nonexist': no such file" -- bash "$pvm" --machine "$mach" --cases /nonexist --out "$WORK/pvm/r.csv"
+check "predict_vs_measure.sh made nothing for refused options" test ! -e "$WORK/pvm"
+# The benchmarks' numbers checked before anything runs.
+expect_exit 2 "--steps 'abc': expected a positive whole number" -- bash "$repo/tools/bench_ckpt.sh" --steps abc --out "$WORK/b"
+expect_exit 2 "--ranks '0': '0' is not a positive number of ranks" -- bash "$repo/tools/bench_ckpt.sh" --ranks 0 --out "$WORK/b"
+expect_exit 2 "--sizes 'abc': 'abc' is not a width" -- bash "$repo/tools/bench_families.sh" --sizes abc --out "$WORK/b"
+expect_exit 2 "--reps '0': expected a positive whole number" -- bash "$repo/tools/bench_timers.sh" --reps 0 --out "$WORK/b"
+expect_exit 2 "--ranks 'x': 'x' is not a positive number of ranks" -- bash "$repo/tools/bench_timers.sh" --ranks x --out "$WORK/b"
+expect_exit 2 "--budget-gib '-1': expected a positive number of GiB" -- \
+  bash "$repo/tools/bench_offload_capacity.sh" --budget-gib -1 --out "$WORK/b"
+expect_exit 2 "--budget-gib 'abc': expected a positive number of GiB" -- \
+  bash "$repo/tools/bench_offload_capacity.sh" --budget-gib abc --out "$WORK/b"
+expect_exit 2 "--layers '0': expected a positive whole number" -- bash "$repo/tools/bench_large_ckpt.sh" --layers 0 --out "$WORK/b"
+expect_exit 2 "--layers 'abc': expected a positive whole number" -- bash "$repo/tools/bench_large_ckpt.sh" --layers abc --out "$WORK/b"
+check "the refused benchmarks made no output folder" test ! -e "$WORK/b"
+# compare_torch.sh: usage errors exit 2; an option is not a value; --config and --trident from the caller's folder.
+ct="$repo/tools/compare_torch.sh"
+expect_exit 2 "--steps must be a positive integer, got 'abc'" -- bash "$ct" --steps abc
+expect_exit 2 "--out needs a value" -- bash "$ct" --out
+expect_exit 2 "--out needs a value, got the option '--steps'" -- bash "$ct" --out --steps 3
+expect_exit 1 "deck '$WORK/nope.ini' not found" -- env -C "$WORK" bash "$ct" --skip-torch --steps 1 \
+  --trident "$TRIDENT" --mpiexec "$MPIEXEC" --config nope.ini --out "$WORK/ct"
+expect_exit 1 "Trident binary '$WORK/nope' not found" -- env -C "$WORK" bash "$ct" --skip-torch --steps 1 \
+  --trident nope --mpiexec "$MPIEXEC" --out "$WORK/ct"
+# scaling_report.py: --trident that does not exist; a machine file trident plan cannot use.
+printf 'study,mode,layout,ranks,tokens_per_s,status,run_dir,ms_per_step,tokens_per_step\ns,strong,dp,1,1000,ok,%s,10,128\n' \
+  "$WORK/run" > "$WORK/study.csv"
+printf '[machine]\nname = x\n' > "$WORK/badmachine.ini"
+expect_exit 2 "--trident $WORK/nope: no such executable file" -- "$repo/tools/scaling_report.py" --trident "$WORK/nope" \
+  -o "$WORK/sr" "$WORK/study.csv"
+expect_exit 1 "--machine $WORK/badmachine.ini is not a machine file trident plan can use: .*devices_per_node" -- \
+  "$repo/tools/scaling_report.py" --machine "$WORK/badmachine.ini" --trident "$TRIDENT" -o "$WORK/sr" "$WORK/study.csv"
+# published_runs.sh: the machine files and --out checked up front.
+pr="$repo/tools/published_runs.sh"
+expect_exit 2 "--a100 '$WORK/nope.ini': no such machine file" -- bash "$pr" --a100 "$WORK/nope.ini" --out "$WORK/pr/r.csv"
+expect_exit 2 "--h100 '$WORK/nope.ini': no such machine file" -- bash "$pr" --h100 "$WORK/nope.ini" --out "$WORK/pr/r.csv"
+expect_exit 2 "--out '$WORK/afile/r.csv': '$WORK/afile' exists and is not a directory" -- bash "$pr" --out "$WORK/afile/r.csv"
+# jobscripts/scaling/point.sbatch: MODE as scaling.sh checks it; a RESULTS folder refused before training.
+point="$repo/jobscripts/scaling/point.sbatch"
+expect_exit 2 "MODE 'sideways': give strong or weak" -- env SCALING_RANKS=1 TRIDENT_LAUNCHER=mpiexec TRIDENT_BIN="$TRIDENT" \
+  bash "$point" "$WORK/pt.csv" s sideways dp "$WORK/deck.ini" --train.max_steps=3 --train.out_dir="$WORK/pt_run"
+mkdir -p "$WORK/ptdir/results.csv"
+expect_exit 1 "could not append this point's row to $WORK/ptdir/results.csv: it is a directory .*nothing trained" -- \
+  env SCALING_RANKS=1 TRIDENT_LAUNCHER=mpiexec TRIDENT_BIN="$TRIDENT" \
+  bash "$point" "$WORK/ptdir/results.csv" s strong dp "$WORK/deck.ini" --train.max_steps=3 --train.out_dir="$WORK/pt_run"
+check "point.sbatch trained nothing for refused settings" test ! -e "$WORK/pt_run"
+
 echo "$FAILED failed"
 exit "$FAILED"
