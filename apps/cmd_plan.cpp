@@ -10,6 +10,7 @@
 #include "train/trainer.hpp"
 
 #include <cerrno>
+#include <filesystem>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -68,7 +69,7 @@ machine file keys (INI; docs/scaling.md, tools/machine_file.sh writes one from t
 )";
 
 /// The largest count plan takes (ranks, nodes, sizes): 2^30 - 1.
-std::vector<int> int_list(const std::string& opt, const std::string& v, int lo) {
+std::vector<int> int_list(const std::string& opt, const std::string& v, int lo, long hi = kMaxCount) {
   std::vector<int> out;
   std::stringstream ss(v);
   std::string item;
@@ -76,9 +77,9 @@ std::vector<int> int_list(const std::string& opt, const std::string& v, int lo) 
     char* end = nullptr;
     errno = 0;
     const long x = std::strtol(item.c_str(), &end, 10);
-    require_config(!item.empty() && *end == '\0' && errno == 0 && x >= lo && x <= kMaxCount,
+    require_config(!item.empty() && *end == '\0' && errno == 0 && x >= lo && x <= hi,
                    opt + " " + v + ": expected comma-separated integers from " + std::to_string(lo) + " to " +
-                       std::to_string(kMaxCount));
+                       std::to_string(hi));
     out.push_back(static_cast<int>(x));
   }
   require_config(!out.empty(), opt + ": empty list");
@@ -102,6 +103,7 @@ void print_row(const PlanCandidate& c, int rank, int ranks, const MachineSpec& m
 
 int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   std::string deck, machine, csv;
+  bool csv_given = false;
   std::vector<std::string> overrides;
   int ranks = 0, nodes = 0, top = 3, show = 20;
   bool force = false;
@@ -120,14 +122,16 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
     else if (is("--top")) top = count_option("--top", value_of("--top"), 0);
     else if (is("--show")) show = count_option("--show", value_of("--show"), 0);
     else if (is("--zero-stages")) {
-      opt.zero_stages = int_list("--zero-stages", value_of("--zero-stages"), 0);
-      for (int z : opt.zero_stages) require_config(z <= 3, "--zero-stages: " + std::to_string(z) + " is not 0, 1, 2 or 3");
+      opt.zero_stages = int_list("--zero-stages", value_of("--zero-stages"), 0, 3);
     } else if (is("--tp")) opt.tp_sizes = int_list("--tp", value_of("--tp"), 1);
     else if (is("--pp")) opt.pp_sizes = int_list("--pp", value_of("--pp"), 1);
     else if (a == "--fixed-micro-batch") opt.vary_micro_batch = false;
     else if (a == "--fixed-recompute") opt.vary_recompute = false;
     else if (a == "--fixed-schedule") opt.vary_schedule = false;
-    else if (is("--csv")) csv = value_of("--csv");
+    else if (is("--csv")) {
+      csv = value_of("--csv");
+      csv_given = true;
+    }
     else if (a == "--force") force = true;
     else if (is("--assume-interleaved")) opt.peer.virtual_stages = count_option("--assume-interleaved", value_of("--assume-interleaved"), 1);
     else if (a == "--assume-scatter-gather") opt.peer.p2p_scatter_gather = true;
@@ -148,11 +152,16 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   require_config(!machine.empty(), "no machine file: give --machine FILE (input/machines/*.ini; try `trident plan --help`)");
   require_config((ranks > 0) != (nodes > 0), "give exactly one of --ranks N and --nodes K");
   require_config(!force || !csv.empty(), "--force only applies to --csv");
-  if (!csv.empty()) {
+  if (csv_given) {
     OutputRules rules;
     rules.force = force;
     rules.inputs = {deck, machine};
-    check_output_file(csv, "--csv", rules);
+    check_output_file(csv, "--csv", rules);  // an empty name too
+    // Its directory must be there now, not found missing after the whole ranking.
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(csv).parent_path();
+    require_config(parent.empty() || std::filesystem::is_directory(parent, ec),
+                   "--csv " + csv + ": '" + parent.string() + "' is not an existing directory");
   }
   const MachineSpec mach = parse_machine_file(machine);
   const long long total = ranks > 0 ? ranks : static_cast<long long>(nodes) * mach.devices_per_node;

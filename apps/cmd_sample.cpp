@@ -45,8 +45,14 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
   if (vm.count("prompt-ids") > 0 && prompt_ids.empty()) throw ConfigError("--prompt-ids: the list is empty");
   if (vm.count("prompt-ids") > 0 && !vm["prompt"].defaulted())
     throw ConfigError("--prompt and --prompt-ids both given: the prompt is text or token ids, not both");
-  if (opt.max_new_tokens < 0 || opt.top_k < 0 || !(opt.temperature >= 0) || !std::isfinite(opt.temperature) || seed < 0)
-    throw ConfigError("--tokens, --top-k, --temperature and --seed must be finite and >= 0");
+  auto at_least_zero = [](const char* option, bool ok, const std::string& value) {
+    if (!ok) throw ConfigError(std::string(option) + " " + value + ": must be " +
+                               (std::string(option) == "--temperature" ? "a finite number " : "") + ">= 0");
+  };
+  at_least_zero("--tokens", opt.max_new_tokens >= 0, std::to_string(opt.max_new_tokens));
+  at_least_zero("--top-k", opt.top_k >= 0, std::to_string(opt.top_k));
+  at_least_zero("--temperature", opt.temperature >= 0 && std::isfinite(opt.temperature), log::format("%g", opt.temperature));
+  at_least_zero("--seed", seed >= 0, std::to_string(seed));
   opt.seed = static_cast<std::uint64_t>(seed);
 
   CheckpointModel cm = load_checkpoint_model(checkpoint, rt.world());

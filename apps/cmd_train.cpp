@@ -5,6 +5,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/token_file.hpp"
+#include "parallel/agree.hpp"
 #include "train/trainer.hpp"
 
 #include <cerrno>
@@ -102,7 +103,9 @@ int cmd_train(Runtime& rt, const std::vector<std::string>& args) {
   Config cfg = parse_deck(deck, overrides);
   validate(cfg, dry_run_ranks > 0 ? dry_run_ranks : rt.world_size());
   if (dry_run_ranks > 0) {
-    if (cfg.model.vocab_size == 0) resolve_vocab(cfg, TokenFileReader(cfg.data.path).info());
+    // Every rank reads the same file: a missing one is one clear error, not an MPI abort banner.
+    if (cfg.model.vocab_size == 0)
+      run_agreed(rt.world(), "", [&] { resolve_vocab(cfg, TokenFileReader(cfg.data.path).info()); });
     if (rt.world_rank() == 0) print_memory_prediction(cfg);
     return 0;
   }

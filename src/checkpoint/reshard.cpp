@@ -130,8 +130,11 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
         validate(trial, world.size());
       }
     } catch (const ConfigError& e) {
-      throw ConfigError("on " + std::to_string(world.size()) + " rank(s) (mpiexec -n) with " + target + ": " +
-                        e.what() + "; dp * tp * pp must equal the number of ranks");
+      // The rank-count hint only where the rank count is the problem (not n_head, pp > n_layer, ...).
+      const std::string why = e.what();
+      const bool ranks = why.find("number of ranks") != std::string::npos;
+      throw ConfigError("on " + std::to_string(world.size()) + " rank(s) (mpiexec -n) with " + target + ": " + why +
+                        (ranks ? "; dp * tp * pp must equal the number of ranks" : ""));
     }
     cfg = trial;
     cfg.train.compute_dtype = compute;

@@ -452,7 +452,7 @@ int first_bad_line(const std::string& text, std::string& line) {
 }
 
 /// 1-based line of deck `text` that sets key `key` (within its section), 0 if none is found.
-int line_of_key(const std::string& text, const std::string& dotted) {
+int line_of_key(const std::string& text, const std::string& dotted, int after = 0) {
   const auto dot = dotted.find('.');
   const std::string section = dot == std::string::npos ? "" : dotted.substr(0, dot);
   const std::string key = dot == std::string::npos ? dotted : dotted.substr(dot + 1);
@@ -472,7 +472,7 @@ int line_of_key(const std::string& text, const std::string& dotted) {
     if (eq == std::string::npos) continue;
     std::string k = line.substr(b, eq - b);
     while (!k.empty() && (k.back() == ' ' || k.back() == '\t')) k.pop_back();
-    if (current == section && k == key) return n;
+    if (current == section && k == key && n > after) return n;
   }
   return 0;
 }
@@ -575,7 +575,11 @@ Config parse_impl(std::istream& in_stream, const std::string& source, const std:
     throw ConfigError(source + (line > 0 ? ", line " + std::to_string(line) : std::string()) +
                       ": syntax error: " + e.what() + " (a deck holds [section] lines and key = value lines)");
   } catch (const po::multiple_occurrences& e) {
-    throw ConfigError(source + ": key " + describe_key(strip_dashes(e.get_option_name())) + " is given twice");
+    const std::string name = strip_dashes(e.get_option_name());
+    const int first = line_of_key(text, name), second = first > 0 ? line_of_key(text, name, first) : 0;
+    throw ConfigError(source + (second > 0 ? ", lines " + std::to_string(first) + " and " + std::to_string(second)
+                                           : std::string()) +
+                      ": key " + describe_key(name) + " is given twice");
   } catch (const po::error& e) {
     throw ConfigError(source + ": " + e.what());
   }

@@ -319,6 +319,12 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   const LlmcShardFormat* shard_format = nullptr;
   std::string shard_example, text_example;
   for (const auto& p : opt.inputs) {
+    // A .bin of 0 bytes is no llm.c shard (those have a header) and no text anyone meant: a
+    // download cut short, say. Named before the formats are compared.
+    if (!opt.binary && std::filesystem::path(p).extension() == ".bin" && std::filesystem::is_regular_file(p, ec) &&
+        std::filesystem::file_size(p, ec) == 0 && !ec)
+      throw ConfigError("'" + p + "' is empty (0 bytes): not an llm.c token shard (those start with a 1024-byte "
+                        "header), nor text; leave it out or fetch it again");
     InputFormat f = detect_input_format(p);
     if (opt.binary) {
       if (f.kind != InputFormat::Kind::text)
@@ -421,11 +427,15 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     for (size_t i = 0; i < opt.inputs.size(); ++i) {
       const std::string& p = opt.inputs[i];
       std::string content = read_file(p, reading);
+      if (content.empty()) log::warn("'%s' is empty (0 bytes): it adds no tokens", p.c_str());
       // Binary data without a known header: a NUL byte does not occur in text.
       const auto nul = content.find('\0');
       if (!opt.binary && nul != std::string::npos)
         throw ConfigError("'" + p + "' is a binary file (a NUL byte at offset " + std::to_string(nul) + "), not text: " +
                           binary_advice());
+      // The tokenizers of text read UTF-8: checked per file here, so the error names the file and
+      // the byte within it (the concatenation's offset would name neither).
+      if (kind != TokenizerKind::byte) utf8_check(content, "'" + p + "'");
       PrepInput in;
       in.path = p;
       in.format = opt.binary ? "raw bytes (--binary)" : "text";
@@ -436,7 +446,9 @@ PrepResult prep_token_file(const PrepOptions& opt) {
       text += content;
     }
     reading.finish();
-    if (text.empty()) throw ConfigError("the input text is empty");
+    if (text.empty())
+      throw ConfigError(opt.inputs.size() == 1 ? "'" + opt.inputs.front() + "' is empty (0 bytes): nothing to tokenise"
+                                               : std::string("every input is empty (0 bytes): nothing to tokenise"));
     // SentencePiece's trainer reports no progress: say what runs, and how long it took.
     const bool learns = kind != TokenizerKind::character && kind != TokenizerKind::byte;
     if (learns)

@@ -44,6 +44,10 @@ void for_each_code_point(const std::string& s, const std::string& what, Fn&& fn)
 }
 }  // namespace
 
+void utf8_check(const std::string& s, const std::string& what) {
+  for_each_code_point(s, what, [](std::int32_t) {});
+}
+
 std::vector<std::int32_t> utf8_decode(const std::string& s, const std::string& what) {
   std::vector<std::int32_t> out;
   out.reserve(s.size());

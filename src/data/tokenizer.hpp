@@ -102,6 +102,9 @@ class DecodeStream {
 
 /// Decodes UTF-8 into code points. Throws Error("...invalid UTF-8 at byte N...") on malformed input.
 std::vector<std::int32_t> utf8_decode(const std::string& s, const std::string& what);
+/// Throws ConfigError("<what>: invalid UTF-8 at byte N ...") unless `s` is well-formed UTF-8 (the
+/// check utf8_decode makes, without building the code points). Local.
+void utf8_check(const std::string& s, const std::string& what);
 /// Appends the UTF-8 encoding of code point `cp` to `out`.
 void utf8_append(std::string& out, std::int32_t cp);
 

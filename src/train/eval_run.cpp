@@ -7,6 +7,7 @@
 #include "checkpoint/verify.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "data/token_dataset.hpp"
 #include "io/checkpoint_file.hpp"
 #include "parallel/agree.hpp"
@@ -15,6 +16,7 @@
 #include "train/resume_check.hpp"
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <memory>
 
 namespace trident {
@@ -120,6 +122,20 @@ EvalRunResult evaluate_checkpoint(const EvalRunOptions& opt, Communicator& world
                         std::to_string(data->size(opt.split)) + " tokens, fewer than one window of block_size + 1 = " +
                         std::to_string(cfg.model.block_size + 1));
   });
+  // A micro-batch larger than the windows one dp rank reads would allocate activations for
+  // sequences that do not exist (--micro-batch 1000000: terabytes): capped, said once.
+  {
+    const std::int64_t windows = (data->size(opt.split) - 1) / cfg.model.block_size;
+    const std::int64_t per_rank = std::max<std::int64_t>(1, (windows + dp - 1) / dp);
+    if (cfg.train.micro_batch_size > per_rank) {
+      if (world.rank() == 0)
+        log::info("--micro-batch %lld is more than the %lld window(s) of %d tokens a dp rank reads: using %lld",
+                  static_cast<long long>(cfg.train.micro_batch_size), static_cast<long long>(per_rank),
+                  cfg.model.block_size, static_cast<long long>(per_rank));
+      cfg.train.micro_batch_size = per_rank;
+      cfg.train.global_batch_size = per_rank * dp * opt.pp;
+    }
+  }
   ProcessGrid grid(world, GridShape{cfg.parallel.dp, cfg.parallel.tp, cfg.parallel.pp}, cfg.parallel.comm_backend);
   resolve_host_gemm(cfg.train, world);  // the training run's GEMM library, so its losses are reproduced
   install_host_gemm_chooser(cfg.train);

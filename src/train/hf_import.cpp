@@ -166,6 +166,8 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     }
     // The tokenizer: given, else what a Trident export recorded, else GPT-2's for GPT-2's vocabulary.
     std::string kind = opt.tokenizer;
+    if (!kind.empty() && !parse_tokenizer_kind(kind))
+      throw ConfigError("--tokenizer '" + kind + "' is not a tokenizer kind (" + tokenizer_kind_names() + ")");
     if (!kind.empty() && c.count("trident_tokenizer") && c.at("trident_tokenizer") != kind)
       throw ConfigError("--tokenizer " + kind + ": config.json says the model was trained on " +
                         c.at("trident_tokenizer") + " tokens (trident_tokenizer)");

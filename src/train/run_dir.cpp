@@ -4,6 +4,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/output_file.hpp"
 #include "parallel/agree.hpp"
 
 #include <filesystem>
@@ -12,6 +13,30 @@
 namespace trident {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+/// Creates [train] out_dir (and its parents) or throws a message naming the problem: ConfigError
+/// for what stands in the way (a file, a symbolic link to nothing, a file among its parents),
+/// IoError for what the file system refuses (permissions, a full disk, a loop of links).
+void create_out_dir(const std::string& out_dir) {
+  check_output_directory(out_dir, "[train] out_dir");
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (!ec) return;
+  for (fs::path p = fs::path(out_dir).parent_path(); !p.empty() && p != p.parent_path(); p = p.parent_path()) {
+    std::error_code e2;
+    const fs::file_status st = fs::status(p, e2);
+    if (st.type() == fs::file_type::not_found) continue;
+    if (!e2 && st.type() != fs::file_type::directory)
+      throw ConfigError("[train] out_dir '" + out_dir + "' cannot be created: '" + p.string() +
+                        "' is a file, not a directory");
+    break;
+  }
+  throw IoError("cannot create [train] out_dir '" + out_dir + "': " + ec.message());
+}
+
+}  // namespace
 
 void check_run_dir(Communicator& world, const std::string& out_dir, const CheckpointDir& ckdir, bool resume) {
   run_agreed(world, "cannot set up the run directory", [&] {
@@ -35,7 +60,7 @@ RunDirClaim::RunDirClaim(Communicator& world, const std::string& out_dir, const 
     std::error_code ec;
     if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
       throw ConfigError("[train] out_dir '" + out_dir + "' exists and is not a directory");
-    fs::create_directories(out_dir);
+    create_out_dir(out_dir);
     if (run_lock == RunLockMode::required) {
       lock_ = std::make_unique<RunLock>(out_dir);
     } else {

@@ -126,7 +126,19 @@ expect_exit 2 "--config given twice \($WORK/deck.ini, $WORK/deck2.ini\)" -- \
 expect_exit 0 "n_layer" -- "$TRIDENT" train --config "$WORK/deck.ini" --config "$WORK/deck.ini" --print-config
 expect_exit 2 "--resume given two checkpoints \(a.h5, b.h5\)" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --resume a.h5 --resume=b.h5
-expect_exit 2 "finite and >= 0" -- "$TRIDENT" sample --checkpoint "$ck" --temperature nan
+expect_exit 2 "^trident sample: error: --temperature nan: must be a finite number >= 0" -- "$TRIDENT" sample --checkpoint "$ck" --temperature nan
+expect_exit 2 "--top-k -1: must be >= 0" -- "$TRIDENT" sample --checkpoint "$ck" --top-k=-1
+expect_exit 2 "--seed -5: must be >= 0" -- "$TRIDENT" sample --checkpoint "$ck" --seed=-5
+# An out_dir that cannot be made: what stands in the way is named (exit 2), never a raw
+# filesystem_error; a missing token file under --dry-run is one message, not an MPI abort.
+touch "$WORK/afile"; ln -sfn "$WORK/nowhere" "$WORK/dangling_out"
+expect_exit 2 "\[train\] out_dir '$WORK/afile/sub' cannot be created: '$WORK/afile' is a file, not a directory" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/afile/sub"
+expect_exit 2 "\[train\] out_dir '$WORK/dangling_out' is a symbolic link to nothing" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/dangling_out"
+expect_exit 1 "token file '$WORK/no_tokens.h5' does not exist" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/no_tokens.h5" --dry-run 2
+check "... without an MPI abort banner" bash -c "! '$TRIDENT' train --config '$WORK/deck.ini' --data.path='$WORK/no_tokens.h5' --dry-run 2 2>&1 | grep -q Abort"
 check "train --help does not print Kokkos's help" bash -c "! '$TRIDENT' train --help | grep -qi kokkos"
 /usr/bin/python3 - "$WORK/tok.h5" "$WORK/bogus.h5" <<'PYEOF'
 import sys, shutil, h5py

@@ -65,6 +65,11 @@ expect_exit 2 "--micro-batch must be >= 1" -- ev 1 --checkpoint "$WORK/run" --mi
 expect_exit 2 "--tp 65536 x --pp 65536 needs more than the 2 rank\(s\)" -- ev 2 --checkpoint "$WORK/run" --tp 65536 --pp 65536
 expect_exit 2 "--micro-batch 9223372036854775807 is more than" -- ev 1 --checkpoint "$WORK/run" --micro-batch 9223372036854775807
 expect_exit 2 "this layout cannot evaluate the checkpoint's model: .*n_head" -- ev 4 --checkpoint "$WORK/run" --tp 4
+# A micro-batch beyond the windows a rank reads is capped (it once allocated for all of them).
+out="$(ev 1 --checkpoint "$WORK/run" --micro-batch 1000000 2>&1)"; rc=$?
+check "--micro-batch 1000000: capped at the windows a rank reads, said, exit 0" \
+  bash -c "[ $rc -eq 0 ] && grep -q -- '--micro-batch 1000000 is more than the [0-9]* window(s) of 16 tokens a dp rank reads: using' <<<'$out'"
+check "... and the same loss $(loss_of "$out") to rounding" close "$(loss_of "$out")" "$want"
 expect_exit 1 "token file '$WORK/missing.h5'" -- ev 1 --checkpoint "$WORK/run" --data "$WORK/missing.h5"
 "$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/text.txt" >/dev/null
 expect_exit 2 "token file '$WORK/bytes.h5': the checkpoint's tokenizer is 'char', the token file's 'byte'.*trident prep --tokenizer char" -- \

@@ -186,6 +186,8 @@ check "the run's latest is still step 6" grep -q "step_00000006.h5" "$WORK/llama
 expect_exit 2 "exists; remove it or pass --force" -- "$TRIDENT" ckpt import --format hf --output "$WORK/llama.bf16.h5" "$WORK/llama.bf16"
 expect_exit 0 "imported" -- "$TRIDENT" ckpt import --format hf --force --output "$WORK/llama.bf16.h5" "$WORK/llama.bf16"
 # The tokenizer must fit the model.
+expect_exit 2 "--tokenizer 'foo' is not a tokenizer kind" -- \
+  "$TRIDENT" ckpt import --format hf --tokenizer foo --output "$WORK/x.h5" "$WORK/llama.hf"
 expect_exit 2 "--tokenizer byte: config.json says the model was trained on char tokens" -- \
   "$TRIDENT" ckpt import --format hf --tokenizer byte --output "$WORK/x.h5" "$WORK/llama.hf"
 expect_exit 2 "--tokenizer byte has 256 token ids; the model has only" -- \

@@ -59,7 +59,12 @@ expect_exit 2 "machine file $WORK/nope.ini: cannot be read" -- "$TRIDENT" plan -
 printf 'bogus = 1\n' >> "$WORK/m_bad.ini"; cat "$WORK/m.ini" "$WORK/m_bad.ini" > "$WORK/m2.ini"
 expect_exit 2 "unknown key \[link.intra\] bogus" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m2.ini" --ranks 2
 expect_exit 2 "unknown argument '--rank'" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --rank 2
-expect_exit 2 "--zero-stages: 5 is not 0, 1, 2 or 3" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --zero-stages 5
+expect_exit 2 "--zero-stages 5: expected comma-separated integers from 0 to 3" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --zero-stages 5
+expect_exit 2 "--zero-stages 0,,1: expected comma-separated integers from 0 to 3" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --zero-stages 0,,1
+# --csv: an empty name and a missing directory refused before the ranking.
+expect_exit 2 "--csv: the file name is empty" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv ""
+expect_exit 2 "--csv $WORK/no_such_dir/p.csv: '$WORK/no_such_dir' is not an existing directory" -- \
+  "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/no_such_dir/p.csv"
 sed 's|^path = .*|path = /nonexistent/tok.h5|' "$WORK/deck.ini" > "$WORK/nodata.ini"
 expect_exit 2 "give --model.vocab_size=N" -- "$TRIDENT" plan --config "$WORK/nodata.ini" --machine "$WORK/m.ini" --ranks 2
 expect_exit 0 "breakdown of the fastest" -- "$TRIDENT" plan --config "$WORK/nodata.ini" --machine "$WORK/m.ini" --ranks 2 --model.vocab_size=65

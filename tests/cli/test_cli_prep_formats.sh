@@ -85,6 +85,21 @@ expect_exit 2 "'$WORK/nul.txt' is a binary file \(a NUL byte at offset 4\), not 
   "$TRIDENT" prep --output "$WORK/n.h5" "$WORK/nul.txt"
 make_text "$WORK/text.txt"
 expect_exit 0 "text.txt: text, [0-9]+ bytes -> train\+val" -- "$TRIDENT" prep --output "$WORK/t.h5" "$WORK/text.txt"
+# Empty inputs: a 0-byte .bin is named (a shard cut short, not text), alone or beside shards; a
+# 0-byte text beside others is said; text alone that is empty names its file. Invalid UTF-8 is
+# placed in its own file, not at an offset into the concatenation.
+: > "$WORK/empty_train.bin"; : > "$WORK/empty.txt"
+expect_exit 2 "'$WORK/empty_train.bin' is empty \(0 bytes\): not an llm.c token shard" -- \
+  "$TRIDENT" prep --output "$WORK/e2.h5" "$WORK/empty_train.bin"
+expect_exit 2 "'$WORK/empty_train.bin' is empty \(0 bytes\): not an llm.c token shard" -- \
+  "$TRIDENT" prep --output "$WORK/e2.h5" "$WORK/fineweb_val_000000.bin" "$WORK/empty_train.bin"
+expect_exit 0 "'$WORK/empty.txt' is empty \(0 bytes\): it adds no tokens" -- \
+  "$TRIDENT" prep --output "$WORK/e3.h5" "$WORK/text.txt" "$WORK/empty.txt"
+expect_exit 2 "'$WORK/empty.txt' is empty \(0 bytes\): nothing to tokenise" -- \
+  "$TRIDENT" prep --output "$WORK/e4.h5" "$WORK/empty.txt"
+printf 'ab\xe9cd\n' > "$WORK/latin1.txt"
+expect_exit 2 "'$WORK/latin1.txt': invalid UTF-8 at byte 3" -- \
+  "$TRIDENT" prep --output "$WORK/e5.h5" "$WORK/text.txt" "$WORK/latin1.txt"
 
 # prep --verify: the whole file against what prep recorded. Oracles: an untouched file (ok), one
 # token changed in place to another valid id (the hash differs), 16 bytes of garbage in /train

@@ -60,6 +60,9 @@ TEST(Config, TheLastOfRepeatedOverridesWins) {
   // The deck file itself may not give a key twice (a typo protection).
   EXPECT_NE(error_of(std::string(kDeck) + "[train]\nmax_steps = 3\n", 1).find("'max_steps' in section [train] is given twice"),
             std::string::npos);
+  // ... naming both lines (kDeck's max_steps is on line 11; the appended one on line 15).
+  EXPECT_NE(error_of(std::string(kDeck) + "[train]\nmax_steps = 3\n", 1).find(", lines 11 and 15: key"), std::string::npos)
+      << error_of(std::string(kDeck) + "[train]\nmax_steps = 3\n", 1);
 }
 
 TEST(Config, AnEmptyOverrideValueIsAcceptedAsInADeck) {
