@@ -177,8 +177,10 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
     require_config(d != nullptr, where + ": unknown key " + dotted + " (see `trident plan --help`)");
     char* end = nullptr;
     const double v = std::strtod(value.c_str(), &end);
-    require_config(!value.empty() && end != nullptr && *end == '\0' && std::isfinite(v),
-                   where + ": " + dotted + " = " + value + " is not a number");
+    // Decimal only: strtod also reads hexadecimal ("0x10" = 16), which no one writes here on purpose.
+    const bool hex = value.find_first_of("xX") != std::string::npos;
+    require_config(!value.empty() && !hex && end != nullptr && *end == '\0' && std::isfinite(v),
+                   where + ": " + dotted + " = " + value + " is not a (decimal) number");
     require_config(v >= 0, where + ": " + dotted + " = " + value + " must not be negative");
     const bool rate = key.find("busbw") != std::string::npos || key == "memory_gbs" || key == "copy_gbs" || key.rfind("peak_", 0) == 0 ||
                       key == "attention_tflops" || key == "gelu_gelems" || key == "optimizer_gparams" ||
@@ -195,7 +197,9 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
     if (key == "gemm_efficiency" || key == "gemm_backward_efficiency")
       require_config(v > 0 && v <= 1, where + ": " + dotted + " must be in (0, 1]");
     if (key == "overlap_efficiency") require_config(v <= 1, where + ": " + dotted + " must be in [0, 1]");
-    if (key == "memory_per_device_gib") require_config(v > 0, where + ": " + dotted + " must be > 0");
+    // 2^30 GiB (an exbibyte) per device is beyond any machine; larger values are typos.
+    if (key == "memory_per_device_gib")
+      require_config(v > 0 && v <= 1073741824.0, where + ": " + dotted + " = " + value + " must be in (0, 1073741824]");
     d->set(m, v);
   }
   for (const auto& k : defs)

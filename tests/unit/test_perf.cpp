@@ -161,6 +161,13 @@ TEST(Machine, RejectsBadFiles) {
   bad.replace(bad.find("devices_per_node = 2"), 20, "devices_per_node = 0");
   EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
   EXPECT_THROW(parse_machine_file("/nonexistent/machine.ini"), ConfigError);
+  // Hexadecimal (strtod reads "0x10" as 16) and an exbibyte-plus of memory per device are typos.
+  bad = base;
+  bad.replace(bad.find("memory_gbs = 2"), 14, "memory_gbs = 0x10");
+  EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
+  bad = base;
+  bad.replace(bad.find("memory_per_device_gib = 1"), 25, "memory_per_device_gib = 1e300");
+  EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
   // A rate outside [1e-9, 1e15] in the file's units is a typo (1e-300 printed 300-digit step times).
   for (const char* rate : {"peak_tflops_float = 1e-300", "peak_tflops_float = 1e16"}) {
     bad = base;
