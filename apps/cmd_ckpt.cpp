@@ -44,7 +44,7 @@ subcommands:
   reshard --output OUT [--dp N] [--tp N] [--pp N] [--zero-stage S] FILE
                        rewrite a checkpoint for another dp x tp x pp layout / ZeRO stage
                        (run it on dp * tp * pp ranks)
-  export --format hf --output DIR FILE
+  export --format hf --output DIR [--force] FILE
                        write the parameters as a Hugging Face model (safetensors + config.json:
                        GPT2LMHeadModel or LlamaForCausalLM, as the checkpoint's family)
   import --format hf --output OUT DIR
@@ -214,7 +214,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   std::string format;
   SafetensorsExportOptions opt;
   po::options_description desc(
-      "usage: trident ckpt export --format hf --output DIR [--shard-size-mb N]\n"
+      "usage: trident ckpt export --format hf --output DIR [--shard-size-mb N] [--force]\n"
       "                           [--dtype float32|bfloat16] FILE\n\n"
       "Writes the parameters of checkpoint FILE (or a run/checkpoint directory's latest) as a\n"
       "Hugging Face model: DIR/model-0000k-of-0000n.safetensors, DIR/model.safetensors.index.json,\n"

@@ -151,7 +151,7 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   require_config(!deck.empty(), "no input deck: give --config DECK (try `trident plan --help`)");
   require_config(!machine.empty(), "no machine file: give --machine FILE (input/machines/*.ini; try `trident plan --help`)");
   require_config((ranks > 0) != (nodes > 0), "give exactly one of --ranks N and --nodes K");
-  require_config(!force || !csv.empty(), "--force only applies to --csv");
+  require_config(!force || csv_given, "--force only applies to --csv");
   if (csv_given) {
     OutputRules rules;
     rules.force = force;

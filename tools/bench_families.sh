@@ -31,7 +31,11 @@ bad() { echo "bench_families.sh: $*" >&2; exit 2; }
 [ -n "${sizes// }" ] || bad "--sizes '$sizes': expected widths, e.g. \"128 256 384\""
 for C in $sizes; do
   [[ "$C" =~ ^[0-9]+$ ]] && [ "$((10#$C))" -ge 32 ] && [ "$((10#$C % 32))" -eq 0 ] ||
-    bad "--sizes '$sizes': '$C' is not a width (a positive multiple of 32, n_head = width / 32)"
+    bad "--sizes '$sizes': '$C' is not a width (a positive multiple of 32)"
+  # Llama runs with n_kv_head = n_head / 2 (n_head = max(2, width / 32)), which must divide n_head.
+  nh=$((10#$C / 32)); [ "$nh" -ge 2 ] || nh=2
+  [ "$((nh % (nh / 2)))" -eq 0 ] ||
+    bad "--sizes '$sizes': '$C' gives n_head = $nh, which n_kv_head = $((nh / 2)) does not divide (llama): use 32, 64, 96 or a multiple of 64"
 done
 [ ! -e "$out" ] || [ -d "$out" ] || bad "--out '$out' exists and is not a directory"
 bin=build/bin/trident

@@ -40,11 +40,13 @@ options:
   --steps N         max_steps of every run (default 2000; the lr schedule decays over N)
   --out DIR         directory for run outputs and logs (default: a new /tmp/compare_torch.XXXXXX)
   --results PATH    CSV results file (default: DIR/results.csv)
-  --trident PATH    the Trident binary (default: build/bin/trident)
+  --trident PATH    the Trident binary (default: the checkout's build/bin/trident; a relative
+                    PATH is taken from the directory you run the script in)
   --python PATH     the Python with torch (default: /usr/bin/python3, Debian's torch 1.13)
   --data PATH       the text file (default: /work/shared/data/tinyshakespeare.txt); used by the peer
                     and by `trident prep` when data/shakespeare_char.h5 is missing
-  --config PATH     the Trident deck (default: input/shakespeare_char.ini)
+  --config PATH     the Trident deck (default: the checkout's input/shakespeare_char.ini; a
+                    relative PATH is taken from the directory you run the script in)
   --mpiexec CMD     the MPI launcher (default: mpiexec)
   --with-ddp        also run the peer as gloo DDP, 2 processes x 1 thread
   --with-passive    also run the 2-thread peer with OMP_WAIT_POLICY=PASSIVE

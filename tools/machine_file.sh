@@ -68,14 +68,19 @@ bad() { echo "machine_file.sh: $*" >&2; exit 2; }
 [[ "$ranks" =~ ^[0-9]+$ ]] && [ "$((10#$ranks))" -ge 1 ] || bad "--ranks '$ranks': expected a positive whole number of ranks"
 [[ "$max_bytes" =~ ^[0-9]+(\.[0-9]+)?[KkMmGg]?$ ]] && awk -v v="${max_bytes%[KkMmGg]}" 'BEGIN {exit !(v > 0)}' ||
   bad "--max-bytes '$max_bytes': expected a size in bytes (a number, optionally K, M or G: 16M)"
-[[ "$min_time" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)s?$ ]] && awk -v v="${min_time%s}" 'BEGIN {exit !(v > 0)}' ||
-  bad "--min-time '$min_time': expected a positive number of seconds"
+# A plain number: the Google Benchmark Debian links takes --benchmark_min_time as a double only.
+[[ "$min_time" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] && awk -v v="$min_time" 'BEGIN {exit !(v > 0)}' ||
+  bad "--min-time '$min_time': expected a positive number of seconds (a plain number: 0.5)"
 [ "$clock" = wall ] || [ "$clock" = cpu ] || bad "--clock '$clock': give wall or cpu"
 case "$host_gemm" in auto|openblas|onednn) ;; *) bad "--host-gemm '$host_gemm': give auto, openblas or onednn" ;; esac
 if [ -n "$offload_dir" ] && [ ! -d "$offload_dir" ]; then
-  # An existing directory, or a new one in an existing directory (created before the measurement).
-  { [ ! -e "$offload_dir" ] && [ -d "$(dirname "$offload_dir")" ]; } ||
+  # An existing directory, or a new one (mkdir -p creates it before the measurement): nothing in
+  # the way, and its first existing ancestor a directory.
+  [ ! -e "$offload_dir" ] && [ ! -L "$offload_dir" ] ||
     bad "--offload-dir '$offload_dir': not a directory (give a directory on the offload device)"
+  anc=$(dirname "$offload_dir")
+  while [ ! -e "$anc" ] && [ ! -L "$anc" ] && [ "$anc" != / ] && [ "$anc" != . ]; do anc=$(dirname "$anc"); done
+  [ -d "$anc" ] || bad "--offload-dir '$offload_dir': '$anc' is not a directory"
 fi
 [ ! -d "$out" ] || bad "--out '$out' is a directory: give the machine file's name (input/machines/NAME.ini)"
 for b in bench_kernels bench_collectives bench_offload_io; do

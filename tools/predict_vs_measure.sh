@@ -52,11 +52,14 @@ if [ -n "$cases" ]; then
   [ -r "$cases" ] || bad "--cases '$cases': not readable"
 fi
 [ ! -d "$out" ] || bad "--out '$out' is a directory: give the results CSV's name"
+[ -x "$build/bin/trident" ] || bad "--build '$build': no executable $build/bin/trident$(where "$build") (build first: tools/build.sh)"
+[ -x "$trainer" ] || bad "--trainer '$trainer': not an executable file$(where "$trainer")"
 work=$(dirname "$out"); mkdir -p "$work"
 # Train with the fp32 GEMM library the machine file's rates were measured with (files without the
 # key were measured with OpenBLAS).
 host_gemm=$(awk -F= '/^[ \t]*host_gemm[ \t]*=/ {sub(/[#;].*/, "", $2); gsub(/[ \t\r]/, "", $2); print $2}' "$machine")
 host_gemm=${host_gemm:-openblas}
+failed=0
 if [ -z "$cases" ]; then
   cases="$work/cases.txt"
   cat > "$cases" <<'C'
@@ -97,7 +100,7 @@ while read -r deck ranks overrides; do
       --train.max_steps="$steps" --train.eval_interval=0 --train.eval_iters=1 --train.log_interval=100 \
       --train.warmup_steps=0 --checkpoint.interval=0 --checkpoint.save_final=false --train.peak_tflops=0.1 \
       --train.host_gemm="$host_gemm" \
-      --train.out_dir="$run" < /dev/null > "$work/run$i.log" 2>&1 || { echo "case $i failed: see $work/run$i.log" >&2; continue; }
+      --train.out_dir="$run" < /dev/null > "$work/run$i.log" 2>&1 || { echo "case $i failed: see $work/run$i.log" >&2; failed=$((failed + 1)); continue; }
   fi
   measured=$(median_of "$run/metrics.csv" ms_per_step)
   # The layout of this case only: the deck's keys with the overrides, nothing varied.
@@ -105,12 +108,15 @@ while read -r deck ranks overrides; do
   pp=$(grep -o -- '--parallel.pp=[0-9]*' <<<"$overrides" | cut -d= -f2 || true)
   zs=$(grep -o -- '--parallel.zero_stage=[0-9]*' <<<"$overrides" | cut -d= -f2 || true)
   zs=${zs:-$(awk -F= '/^zero_stage/ {gsub(/ /, "", $2); print $2}' "$deck")}
+  # A fresh CSV each time: plan --csv never replaces a file without --force, and an old one
+  # would be read as this run's prediction.
+  rm -f "$work/plan$i.csv"
   # shellcheck disable=SC2086
   "$build/bin/trident" plan --config "$deck" --machine "$machine" --ranks "$ranks" $overrides \
     --tp "${tp:-1}" --pp "${pp:-1}" --zero-stages "${zs:-0}" --fixed-micro-batch --fixed-recompute --fixed-schedule \
     --csv "$work/plan$i.csv" < /dev/null > "$work/plan$i.txt" 2>&1 || true  # exit 1: the layout is over memory, still predicted
   [ -s "$work/plan$i.csv" ] && [ "$(wc -l < "$work/plan$i.csv")" -ge 2 ] ||
-    { echo "plan for case $i failed: see $work/plan$i.txt" >&2; continue; }
+    { echo "plan for case $i failed: see $work/plan$i.txt" >&2; failed=$((failed + 1)); continue; }
   predicted=$(awk -F, 'NR == 2 {print $9}' "$work/plan$i.csv")
   err=$(awk -v m="$measured" -v p="$predicted" 'BEGIN {printf "%+.0f", 100 * (p - m) / m}')
   off="$(median_of "$run/metrics.csv" offload_read_mib),$(plan_col "$work/plan$i.csv" offload_read_mib)"
@@ -130,3 +136,4 @@ while read -r deck ranks overrides; do
   echo "| $(basename "$deck" .ini) | $ranks | ${overrides:-deck} | $measured | $predicted | ${err}% |"
 done < "$cases"
 echo "results in $out" >&2
+[ "$failed" -eq 0 ] || { echo "predict_vs_measure.sh: $failed case(s) failed (above)" >&2; exit 1; }

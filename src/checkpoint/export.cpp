@@ -105,6 +105,12 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
     std::error_code ec;
     if (!fs::exists(path, ec)) throw CheckpointError("'" + path + "' does not exist");
     res.checkpoint = resolve_checkpoint_path(path);
+    // The output is judged before the checkpoint's every checksum is read (gigabytes): a
+    // re-export without --force is the usual mistake.
+    if (comm.rank() == 0) {
+      check_output_directory(opt.output_dir, "the output");
+      check_export_directory(opt.output_dir, opt.force);
+    }
   });
   CheckpointReader rd(res.checkpoint, comm);
   require_intact(rd, comm, "run `trident ckpt verify " + res.checkpoint + "`; nothing was exported", schema);

@@ -11,11 +11,17 @@
 namespace trident {
 
 namespace {
+/// The divisors of n in increasing order, in O(sqrt n) (a rank count near 2^30 took seconds per
+/// call in a linear scan, and the planner calls it once per tp).
 std::vector<int> divisors(long long n) {
-  std::vector<int> d;
-  for (long long i = 1; i <= n; ++i)
-    if (n % i == 0) d.push_back(static_cast<int>(i));
-  return d;
+  std::vector<int> low, high;
+  for (long long i = 1; i * i <= n; ++i)
+    if (n % i == 0) {
+      low.push_back(static_cast<int>(i));
+      if (i != n / i) high.push_back(static_cast<int>(n / i));
+    }
+  low.insert(low.end(), high.rbegin(), high.rend());
+  return low;
 }
 bool allowed(const std::vector<int>& only, int v) {
   return only.empty() || std::find(only.begin(), only.end(), v) != only.end();
@@ -54,10 +60,18 @@ PlanResult plan_layouts(const Config& deck, const MachineSpec& mach, const PlanO
     if (opt.vary_recompute) rcs = {Recompute::none, Recompute::block};
     std::vector<PipelineScheduleKind> scheds{deck_sched};
     if (opt.vary_schedule && pp > 1) scheds = {PipelineScheduleKind::one_f_one_b, PipelineScheduleKind::gpipe};
+    // dp not dividing the global batch: validate() refuses every candidate of this split for that
+    // reason alone; the first one is validated (for the example reason), the rest only counted (a
+    // rank count near 2^30 has thousands of splits: minutes of identical refusals otherwise).
+    const bool batch_split = deck.train.global_batch_size > 0 && deck.train.global_batch_size % dp != 0;
+    const std::int64_t combos = static_cast<std::int64_t>(opt.zero_stages.size() * mbs.size() * rcs.size() * scheds.size());
+    bool tried = false;
     for (int z : opt.zero_stages)
       for (std::int64_t mb : mbs)
         for (Recompute rc : rcs)
           for (PipelineScheduleKind sk : scheds) {
+            if (batch_split && tried) continue;
+            tried = true;
             ++res.enumerated;
             Config c = deck;
             c.parallel.dp = dp;
@@ -84,6 +98,10 @@ PlanResult plan_layouts(const Config& deck, const MachineSpec& mach, const PlanO
             cand.fits = cand.pred.memory_total_bytes <= mach.memory_bytes;
             (cand.fits ? res.fitting : res.too_big).push_back(std::move(cand));
           }
+    if (batch_split && combos > 1) {  // the candidates not validated, refused for the same reason
+      res.enumerated += static_cast<int>(combos - 1);
+      res.invalid += static_cast<int>(combos - 1);
+    }
     progress.add(1);
   }
   progress.finish();

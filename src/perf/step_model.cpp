@@ -476,7 +476,8 @@ StepPrediction predict_step(const Config& cfg, const MachineSpec& mach, const Pe
 }
 
 std::string describe(const StepPrediction& p) {
-  auto ms = [](double s) { return s * 1e3; };
+  // A term that is zero up to rounding (the bubble of pp = 1: a difference of equal sums) prints 0.00, not -0.00.
+  auto ms = [](double s) { return (s < 0 && s > -1e-9 ? 0.0 : s) * 1e3; };
   return log::format(
       "step %.2f ms = fwd %.2f + bwd %.2f + recompute %.2f + tp %.2f + pp %.2f + bubble %.2f + dp exposed %.2f "
       "(of %.2f, %.2f hidden) + optimizer %.2f + other %.2f%s | M=%d | mem %.1f MiB",

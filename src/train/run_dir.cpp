@@ -26,8 +26,12 @@ void create_out_dir(const std::string& out_dir) {
   if (!ec) return;
   for (fs::path p = fs::path(out_dir).parent_path(); !p.empty() && p != p.parent_path(); p = p.parent_path()) {
     std::error_code e2;
+    const fs::file_status link = fs::symlink_status(p, e2);
+    if (link.type() == fs::file_type::not_found) continue;
     const fs::file_status st = fs::status(p, e2);
-    if (st.type() == fs::file_type::not_found) continue;
+    if (link.type() == fs::file_type::symlink && st.type() == fs::file_type::not_found)
+      throw ConfigError("[train] out_dir '" + out_dir + "' cannot be created: '" + p.string() +
+                        "' is a symbolic link to nothing");
     if (!e2 && st.type() != fs::file_type::directory)
       throw ConfigError("[train] out_dir '" + out_dir + "' cannot be created: '" + p.string() +
                         "' is a file, not a directory");

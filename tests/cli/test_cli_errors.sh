@@ -136,6 +136,8 @@ expect_exit 2 "\[train\] out_dir '$WORK/afile/sub' cannot be created: '$WORK/afi
   "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/afile/sub"
 expect_exit 2 "\[train\] out_dir '$WORK/dangling_out' is a symbolic link to nothing" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/dangling_out"
+expect_exit 2 "\[train\] out_dir '$WORK/dangling_out/run' cannot be created: '$WORK/dangling_out' is a symbolic link to nothing" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/dangling_out/run"
 expect_exit 1 "token file '$WORK/no_tokens.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/no_tokens.h5" --dry-run 2
 check "... without an MPI abort banner" bash -c "! '$TRIDENT' train --config '$WORK/deck.ini' --data.path='$WORK/no_tokens.h5' --dry-run 2 2>&1 | grep -q Abort"
@@ -281,6 +283,8 @@ check "predict_vs_measure.sh made nothing for refused options" test ! -e "$WORK/
 expect_exit 2 "--steps 'abc': expected a positive whole number" -- bash "$repo/tools/bench_ckpt.sh" --steps abc --out "$WORK/b"
 expect_exit 2 "--ranks '0': '0' is not a positive number of ranks" -- bash "$repo/tools/bench_ckpt.sh" --ranks 0 --out "$WORK/b"
 expect_exit 2 "--sizes 'abc': 'abc' is not a width" -- bash "$repo/tools/bench_families.sh" --sizes abc --out "$WORK/b"
+expect_exit 2 "--sizes '160': '160' gives n_head = 5, which n_kv_head = 2 does not divide" -- bash "$repo/tools/bench_families.sh" --sizes 160 --out "$WORK/b"
+expect_exit 2 "--min-time '0.5s': expected a positive number of seconds \(a plain number" -- bash "$mf" --min-time 0.5s --out "$WORK/m.ini"
 expect_exit 2 "--reps '0': expected a positive whole number" -- bash "$repo/tools/bench_timers.sh" --reps 0 --out "$WORK/b"
 expect_exit 2 "--ranks 'x': 'x' is not a positive number of ranks" -- bash "$repo/tools/bench_timers.sh" --ranks x --out "$WORK/b"
 expect_exit 2 "--budget-gib '-1': expected a positive number of GiB" -- \
