@@ -97,9 +97,14 @@ class ModelState final : public CheckpointState {
   /// refuses). On by default; `trident eval` turns it off, as it reads a model, not a run to
   /// continue (the model's shape is checked either way). Local.
   void set_resume_deck_check(bool on) { resume_deck_check_ = on; }
+  /// The content hash of the token file this run reads (TokenFileInfo::content_hash; "" unknown):
+  /// load() then takes a [data] path spelled otherwise, or a copy, with the checkpoint's hash as
+  /// the same data, not a change to refuse. Local.
+  void set_data_hash(std::string hash) { data_hash_ = std::move(hash); }
 
  private:
   bool resume_deck_check_ = true;
+  std::string data_hash_;
   Config cfg_;
   const ProcessGrid& grid_;
   ParamLayout layout_;

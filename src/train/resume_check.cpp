@@ -88,7 +88,7 @@ void check_resume_data(const std::string& checkpoint_hash, const std::string& no
 }
 
 ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, std::int64_t step,
-                                   std::int64_t consumed) {
+                                   std::int64_t consumed, bool same_data) {
   const std::vector<std::string> allowed = allowed_changes(run.train);
   ResumeChanges r;
   r.step = step;
@@ -115,6 +115,9 @@ ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, 
          (std::filesystem::exists(d.before, ec) && std::filesystem::equivalent(d.before, d.after, ec)))) {
       c.cls = ChangeClass::same_math;
       c.effect = "the same file, named another way";
+    } else if (name == "data.path" && same_data) {
+      c.cls = ChangeClass::same_math;
+      c.effect = "the same tokens (the content hash the checkpoint recorded): the file named from elsewhere, or a copy";
     } else if (c.cls == ChangeClass::impossible) {
       c.effect = "another model: the checkpoint's tensors have other shapes";
     } else if (is_any(name, {"train.lr", "train.min_lr", "train.warmup_steps", "train.max_steps"})) {

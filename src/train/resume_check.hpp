@@ -66,10 +66,11 @@ struct ResumeChanges {
 /// resume at checkpoint step `step`, consumed_samples `consumed`. [train] allow_changed of `run`
 /// marks refused changes as allowed. The LR schedule keys report the next step's LR under both
 /// schedules (train/lr_schedule.hpp). A data path that differs only lexically (data/x.h5 vs
-/// ./data/x.h5) counts as the same file. Local, pure. Throws ConfigError when allow_changed names
-/// a key that is not a deck key.
+/// ./data/x.h5) counts as the same file, and so does any path when `same_data` (the token file's
+/// content hash equals the one the checkpoint recorded: the file named from another directory, a
+/// copy). Local, pure. Throws ConfigError when allow_changed names a key that is not a deck key.
 ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, std::int64_t step,
-                                   std::int64_t consumed);
+                                   std::int64_t consumed, bool same_data = false);
 
 /// Why token file `data` cannot feed a model trained with the tokenizer that checkpoint run state
 /// `checkpoint` records: another kind, or the same kind with another vocabulary (char, byte) or

@@ -82,6 +82,8 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
       spikes_(cfg.train.spike_window),
       scaler_(cfg.train),
       timers_(cfg.train.timers) {
+  // A resume compares the checkpoint's [data] path with this run's; equal contents are the same data.
+  state_.set_data_hash(data.info().content_hash);
   for (Communicator* c : {&grid.dp_comm(), &grid.tp_comm(), &grid.pp_comm(), &grid.mp_comm(), &grid.world_comm()})
     timers_.watch(*c);
   for (Communicator* c : state_.own_comms()) timers_.watch(*c);

@@ -39,9 +39,16 @@ resume_from() { local tag="$1"; shift; "$TRIDENT" train --config "$WORK/deck.ini
 expect_exit 2 "\[train\] max_steps 6 -> 8: refused; the LR schedule changes under the step counter: the LR of step 4 goes from [0-9.e-]+ to [0-9.e-]+ \(\+[0-9]+%\)" -- \
   resume_from steps --train.max_steps=8
 expect_exit 2 "allow the change with --train.allow_changed=train.max_steps" -- resume_from steps --train.max_steps=8
+# Another token file of the same tokenizer (the same characters in another order): refused.
+tac "$WORK/text.txt" > "$WORK/text_other.txt"
+"$TRIDENT" prep --output "$WORK/tok_other.h5" "$WORK/text_other.txt" >/dev/null || { echo "prep failed"; exit 1; }
+expect_exit 2 "\[data\] path $WORK/tok.h5 -> $WORK/tok_other.h5: refused; consumed_samples \(24\) would index another token file" -- \
+  resume_from data --data.path="$WORK/tok_other.h5"
+# A copy, or the file named from another working directory: the tokens the checkpoint recorded
+# (its content hash), so the same data, listed and resumed.
 cp "$WORK/tok.h5" "$WORK/tok_copy.h5"
-expect_exit 2 "\[data\] path $WORK/tok.h5 -> $WORK/tok_copy.h5: refused; consumed_samples \(24\) would index another token file" -- \
-  resume_from data --data.path="$WORK/tok_copy.h5"
+expect_exit 0 "without changing the training math: .*\[data\] path $WORK/tok.h5 -> $WORK/tok_copy.h5" -- \
+  resume_from data_copy --data.path="$WORK/tok_copy.h5"
 expect_exit 2 "--train.allow_changed=train.lr,train.seed" -- resume_from two --train.lr=1e-3 --train.seed=5
 check "refused resumes wrote no checkpoint" test -z "$(ls "$WORK"/r_steps/checkpoints/*.h5 "$WORK"/r_data/checkpoints/*.h5 \
   "$WORK"/r_two/checkpoints/*.h5 2>/dev/null)"
@@ -56,7 +63,7 @@ check "... with the key named once" test "$(grep -c "\[train\] seed 1337 -> 5: r
 expect_exit 0 "warning: .*\[train\] max_steps 6 -> 8: takes effect \(allowed by \[train\] allow_changed\); .*the LR of step 4 goes from" -- \
   resume_from steps_ok --train.max_steps=8 --train.allow_changed=max_steps
 expect_exit 0 "\[data\] path .* takes effect \(allowed by \[train\] allow_changed\)" -- \
-  resume_from data_ok --data.path="$WORK/tok_copy.h5" --train.allow_changed=data.path
+  resume_from data_ok --data.path="$WORK/tok_other.h5" --train.allow_changed=data.path
 sed 's/^log_interval = 1$/log_interval = 1\nallow_changed = seed, lr/' "$WORK/deck.ini" > "$WORK/deck_allow.ini"
 expect_exit 0 "\[train\] seed 1337 -> 5: takes effect \(allowed" -- "$TRIDENT" train --config "$WORK/deck_allow.ini" \
   --train.out_dir="$WORK/r_deck_ok" --train.stop_at_step=4 --resume "$ck" --train.seed=5 --train.lr=1e-3

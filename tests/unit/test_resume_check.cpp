@@ -134,6 +134,13 @@ TEST(ResumeCheck, DataPathAndSeedAreRefusedTogetherAndNamed) {
   EXPECT_NE(e2.find("--train.allow_changed=train.seed"), std::string::npos) << e2;
   EXPECT_EQ(e2.find("data.path"), std::string::npos) << e2;
   EXPECT_EQ(e2.find("[data] path"), std::string::npos) << e2;
+  // Any other name whose file holds the tokens the checkpoint recorded (its content hash: the file
+  // named from another working directory, a copy) is the same data: listed, not refused.
+  const ResumeChanges copy = compare_resume_decks(deck(), deck({"--data.path=/elsewhere/copy.h5"}), 5, 80, true);
+  ASSERT_EQ(copy.changes.size(), 1u);
+  EXPECT_EQ(copy.changes[0].cls, ChangeClass::same_math);
+  EXPECT_NE(copy.changes[0].effect.find("the same tokens"), std::string::npos) << copy.changes[0].effect;
+  EXPECT_EQ(refusal(copy), "");
   // The same file named another way is no change of data.
   const ResumeChanges same = compare_resume_decks(deck(), deck({"--data.path=./data/../data/x.h5"}), 5, 80);
   ASSERT_EQ(same.changes.size(), 1u);
