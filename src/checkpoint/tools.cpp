@@ -53,6 +53,7 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 std::string CheckpointSummary::status() const {
   if (!committed) return "incomplete (uncommitted)";
+  if (removed) return "removed while listed (rotation of a running job)";
   if (problems.empty()) return "ok";
   return "BAD: " + problems.front();
 }
@@ -146,14 +147,23 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
       const auto data = checksums ? rd.verify(comm) : check_checkpoint_datasets(rd, comm);
       e.problems.insert(e.problems.end(), data.begin(), data.end());
     } catch (const Error& err) {
-      e.problems.push_back(err.what());
+      // A file that is gone now was removed after the directory was read -- a running job's
+      // rotation (keep = N) -- not damaged: said, not counted. Rank 0's view, so all ranks agree.
+      std::error_code gone_ec;
+      const fs::file_status st = fs::symlink_status(e.path, gone_ec);  // a dangling link is no removal
+      std::string gone = comm.rank() == 0 && st.type() == fs::file_type::not_found ? "1" : "0";  // ec: ENOENT
+      if (err.collective()) broadcast_string(comm, gone);  // every rank is here: agree on rank 0's view
+      if (gone == "1")
+        e.removed = true;
+      else
+        e.problems.push_back(err.what());
     }
   }
   // What an auto-resume takes: the newest committed checkpoint without problems (with --verify,
   // checksums included; without, a resume may still find a checksum failure and go further back).
   std::string usable;
   for (auto it = out.entries.rbegin(); it != out.entries.rend(); ++it)
-    if (it->committed && it->problems.empty()) {
+    if (it->committed && !it->removed && it->problems.empty()) {
       usable = it->file_name;
       break;
     }
@@ -162,8 +172,11 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
   // A resume never reads a *.tmp file: with only those (a first save cut short) it starts anew.
   const bool any_committed =
       std::any_of(out.entries.begin(), out.entries.end(), [](const CheckpointSummary& e) { return e.committed; });
+  const bool any_removed =
+      std::any_of(out.entries.begin(), out.entries.end(), [](const CheckpointSummary& e) { return e.removed; });
   const std::string would =
       !usable.empty()          ? "a resume would use " + usable
+      : any_removed            ? std::string("checkpoints were removed while listed (a running job rotates them): list again")
       : !any_committed         ? std::string("a resume would start a new run at step 0")
                                : std::string("a resume would stop (exit 1): no checkpoint here is complete and intact");
   std::error_code dir_ec;

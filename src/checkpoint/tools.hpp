@@ -39,8 +39,11 @@ struct CheckpointSummary {
   double val_loss = 0.0;              ///< the run's last validation loss when saved ...
   std::int64_t val_loss_step = -1;    ///< ... measured after this step (-1: none recorded)
   std::vector<std::string> problems;  ///< empty for a complete committed checkpoint
+  /// Gone when it was to be opened: removed since the directory was read (the rotation of a
+  /// running job), not damaged. Not a problem; listed as such.
+  bool removed = false;
 
-  /// "ok", "incomplete (uncommitted)" or "BAD: <first problem>".
+  /// "ok", "incomplete (uncommitted)", "removed while listed" or "BAD: <first problem>".
   std::string status() const;
 };
 

@@ -40,6 +40,21 @@ void create_out_dir(const std::string& out_dir) {
   throw IoError("cannot create [train] out_dir '" + out_dir + "': " + ec.message());
 }
 
+/// Throws ConfigError when `out_dir` is itself a run's checkpoints directory (a `latest` pointer
+/// or step_*.h5 files directly in it): a run there would start at step 0 beside them and put its
+/// own checkpoints one level down.
+void refuse_checkpoints_dir(const std::string& out_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return;
+  if (!fs::exists(fs::path(out_dir) / "latest", ec) && CheckpointDir(out_dir).list().empty()) return;
+  fs::path norm = fs::path(out_dir).lexically_normal();
+  if (norm.filename().empty()) norm = norm.parent_path();  // a trailing slash
+  const std::string parent = norm.parent_path().string();
+  throw ConfigError("[train] out_dir '" + out_dir + "' holds checkpoints itself (a `latest` pointer or step_*.h5 " +
+                    "files): it is a run's checkpoints directory; give the run directory" +
+                    (parent.empty() ? std::string() : " ('" + parent + "')") + " as out_dir");
+}
+
 }  // namespace
 
 void check_run_dir(Communicator& world, const std::string& out_dir, const CheckpointDir& ckdir, bool resume) {
@@ -48,6 +63,7 @@ void check_run_dir(Communicator& world, const std::string& out_dir, const Checkp
     std::error_code ec;
     if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
       throw ConfigError("[train] out_dir '" + out_dir + "' exists and is not a directory");
+    refuse_checkpoints_dir(out_dir);
     if (fs::exists(fs::path(ckdir.dir()) / "latest", ec) && !fs::is_regular_file(fs::path(ckdir.dir()) / "latest", ec))
       throw IoError("'" + (fs::path(ckdir.dir()) / "latest").string() + "' is not a file: remove it");
     if (!resume && !ckdir.list().empty())
@@ -64,6 +80,7 @@ RunDirClaim::RunDirClaim(Communicator& world, const std::string& out_dir, const 
     std::error_code ec;
     if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
       throw ConfigError("[train] out_dir '" + out_dir + "' exists and is not a directory");
+    refuse_checkpoints_dir(out_dir);
     create_out_dir(out_dir);
     if (run_lock == RunLockMode::required) {
       lock_ = std::make_unique<RunLock>(out_dir);

@@ -138,6 +138,11 @@ expect_exit 2 "\[train\] out_dir '$WORK/dangling_out' is a symbolic link to noth
   "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/dangling_out"
 expect_exit 2 "\[train\] out_dir '$WORK/dangling_out/run' cannot be created: '$WORK/dangling_out' is a symbolic link to nothing" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/dangling_out/run"
+# A run's checkpoints/ given as out_dir is named (a run there started at step 0 beside them).
+mkdir -p "$WORK/ckonly" && printf 'step_00000003.h5\n' > "$WORK/ckonly/latest"
+expect_exit 2 "out_dir '$WORK/ckonly' holds checkpoints itself .*give the run directory \\('$WORK'\\) as out_dir" -- \
+  "$TRIDENT" train --config "$WORK/deck.ini" --train.out_dir="$WORK/ckonly" --resume
+check "... and nothing is written there" test "$(ls -A "$WORK/ckonly")" = latest
 expect_exit 1 "token file '$WORK/no_tokens.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --data.path="$WORK/no_tokens.h5" --dry-run 2
 check "... without an MPI abort banner" bash -c "! '$TRIDENT' train --config '$WORK/deck.ini' --data.path='$WORK/no_tokens.h5' --dry-run 2 2>&1 | grep -q Abort"
