@@ -756,7 +756,13 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
       try {  // a run directory or a checkpoint directory means its latest checkpoint
         from = resolve_checkpoint_path(from);
       } catch (const CheckpointError&) {
-        throw ConfigError("[train] init_from = " + cfg.train.init_from + ": the directory holds no checkpoint");
+        // A Hugging Face model directory is the likely mistake: say how to make it a checkpoint.
+        std::error_code ec;
+        const bool hf = std::filesystem::exists(std::filesystem::path(from) / "config.json", ec);
+        throw ConfigError("[train] init_from = " + cfg.train.init_from + ": the directory holds no checkpoint" +
+                          (hf ? std::string(" (it has a config.json: a Hugging Face model becomes one with `trident "
+                                            "ckpt import --format hf --output OUT " + from + "`, then init_from = OUT)")
+                              : std::string()));
       }
       trainer.init_weights_from(from, data.info());
       log::info("initialised the weights from %s (fresh optimizer, step 0; %.2f s)", from.c_str(), t.seconds());

@@ -146,6 +146,9 @@ for family in gpt2 llama; do
   sed -i 's/^max_steps = 1/max_steps = 2/' "$ft"
   out="$(timeout -k 10 300 "$TRIDENT" train --config "$ft" --resume --train.allow_changed=train.max_steps 2>&1)"
   check "$family: resuming ignores init_from" grep -q "init_from = .* is not used: the run resumes" <<<"$out"
+  # A Hugging Face directory as init_from: refused with the import command that makes it a checkpoint.
+  [ $family = gpt2 ] && expect_exit 2 "init_from = $WORK/$family.hf: the directory holds no checkpoint \\(it has a config.json: .*ckpt import --format hf --output OUT $WORK/$family.hf" -- \
+    "$TRIDENT" train --config "$ft" --train.out_dir="$WORK/$family.ft_hf" --train.init_from="$WORK/$family.hf"
 done
 
 # ---- bad input ---------------------------------------------------------------------------------
