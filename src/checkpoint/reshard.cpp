@@ -58,6 +58,7 @@ ReshardResult reshard_checkpoint(const std::string& input, const ReshardOptions&
       OutputRules rules;
       rules.force = true;
       rules.replace_checkpoint = true;
+      rules.creates_parent = true;
       rules.inputs = {res.input};
       check_output_file(opt.output, "the output", rules);
     }

@@ -116,8 +116,11 @@ void check_output_file(const std::string& path, const std::string& what, const O
     throw ConfigError(name + " names a run's checkpoint file: write it elsewhere (`trident ckpt reshard` and "
                       "`import` take a checkpoint directory to add a step to a run)");
   const fs::file_type type = what_is_at(path, name, "");
-  if (type == fs::file_type::not_found) return;
   if (type == fs::file_type::directory) throw ConfigError(name + " is a directory: give a file name");
+  const fs::path parent = fs::path(path).parent_path();
+  if (!rules.creates_parent && !parent.empty() && !fs::is_directory(parent, ec))
+    throw ConfigError(name + ": '" + parent.string() + "' is not an existing directory");
+  if (type == fs::file_type::not_found) return;
   if (type != fs::file_type::regular)
     throw ConfigError(name + " exists and is not a regular file (a device, FIFO or socket): choose another name");
   if (!rules.force) throw ConfigError(name + " already exists: choose a new file, or add --force to replace it");

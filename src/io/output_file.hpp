@@ -21,6 +21,9 @@ struct OutputRules {
   /// run; never a token file or another HDF5 file
   bool replace_checkpoint = false;
   std::vector<std::string> inputs;  ///< files the command reads: never replaced, even with force
+  /// the command creates the file's missing parent directories (`ckpt import`, `reshard`); else
+  /// the parent must be an existing directory now, not found missing after the command's work
+  bool creates_parent = false;
 };
 
 /// Throws ConfigError (naming `what`, e.g. "--npy") unless `path` may be written under `rules`:
@@ -30,7 +33,8 @@ struct OutputRules {
 /// rules.force, a regular file (a link to one counts; the link itself is what gets replaced) that
 /// is none of rules.inputs and not an HDF5 file unless a checkpoint under rules.replace_checkpoint
 /// (a token file never: the run that reads it would be lost). Directories, devices,
-/// FIFOs and sockets are refused. Throws IoError when the file system cannot answer (a parent
+/// FIFOs and sockets are refused, and so is a parent that is not an existing directory unless
+/// rules.creates_parent. Throws IoError when the file system cannot answer (a parent
 /// without search permission, a loop of links).
 void check_output_file(const std::string& path, const std::string& what, const OutputRules& rules);
 

@@ -131,6 +131,7 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
       OutputRules rules;
       rules.force = true;
       rules.replace_checkpoint = true;
+      rules.creates_parent = true;
       check_output_file(opt.output, "the output", rules);
     } else {
       check_output_directory(opt.output, "the output", "a name ending in .h5 is written as one checkpoint file");
