@@ -44,6 +44,14 @@ using namespace ckpt_detail;
 
 std::string resolve_checkpoint_path(const std::string& path) {
   std::error_code ec;
+  if (fs::path(path).filename() == "latest" && fs::is_regular_file(path, ec) && fs::file_size(path, ec) < 4096 && !ec) {
+    // A checkpoint directory's `latest` pointer (one line naming a step_*.h5 beside it), not an
+    // HDF5 file: the checkpoint it names, as for its directory.
+    const fs::path parent = fs::path(path).parent_path();
+    const auto latest = CheckpointDir(parent.empty() ? std::string(".") : parent.string()).latest();
+    if (latest) return *latest;
+    throw CheckpointError("'" + path + "' is a `latest` pointer, but no checkpoint is beside it");
+  }
   if (!fs::is_directory(path, ec)) return path;
   for (const fs::path& d : {fs::path(path) / "checkpoints", fs::path(path)}) {
     auto latest = CheckpointDir(d.string()).latest();

@@ -60,7 +60,8 @@ VerifyResult verify_checkpoint(const std::string& path, Communicator& comm, cons
 void require_intact(const CheckpointReader& rd, Communicator& comm, const std::string& hint, const ModelSchema& schema);
 
 /// `path` itself if it is a file, else the latest checkpoint below a run directory (its
-/// checkpoints/) or a checkpoint directory. Local. Throws CheckpointError when there is none.
+/// checkpoints/) or a checkpoint directory; a checkpoint directory's `latest` pointer file means
+/// the same as the directory. Local. Throws CheckpointError when there is none.
 std::string resolve_checkpoint_path(const std::string& path);
 
 }  // namespace trident

@@ -8,11 +8,9 @@
 #include "io/checkpoint_file.hpp"
 #include "parallel/agree.hpp"
 
-#include <filesystem>
 
 namespace trident {
 
-namespace fs = std::filesystem;
 
 std::string choose_resume_checkpoint(Communicator& world, const CheckpointDir& ckdir, bool resume,
                                      const std::string& resume_path, bool verify, const ModelSchema& schema) {
@@ -22,9 +20,7 @@ std::string choose_resume_checkpoint(Communicator& world, const CheckpointDir& c
   if (!resume_path.empty()) {
     // A run or checkpoint directory, or its `latest` pointer, means its newest checkpoint.
     run_agreed(world, "", [&] {
-      std::string p = resume_path;
-      if (fs::path(p).filename() == "latest" && fs::is_regular_file(p)) p = fs::path(p).parent_path().string();
-      chosen = resolve_checkpoint_path(p);
+      chosen = resolve_checkpoint_path(resume_path);
     });
     if (verify)
       run_agreed(world, "", [&] {

@@ -57,6 +57,13 @@ expect_exit 0 "there is no 'latest' pointer \\(a resume would start a new run at
 # ---- verify -----------------------------------------------------------------------------------
 expect_exit 0 "ok: .*step_00000004.h5 is intact" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$c4"
 expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/run"
+# A checkpoint directory's `latest` pointer names the checkpoint it points to (it once read as a
+# damaged HDF5 file: "FAILED"); a pointer with no checkpoint beside it says so.
+expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/run/checkpoints/latest"
+expect_exit 0 "[0-9]+ tensors, [0-9]+ elements" -- "$TRIDENT" ckpt show "$WORK/run/checkpoints/latest"
+mkdir -p "$WORK/lonely" && echo step_00000009.h5 > "$WORK/lonely/latest"
+expect_exit 1 "'$WORK/lonely/latest' is a .latest. pointer, but no checkpoint is beside it" -- \
+  "$TRIDENT" ckpt show "$WORK/lonely/latest"
 expect_exit 1 "tok.h5' is a Trident token file, not a checkpoint \(\`trident prep --verify\` checks token files\)" -- \
   "$TRIDENT" ckpt verify "$WORK/tok.h5"
 
@@ -350,6 +357,9 @@ expect_exit 2 "which this command reads" -- "$TRIDENT" ckpt show "$t6" transform
 expect_exit 2 "which this command reads" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$t6" --force
 expect_exit 2 "tok.h5 already exists: choose a new file, or add --force" -- \
   "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/tok.h5"
+# A missing directory is named before the tensor is read (io/output_file's check).
+expect_exit 2 "no_such_dir' is not an existing directory" -- \
+  "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/no_such_dir/w.npy"
 # Even with --force: not an HDF5 file, not another checkpoint or `latest` of a run, not a device;
 # and a link planted at any temporary name is never followed (the write uses a new unique file).
 expect_exit 2 "tok.h5 is an HDF5 file" -- "$TRIDENT" ckpt show "$t6" transformer.wte.weight --npy "$WORK/tok.h5" --force
