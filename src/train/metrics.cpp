@@ -60,22 +60,35 @@ std::string superseded_path(const std::string& path) {
 
 std::size_t field_count(const std::string& line) { return static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1; }
 
-/// The data rows of `path` (after its header); `cut_short`, when given, receives the last row if
-/// a kill cut it short while it was written: no newline at its end and fewer fields than the row
-/// before it (or the header, for the only row); else "".
-std::vector<std::string> data_lines(const std::string& path, std::string* cut_short = nullptr) {
+/// True when `line` starts as a row of these tables does: with a step number.
+bool starts_with_step(const std::string& line) {
+  const size_t d = !line.empty() && line[0] == '-' ? 1 : 0;
+  return line.size() > d && line[d] >= '0' && line[d] <= '9';
+}
+
+/// The data rows of `path` (after its header; a first line that starts with a step number is a
+/// row of a file whose header was removed by hand). `junk`, when given, receives the non-empty
+/// lines that are not rows (no step number first: text pasted in, a second header), which the
+/// returned rows then omit. `cut_short`, when given, receives the last row if a kill cut it short
+/// while it was written: no newline at its end and fewer fields than the row before it (or the
+/// header, for the only row); else "".
+std::vector<std::string> data_lines(const std::string& path, std::string* cut_short = nullptr,
+                                    std::vector<std::string>* junk = nullptr) {
   std::vector<std::string> out;
   std::ifstream in(path);
   std::string line, header;
   bool ended = true;
   for (bool first = true; std::getline(in, line); first = false) {
-    ended = !in.eof();  // getline stopped at a newline, not at the end of the file
-    if (first) header = line;
-    else if (!line.empty()) out.push_back(line);
+    if (first && !starts_with_step(line)) header = line;
+    else if (junk != nullptr && !line.empty() && !starts_with_step(line)) junk->push_back(line);
+    else if (!line.empty()) {
+      out.push_back(line);
+      ended = !in.eof();  // getline stopped at a newline, not at the end of the file
+    }
   }
   if (cut_short != nullptr) {
     cut_short->clear();
-    if (!ended && !out.empty()) {
+    if (!ended && !out.empty() && (out.size() > 1 || !header.empty())) {
       const std::string& before = out.size() > 1 ? out[out.size() - 2] : header;
       if (field_count(out.back()) < field_count(before)) *cut_short = out.back();
     }
@@ -102,6 +115,13 @@ void report_set_aside(const std::string& path, const std::string& aside, const s
   }
   log::info("%zu row(s) of %s (steps %lld-%lld) are not in the history of the state being trained: moved to %s",
             rows.size(), path.c_str(), static_cast<long long>(lo), static_cast<long long>(hi), aside.c_str());
+}
+
+/// Says on the log that `rows` lines of `path` that are not rows of its table were set aside.
+void report_junk(const std::string& path, const std::string& aside, const std::vector<std::string>& rows) {
+  if (rows.empty()) return;
+  log::warn("%zu line(s) of %s do not start with a step number (edited by hand?): moved to %s", rows.size(),
+            path.c_str(), aside.c_str());
 }
 
 std::string leg_of(const std::string& line) {
@@ -142,10 +162,10 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     return false;
   };
   const std::string aside = superseded_path(path_);
-  std::vector<std::string> kept, dropped;
+  std::vector<std::string> kept, dropped, junk;
   std::string cut_short;
   // Rows before the recorded lineage (written before lineages existed) follow the step rule.
-  for (const std::string& l : data_lines(path_, &cut_short)) {
+  for (const std::string& l : data_lines(path_, &cut_short, &junk)) {
     const std::int64_t st = std::atoll(l.c_str());
     if ((st <= s0 && st <= keep_until_step) || in_lineage(l)) kept.push_back(l);
     else dropped.push_back(l);
@@ -160,6 +180,8 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
               st <= keep_until_step ? "; that step is not trained again, so metrics.csv keeps no row for it" : "");
   }
   report_set_aside(path_, aside, std::vector<std::string>(dropped.begin(), dropped.end() - (cut ? 1 : 0)));
+  report_junk(path_, aside, junk);
+  dropped.insert(dropped.end(), junk.begin(), junk.end());
   std::vector<std::string> still_aside;
   for (const std::string& l : data_lines(aside)) {
     if (in_lineage(l) && std::find(kept.begin(), kept.end(), l) == kept.end()) kept.push_back(l);
@@ -200,20 +222,31 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
     : path_(path) {
   // keep_until_step < 0 (a new run, or a resume that found no checkpoint): every existing row
   // is set aside, like the rows past a resume step.
-  std::vector<std::string> lines, dropped;
-  for (const std::string& l : data_lines(path_))
-    (keep_until_step >= 0 && std::atoll(l.c_str()) <= keep_until_step ? lines : dropped).push_back(l);
+  std::vector<std::string> lines, dropped, junk;
+  std::string cut_short;
+  const std::vector<std::string> rows = data_lines(path_, &cut_short, &junk);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string& l = rows[i];
+    const bool cut = i + 1 == rows.size() && l == cut_short;  // a kill cut it short: never a whole row
+    (!cut && keep_until_step >= 0 && std::atoll(l.c_str()) <= keep_until_step ? lines : dropped).push_back(l);
+  }
   // Rows past the resume point (an interrupted run's last steps, or a branch this run abandoned)
-  // are kept in <name>.superseded.csv, never lost.
+  // are kept in <name>.superseded.csv, never lost; so are a row cut short and lines that are not rows.
+  const std::string aside = superseded_path(path_);
+  if (!cut_short.empty())
+    log::warn("the last row of %s (step %lld) was cut short (no end of line: the run was killed while writing it): "
+              "moved to %s",
+              path_.c_str(), static_cast<long long>(std::atoll(cut_short.c_str())), aside.c_str());
+  report_set_aside(path_, aside, std::vector<std::string>(dropped.begin(), dropped.end() - (cut_short.empty() ? 0 : 1)));
+  report_junk(path_, aside, junk);
+  dropped.insert(dropped.end(), junk.begin(), junk.end());
   if (!dropped.empty()) {
-    const std::string aside = superseded_path(path_);
     const bool fresh = !std::ifstream(aside).good();
     std::ofstream a(aside, std::ios::app);
     if (fresh) a << header << "\n";
     for (const auto& l : dropped) a << l << "\n";
     a.flush();
     if (!a) throw IoError("cannot write '" + aside + "'");
-    report_set_aside(path_, aside, dropped);
   }
   // Rewritten as a new file and renamed over the old one: a crash leaves one or the other whole.
   rewrite(path_, header, lines);
@@ -229,6 +262,7 @@ bool MetricsCsv::record_val_loss(std::int64_t step, double loss) {
   std::string header;
   if (!std::getline(in, header)) return false;
   in.close();
+  if (starts_with_step(header)) header = kHeader;  // its header removed by hand during the run
   std::vector<std::string> lines = data_lines(path_);
   for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
     const size_t c1 = it->find(','), c2 = c1 == std::string::npos ? c1 : it->find(',', c1 + 1);

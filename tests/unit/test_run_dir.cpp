@@ -305,6 +305,56 @@ TEST(RunDir, AMetricsRowCutShortByAKillIsSetAsideAndNamedSo) {
   EXPECT_NE(log2.find("(steps 4-5) are not in the history"), std::string::npos) << log2;
 }
 
+TEST(RunDir, HandEditedMetricsKeepEveryRowAndSetAsideWhatIsNotARow) {
+  // A metrics.csv whose header was deleted by hand keeps its first row (it was once read as the
+  // header and lost at the resume's rewrite); lines that are not rows (text pasted in, a second
+  // header) go to metrics.superseded.csv with a warning instead of staying among the rows.
+  const std::string out = fresh_dir("rd_metrics_edited");  // collective
+  if (world().rank() != 0) return;                          // the rest is local
+  fs::create_directories(out);
+  const std::string path = out + "/metrics.csv";
+  const std::string values = ",2.5,,1e-3,0.5,1000,10,0.1,100,1,1,2,0,3,0,0.5,0";
+  {
+    std::ofstream f(path);
+    f << "1" << values << ",aaaaaaaa\n";  // no header line
+    f << "2" << values << ",aaaaaaaa\n";
+    f << "step,train_loss,val_loss\n";     // a header pasted again
+    f << "note: lr looked high here\n";
+    f << "3" << values << ",aaaaaaaa\n";
+  }
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  { MetricsCsv resumed(path, 3, "aaaaaaaa@0", "bbbbbbbb"); }
+  const std::string log = testing::internal::GetCapturedStderr() + testing::internal::GetCapturedStdout();
+  EXPECT_EQ(csv_steps(path), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(read_file(path).rfind("step,", 0), 0u);  // the header is back
+  const std::string aside = read_file(out + "/metrics.superseded.csv");
+  EXPECT_NE(aside.find("\nnote: lr looked high here\n"), std::string::npos) << aside;
+  EXPECT_NE(aside.find("\nstep,train_loss,val_loss\n"), std::string::npos) << aside;
+  EXPECT_NE(log.find("2 line(s) of " + path + " do not start with a step number"), std::string::npos) << log;
+}
+
+TEST(RunDir, ASampleLogRowCutShortByAKillIsSetAside) {
+  // samples.csv (no lineage): a last row without its end of line and with fewer fields than the
+  // row before is half a row, set aside with a warning rather than kept as a sample of offset 0.
+  const std::string out = fresh_dir("rd_samples_cut");  // collective
+  if (world().rank() != 0) return;                       // the rest is local
+  fs::create_directories(out);
+  const std::string path = out + "/samples.csv";
+  {
+    std::ofstream f(path);
+    f << "step,sample,offset\n1,0,100\n1,1,200\n2,2,300\n2,3";
+  }
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  { SampleLogCsv resumed(path, 2); }
+  const std::string log = testing::internal::GetCapturedStderr() + testing::internal::GetCapturedStdout();
+  EXPECT_EQ(read_file(path), "step,sample,offset\n1,0,100\n1,1,200\n2,2,300\n");
+  EXPECT_EQ(read_file(out + "/samples.superseded.csv"), "step,sample,offset\n2,3\n");
+  EXPECT_NE(log.find("the last row of " + path + " (step 2) was cut short"), std::string::npos) << log;
+  EXPECT_EQ(log.find("not in the history"), std::string::npos) << log;
+}
+
 TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
   const std::string base = fresh_dir("rd_blocked");
   if (world().rank() == 0) std::ofstream(base) << "a file where a directory should be";
