@@ -64,11 +64,20 @@ std::vector<std::pair<std::int64_t, std::string>> CheckpointDir::list() const {
   return out;
 }
 
-std::optional<std::string> CheckpointDir::latest() const {
-  std::ifstream in(fs::path(dir_) / "latest");
+std::string CheckpointDir::latest_name() const {
+  const fs::path p = fs::path(dir_) / "latest";
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return "";
+  std::ifstream in(p);
   std::string name;
+  if (in) std::getline(in, name);
+  return name;
+}
+
+std::optional<std::string> CheckpointDir::latest() const {
+  const std::string name = latest_name();
   // Only a plain file name of this directory counts (never a path leading elsewhere).
-  if (in && std::getline(in, name) && step_of_name(name).has_value()) {
+  if (step_of_name(name).has_value()) {
     const fs::path p = fs::path(dir_) / name;
     std::error_code ec;
     if (fs::is_regular_file(p, ec)) return p.string();
@@ -90,11 +99,7 @@ std::optional<std::string> CheckpointDir::newest_complete(Communicator& comm, bo
   broadcast_string(comm, joined);
   for (size_t a = 0, b; (b = joined.find('\n', a)) != std::string::npos; a = b + 1) candidates.push_back(joined.substr(a, b - a));
   if (tried != nullptr) *tried = candidates.size();
-  std::string pointer;  // what `latest` names, "" when there is no pointer
-  {
-    std::ifstream in(fs::path(dir_) / "latest");
-    if (in) std::getline(in, pointer);
-  }
+  const std::string pointer = latest_name();  // "" when there is no pointer
   for (const std::string& path : candidates) {
     std::string problem;
     try {

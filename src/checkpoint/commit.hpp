@@ -50,6 +50,9 @@ class CheckpointDir {
   std::vector<std::pair<std::int64_t, std::string>> list() const;
   /// The checkpoint `latest` names, else the newest committed one, else nothing. Local.
   std::optional<std::string> latest() const;
+  /// The first line of <dir>/latest as written there, "" when there is none or it is not a
+  /// regular file (a FIFO there is never opened: reading it would block). Local.
+  std::string latest_name() const;
 
   /// The newest committed checkpoint that opens and (with verify) passes require_intact (index,
   /// metadata against `schema`, checksums), trying newer files first; each one skipped is reported

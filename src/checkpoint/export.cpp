@@ -99,7 +99,9 @@ SafetensorsExportResult export_safetensors(const std::string& path, Communicator
   require_config(!opt.output_dir.empty(), "no --output directory given");
   require_config(opt.dtype == "float32" || opt.dtype == "bfloat16",
                  "--dtype '" + opt.dtype + "' is not float32 or bfloat16");
-  require_config(opt.shard_size_mb > 0, "--shard-size-mb must be > 0");
+  // At most 2^40 MiB (a petabyte: no limit in practice), so that the byte count fits 64 bits.
+  require_config(opt.shard_size_mb > 0 && opt.shard_size_mb <= 1099511627776.0,
+                 "--shard-size-mb must be > 0 and at most 2^40 (MiB)");
   SafetensorsExportResult res;
   run_agreed(comm, "", [&] {
     std::error_code ec;

@@ -89,9 +89,7 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
       if (ec) throw CheckpointError("cannot list directory '" + dir + "': " + ec.message());
     }
     if (dir.empty()) dir = ".";
-    std::string latest;
-    std::ifstream in(fs::path(dir) / "latest");
-    if (in) std::getline(in, latest);
+    const std::string latest = CheckpointDir(dir).latest_name();
     // A damaged pointer (a NUL, control bytes) is shown escaped: printed raw it would cut the
     // listing short at its first NUL.
     std::string shown;

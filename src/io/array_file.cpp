@@ -1,5 +1,6 @@
 #include "io/array_file.hpp"
 
+#include "io/input_file.hpp"
 #include "io/hdf5.hpp"
 
 #include <cstdio>
@@ -68,6 +69,7 @@ void write_arrays(const std::string& path, const std::vector<NamedArray>& arrays
 
 std::vector<NamedArray> read_arrays(const std::string& path) {
   h5::quiet_errors();
+  reject_special_file(path, "array file");  // a FIFO would block HDF5's probe below
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     FILE* fp = std::fopen(path.c_str(), "rb");
     if (fp == nullptr) throw IoError("array file '" + path + "' does not exist or cannot be read");

@@ -1,5 +1,6 @@
 #include "io/checkpoint_file.hpp"
 
+#include "io/input_file.hpp"
 #include "core/fault.hpp"
 #include "io/hdf5.hpp"
 #include "parallel/agree.hpp"
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 
 #include <algorithm>
 #include <cmath>
@@ -458,6 +460,8 @@ std::optional<double> peek_checkpoint_attr_double(const std::string& path, const
   h5::quiet_errors();
   std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
   try {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return std::nullopt;  // (a FIFO would block the probe)
     if (H5Fis_hdf5(path.c_str()) <= 0) return std::nullopt;
     h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
     H5Pset_file_locking(fapl, false, true);
@@ -585,6 +589,7 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
   std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
   Failure fail;
   fail.run([&] {
+    reject_special_file(path, "checkpoint");  // a FIFO would block the open below
     FILE* fp = std::fopen(path.c_str(), "rb");
     if (fp == nullptr) throw IoError("checkpoint '" + path + "' does not exist or cannot be read");
     std::fclose(fp);

@@ -1,11 +1,13 @@
 #include "io/safetensors.hpp"
 
 #include "core/error.hpp"
+#include "io/input_file.hpp"
 
 #include <boost/property_tree/json_parser.hpp>
 #include <boost/property_tree/ptree.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -46,26 +48,34 @@ std::int64_t to_int(const std::string& s, const std::string& what) {
     if (used != s.size() || v < 0) throw std::invalid_argument(s);
     return v;
   } catch (const std::exception&) {
-    throw IoError(what + ": '" + s + "' is not a non-negative integer");
+    throw IoError(what + ": '" + s + "' is not a non-negative integer (below 2^63)");
   }
 }
 
 /// The tensors of one safetensors file, their offsets made absolute. Throws IoError.
 std::vector<SafetensorsTensor> read_header(const std::string& path) {
+  reject_special_file(path, "safetensors file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open '" + path + "'");
+  if (!in) throw IoError("cannot open '" + path + "': " + std::strerror(errno));
   const auto file_size = static_cast<std::uint64_t>(fs::file_size(path));
   unsigned char len_bytes[8];
   if (!in.read(reinterpret_cast<char*>(len_bytes), 8))
     throw IoError("'" + path + "' is shorter than a safetensors header (8 bytes): truncated or not safetensors");
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
-  if (n == 0 || n > (100u << 20) || 8 + n > file_size)
+  if (n == 0) throw IoError("'" + path + "' has a header length of 0 bytes: not a safetensors file");
+  if (n > (100u << 20))
+    throw IoError("'" + path + "' has a header length of " + std::to_string(n) +
+                  " bytes, more than the 100 MiB safetensors allows: not a safetensors file");
+  if (8 + n > file_size)
     throw IoError("'" + path + "' has a header length of " + std::to_string(n) + " bytes, beyond its size of " +
                   std::to_string(file_size) + ": truncated or not a safetensors file");
   std::string header(n, '\0');
   if (!in.read(header.data(), static_cast<std::streamsize>(n))) throw IoError("cannot read the header of '" + path + "'");
   const pt::ptree tree = parse_json(header, "the header of '" + path + "'");
+  // A JSON string, number or null parses as a node with data and no children.
+  if (tree.empty() && !tree.data().empty()) throw IoError("the header of '" + path + "' is not a JSON object");
+  if (tree.empty()) throw IoError("the header of '" + path + "' lists no tensors");
   const std::uint64_t data_start = 8 + n;
   std::vector<SafetensorsTensor> out;
   std::set<std::string> seen;
@@ -114,13 +124,9 @@ std::vector<SafetensorsTensor> read_header(const std::string& path) {
   return out;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open '" + path + "'");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+/// A JSON file of a model directory (config.json, the index): at most 64 MiB (the largest
+/// index of a real model is a few MB).
+std::string read_text(const std::string& path) { return read_small_text_file(path, "JSON file", 64u << 20); }
 
 }  // namespace
 
@@ -140,6 +146,9 @@ std::map<std::string, SafetensorsTensor> read_safetensors_dir(const std::string&
     const pt::ptree tree = parse_json(read_text(index.string()), "'" + index.string() + "'");
     const auto wm = tree.get_child_optional("weight_map");
     if (!wm) throw IoError("'" + index.string() + "' has no weight_map");
+    if (!wm->data().empty() || (!wm->empty() && wm->front().first.empty()))
+      throw IoError("'" + index.string() + "': weight_map is not a JSON object (tensor name -> file)");
+    if (wm->empty()) throw IoError("'" + index.string() + "': weight_map lists no tensors");
     for (const auto& [name, node] : *wm) {
       if (node.data().empty() || node.data().find('/') != std::string::npos || node.data().find('\\') != std::string::npos ||
           node.data() == "." || node.data() == "..")
@@ -150,14 +159,18 @@ std::map<std::string, SafetensorsTensor> read_safetensors_dir(const std::string&
       if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
     }
   } else {
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".safetensors") files.push_back(it->path().string());
+    if (ec) throw IoError("cannot list '" + dir + "': " + ec.message());
     std::sort(files.begin(), files.end());
   }
   if (files.empty()) throw IoError("'" + dir + "' holds no .safetensors file");
+  const bool indexed = !weight_map.empty();
   std::map<std::string, SafetensorsTensor> out;
   for (const std::string& f : files) {
-    if (!fs::exists(f, ec)) throw IoError("'" + index.string() + "' names '" + f + "', which does not exist");
+    if (!fs::exists(f, ec))
+      throw IoError(indexed ? "'" + index.string() + "' names '" + f + "', which does not exist"
+                            : "'" + f + "' is a symbolic link to nothing (or a loop of links)");
     for (SafetensorsTensor& t : read_header(f)) {
       if (out.count(t.name)) throw IoError("tensor '" + t.name + "' is in both '" + out[t.name].file + "' and '" + f + "'");
       out[t.name] = std::move(t);
@@ -171,8 +184,9 @@ std::map<std::string, SafetensorsTensor> read_safetensors_dir(const std::string&
 }
 
 std::vector<double> read_safetensors_values(const SafetensorsTensor& t) {
+  reject_special_file(t.file, "safetensors file");
   std::ifstream in(t.file, std::ios::binary);
-  if (!in) throw IoError("cannot open '" + t.file + "'");
+  if (!in) throw IoError("cannot open '" + t.file + "': " + std::strerror(errno));
   in.seekg(static_cast<std::streamoff>(t.offset));
   std::vector<unsigned char> raw(t.bytes);
   if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(t.bytes)))
@@ -209,6 +223,7 @@ std::vector<double> read_safetensors_values(const SafetensorsTensor& t) {
 
 std::map<std::string, std::string> read_json_object_scalars(const std::string& path) {
   const pt::ptree tree = parse_json(read_text(path), "'" + path + "'");
+  if (tree.empty() && !tree.data().empty()) throw IoError("'" + path + "' is not a JSON object");
   std::map<std::string, std::string> out;
   for (const auto& [key, node] : tree) {
     if (key.empty()) throw IoError("'" + path + "' is not a JSON object");
@@ -229,8 +244,11 @@ std::vector<std::int64_t> read_json_int_array(const std::string& path, const std
   const pt::ptree tree = parse_json(read_text(path), "'" + path + "'");
   std::vector<std::int64_t> out;
   for (const auto& [k, node] : tree)
-    if (k == key)
+    if (k == key) {
+      if (!node.data().empty() || (!node.empty() && !node.front().first.empty()))
+        throw IoError("'" + path + "': " + key + " is not a JSON array");
       for (const auto& e : node) out.push_back(to_int(e.second.data(), "'" + path + "', " + key));
+    }
   return out;
 }
 

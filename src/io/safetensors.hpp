@@ -47,7 +47,7 @@ std::vector<double> read_safetensors_values(const SafetensorsTensor& t);
 std::map<std::string, std::string> read_json_object_scalars(const std::string& path);
 
 /// The top-level array `key` of a JSON object file as integers; empty when absent. Throws IoError
-/// when the file is unreadable or an element is not an integer.
+/// when the file is unreadable, `key` is not an array or an element is not an integer.
 std::vector<std::int64_t> read_json_int_array(const std::string& path, const std::string& key);
 
 }  // namespace trident

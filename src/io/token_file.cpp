@@ -1,5 +1,6 @@
 #include "io/token_file.hpp"
 
+#include "io/input_file.hpp"
 #include "core/tokenizer_kind.hpp"
 #include "io/hdf5.hpp"
 
@@ -94,6 +95,7 @@ struct TokenFileReader::Impl {
 TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_unique<Impl>()), path_(path) {
   h5::quiet_errors();
   std::lock_guard<std::recursive_mutex> hdf5_lock(h5::mutex());
+  reject_special_file(path, "token file");  // a FIFO would block HDF5's probe below
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     FILE* fp = std::fopen(path.c_str(), "rb");
     if (fp == nullptr)

@@ -8,6 +8,7 @@
 #include "data/tokenizer.hpp"
 #include "io/output_file.hpp"
 #include "io/checkpoint_file.hpp"
+#include "io/input_file.hpp"
 #include "io/safetensors.hpp"
 #include "model/family.hpp"
 #include "parallel/agree.hpp"
@@ -80,8 +81,12 @@ class HfTensors {
         for (std::int64_t c = 0; c < cols; ++c) tr[static_cast<size_t>(r * cols + c)] = values_[static_cast<size_t>(c * rows + r)];
       values_.swap(tr);
     }
-    for (double v : values_)
+    for (double v : values_) {
       if (!std::isfinite(v)) throw ConfigError("tensor '" + s.name + "' holds a non-finite value");
+      if (!std::isfinite(static_cast<float>(v)))  // an F64 value beyond float's range
+        throw ConfigError("tensor '" + s.name + "' holds the value " + std::to_string(v) +
+                          ", beyond float's range (Trident's weights are float)");
+    }
     cached_ = t.name;
     used_.insert(s.name);
   }
@@ -141,6 +146,11 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
            !CheckpointDir(opt.output).list().empty() || fs::exists(out / "latest", ec)))
         throw ConfigError("the output directory '" + opt.output +
                           "' holds checkpoints or a run: import into a new directory or a *.h5 file");
+      // A new or empty directory only (docs/models.md): never the model directory itself or
+      // another directory of the user's, which would get a checkpoint and a `latest` among its files.
+      if (fs::exists(opt.output, ec) && !fs::is_empty(opt.output, ec))
+        throw ConfigError("the output directory '" + opt.output +
+                          "' is not empty: import into a new or empty directory, or a *.h5 file");
     }
     bool any_safetensors = false;
     for (const auto& e : fs::directory_iterator(dir, ec))
@@ -172,8 +182,18 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     if (!kind.empty() && c.count("trident_tokenizer") && c.at("trident_tokenizer") != kind)
       throw ConfigError("--tokenizer " + kind + ": config.json says the model was trained on " +
                         c.at("trident_tokenizer") + " tokens (trident_tokenizer)");
-    if (kind.empty() && c.count("trident_tokenizer")) kind = c.at("trident_tokenizer");
-    if (kind.empty() && m.arch == ModelArch::gpt2 && m.vocab_size >= 50257) kind = "gpt2";
+    // Where the kind comes from, for the messages below: the option, or config.json.
+    std::string source = "--tokenizer " + kind;
+    if (kind.empty() && c.count("trident_tokenizer")) {
+      kind = c.at("trident_tokenizer");
+      source = "config.json's trident_tokenizer '" + kind + "'";
+      if (!parse_tokenizer_kind(kind))
+        throw ConfigError(source + " is not a tokenizer kind (" + tokenizer_kind_names() + ")");
+    }
+    if (kind.empty() && m.arch == ModelArch::gpt2 && m.vocab_size >= 50257) {
+      kind = "gpt2";
+      source = "the gpt2 tokenizer (taken for a GPT-2 vocabulary)";
+    }
     if (kind.empty())
       throw ConfigError("the tokenizer of '" + opt.dir + "' is unknown: give --tokenizer KIND (" + tokenizer_kind_names() +
                         ") for the token ids the model was trained on");
@@ -183,7 +203,7 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     // Kinds with a fixed vocabulary need a model at least that large (ids beyond it never occur).
     const std::int64_t fixed = tokenizer_info(*k).fixed_vocab;
     if (fixed > 0 && m.vocab_size < fixed)
-      throw ConfigError("--tokenizer " + kind + " has " + std::to_string(fixed) + " token ids; the model has only " +
+      throw ConfigError(source + " has " + std::to_string(fixed) + " token ids; the model has only " +
                         std::to_string(m.vocab_size) + " (vocab_size): it was trained on other tokens");
     if (tokenizer_info(*k).stores_vocab) {
       for (std::int64_t v : read_json_int_array(config_path, "trident_vocab")) {
@@ -206,9 +226,15 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
     }
     if (tokenizer_info(*k).stores_model) {
       const fs::path tm = dir / "tokenizer.model";
-      std::ifstream in(tm, std::ios::binary);
-      if (!in) throw ConfigError("tokenizer '" + kind + "' needs its model, tokenizer.model, which '" + opt.dir + "' lacks");
-      tok_model.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (!fs::exists(tm, ec))
+        throw ConfigError("tokenizer '" + kind + "' needs its model, tokenizer.model, which '" + opt.dir + "' lacks");
+      const std::string bytes = read_small_text_file(tm.string(), "the tokenizer model", 1u << 30);
+      tok_model.assign(bytes.begin(), bytes.end());
+      try {  // the checks a checkpoint's reader makes: it loads, spells a newline, fits vocab_size
+        (void)Tokenizer(*k, {}, m.vocab_size, tok_model);
+      } catch (const Error& e) {
+        throw ConfigError("'" + tm.string() + "': " + std::string(e.what()));
+      }
     }
     cfg = parse_deck_text("", "hf_import", {});
     cfg.model = m;

@@ -234,6 +234,63 @@ expect_exit 1 "overlap" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.
 cp -r "$WORK/llama.hf" "$WORK/escape"; sed -i 's|"model-00001-of-00001.safetensors"|"../llama.hf/model-00001-of-00001.safetensors"|' "$WORK/escape/model.safetensors.index.json"
 expect_exit 1 "not a file name inside the model directory" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/escape"
 expect_exit 2 "was imported .* records no token file: give --data FILE" -- "$TRIDENT" eval --checkpoint "$WORK/llama.imp"
+# A tokenizer.model that SentencePiece cannot load is refused at import (it was once copied in,
+# exit 0, and every reader then called the checkpoint damaged).
+cp -r "$WORK/llama.hf" "$WORK/badspm"; sed -i 's/"trident_tokenizer": "char"/"trident_tokenizer": "bpe"/; /"trident_vocab"/d' "$WORK/badspm/config.json"
+head -c 100 /dev/urandom > "$WORK/badspm/tokenizer.model"
+expect_exit 2 "badspm/tokenizer.model': " -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/badspm"
+check "... and nothing is written" test ! -e "$WORK/x.h5"
+# A tokenizer kind from config.json is named as config.json's, not as an option never given.
+cp -r "$WORK/llama.hf" "$WORK/badkind"; sed -i 's/"trident_tokenizer": "char"/"trident_tokenizer": "foo"/' "$WORK/badkind/config.json"
+expect_exit 2 "config.json's trident_tokenizer 'foo' is not a tokenizer kind" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/badkind"
+cp -r "$WORK/llama.hf" "$WORK/strvocab"; sed -i 's/"trident_vocab": \[[0-9, ]*\]/"trident_vocab": "abc"/' "$WORK/strvocab/config.json"
+expect_exit 1 "trident_vocab is not a JSON array" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/strvocab"
+# GPT-2's n_inner against 4 n_embd in 64 bits (an n_embd of 2^31 - 1 once printed "-4 wide").
+cp -r "$WORK/gpt2.hf" "$WORK/wide"; sed -i 's/"n_embd": [0-9]*/"n_embd": 2147483647/' "$WORK/wide/config.json"
+sed -i 's/"n_inner": [0-9]*/"n_inner": 100/' "$WORK/wide/config.json"
+expect_exit 2 "MLP is 4 n_embd = 8589934588 wide" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/wide"
+# F64 weights beyond float's range: named like a non-finite value, not a diverged run.
+cp -r "$WORK/gpt2.hf" "$WORK/f64"
+$PY - "$WORK/f64/model-00001-of-00001.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n]); data = b[8 + n:]; meta = h.pop("__metadata__", None)
+out = b""; nh = {}
+for name, t in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    a, e = t["data_offsets"]; vals = list(struct.unpack("<%df" % ((e - a) // 4), data[a:e]))
+    if name.endswith("wte.weight"): vals[0] = 1e300
+    nh[name] = {"dtype": "F64", "shape": t["shape"], "data_offsets": [len(out), len(out) + 8 * len(vals)]}
+    out += struct.pack("<%dd" % len(vals), *vals)
+if meta is not None: nh["__metadata__"] = meta
+hb = json.dumps(nh).encode(); hb += b" " * (-len(hb) % 8)
+open(p, "wb").write(struct.pack("<Q", len(hb)) + hb + out)
+PYEOF
+expect_exit 2 "wte.weight' holds the value .*, beyond float's range" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/f64"
+# Safetensors headers that are not a table of tensors.
+cp -r "$WORK/gpt2.hf" "$WORK/hdr"; f="$WORK/hdr/model-00001-of-00001.safetensors"
+$PY -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<Q",8)+b"\"abcdef\""+b"\0"*64)' "$f"
+expect_exit 1 "the header of .* is not a JSON object" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/hdr"
+$PY -c 'import struct,sys; open(sys.argv[1],"wb").write(struct.pack("<Q",0)+b"\0"*64)' "$f"
+expect_exit 1 "header length of 0 bytes: not a safetensors file" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/hdr"
+# FIFOs are refused, never opened (an open for reading blocks until a writer comes).
+cp -r "$WORK/gpt2.hf" "$WORK/fifo"; rm "$WORK/fifo/model-00001-of-00001.safetensors"; mkfifo "$WORK/fifo/model-00001-of-00001.safetensors"
+expect_exit 1 "is a FIFO, device or socket, not a file" -- \
+  timeout 60 "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/fifo"
+mkfifo "$WORK/fifo.h5"
+expect_exit 1 "checkpoint '$WORK/fifo.h5' is a FIFO, device or socket" -- timeout 60 "$TRIDENT" sample --checkpoint "$WORK/fifo.h5"
+expect_exit 1 "token file '$WORK/fifo.h5' is a FIFO" -- \
+  timeout 60 "$TRIDENT" train --config "$WORK/gpt2.ini" --train.out_dir="$WORK/wrong6" --data.path="$WORK/fifo.h5"
+mkdir -p "$WORK/fifock" && cp "$WORK/gpt2.imp/step_00000000.h5" "$WORK/fifock/" && mkfifo "$WORK/fifock/latest"
+expect_exit 0 "ok: .*fifock/step_00000000.h5 is intact" -- timeout 60 "$TRIDENT" ckpt verify "$WORK/fifock"
+# The output directory is new or empty: never the model directory or another non-empty one.
+expect_exit 2 "the output directory '$WORK/gpt2.hf' is not empty" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/gpt2.hf" "$WORK/gpt2.hf"
+check "... which is left as it was" test ! -e "$WORK/gpt2.hf/latest"
+# --shard-size-mb beyond 2^40 MiB (inf once wrote one file per tensor).
+expect_exit 2 "--shard-size-mb must be > 0 and at most 2\^40" -- \
+  "$TRIDENT" ckpt export --format hf --shard-size-mb inf --output "$WORK/sinf" "$WORK/gpt2.imp"
 # init_from: a damaged checkpoint is refused (checksums), a missing one names the key.
 cp "$WORK/llama.imp/step_00000000.h5" "$WORK/damaged.h5"
 corrupt_dataset "$WORK/damaged.h5" shards/param/pp0_dp0_tp0

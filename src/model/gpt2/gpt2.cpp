@@ -209,10 +209,11 @@ void hf_read_config(const std::map<std::string, std::string>& c, ModelConfig& m)
   m.vocab_size = hf_int(c, "vocab_size", 50257);
   m.bias = hf_bool(c, "bias", true);
   m.dropout = 0.0;
-  const int inner = hf_int(c, "n_inner", 4 * m.n_embd);
-  if (inner != 4 * m.n_embd)
-    throw ConfigError("config.json: \"n_inner\" = " + std::to_string(inner) + ": Trident's GPT-2 MLP is 4 n_embd = " +
-                      std::to_string(4 * m.n_embd) + " wide");
+  // In 64 bits: n_embd may be any int here (validate() bounds the model afterwards).
+  const std::int64_t four = 4 * static_cast<std::int64_t>(m.n_embd);
+  if (c.count("n_inner") && c.at("n_inner") != "null" && hf_int(c, "n_inner", 0) != four)
+    throw ConfigError("config.json: \"n_inner\" = " + c.at("n_inner") + ": Trident's GPT-2 MLP is 4 n_embd = " +
+                      std::to_string(four) + " wide");
   const auto act = c.find("activation_function");
   if (act != c.end() && act->second != "gelu" && act->second != "gelu_new")
     throw ConfigError("config.json: \"activation_function\" = " + act->second + ": Trident's GPT-2 uses GELU");
@@ -220,6 +221,8 @@ void hf_read_config(const std::map<std::string, std::string>& c, ModelConfig& m)
     log::warn("config.json: activation_function = gelu_new (the tanh approximation of GELU); Trident computes the "
               "exact GELU, so logits differ from Hugging Face's in about the third decimal");
   const double eps = hf_double(c, "layer_norm_epsilon", 1e-5);
+  if (!(eps > 0) || !std::isfinite(eps))
+    throw ConfigError("config.json: \"layer_norm_epsilon\" = " + c.at("layer_norm_epsilon") + " is not a positive number");
   if (eps != 1e-5)
     log::warn("config.json: layer_norm_epsilon = %g; Trident's GPT-2 LayerNorm uses 1e-5, so logits differ slightly",
               eps);
