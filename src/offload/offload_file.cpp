@@ -56,20 +56,43 @@ OffloadFile::OffloadFile(std::string path, const std::vector<std::int64_t>& reco
   for (std::int64_t b : record_bytes) offsets_.push_back(offsets_.back() + aligned(b));
   // A file-size limit (ulimit -f) must be an error naming the file, not a SIGXFSZ kill.
   std::signal(SIGXFSZ, SIG_IGN);
-  fd_buffered_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd_buffered_ < 0) fail(std::string("cannot create it: ") + std::strerror(errno));
+  // Not O_TRUNC: a stale file is emptied only once its lock is ours (a second run that shares the
+  // path must never empty the live run's file before it finds the lock). O_NOFOLLOW: never
+  // through a link planted at the name (it would overwrite, then remove, the link's target).
+  fd_buffered_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd_buffered_ < 0) {
+    const int e = errno;
+    if (e == ELOOP) fail("it is a symbolic link: the offload file is never written through one; remove it");
+    fail(std::string("cannot create it: ") + std::strerror(e) +
+         (e == ENOENT ? " (create the directory [parallel] offload_path first, e.g. mkdir -p in the job script)" : ""));
+  }
+  struct stat st {};
+  if (::fstat(fd_buffered_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_buffered_);  // not ours to remove
+    fd_buffered_ = -1;
+    fail("it exists and is not a regular file (a FIFO, device or socket): remove it or choose another offload_path");
+  }
+  ::fcntl(fd_buffered_, F_SETFL, ::fcntl(fd_buffered_, F_GETFL) & ~O_NONBLOCK);
   if (::flock(fd_buffered_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     ::close(fd_buffered_);
     fd_buffered_ = -1;
     fail("another process uses it (two runs with the same [parallel] offload_path and rank?)");
   }
+  ino_ = st.st_ino;
+  dev_ = st.st_dev;
+  if (::ftruncate(fd_buffered_, 0) != 0) {  // a stale file of a killed run: its content is scratch
+    const int e = errno;
+    ::close(fd_buffered_);
+    fd_buffered_ = -1;
+    fail(std::string("cannot truncate it: ") + std::strerror(e));
+  }
   const std::int64_t total = file_bytes();
   if (total > 0) {
     int err = ::posix_fallocate(fd_buffered_, 0, static_cast<off_t>(total));
     if (err != 0) {
+      remove_if_ours();
       ::close(fd_buffered_);
       fd_buffered_ = -1;
-      ::unlink(path_.c_str());
       fail(log::format("cannot reserve %.1f MiB for the optimizer state: %s%s", static_cast<double>(total) / (1 << 20),
                        std::strerror(err),
                        err == ENOSPC ? " (the offload device is full)"
@@ -96,9 +119,15 @@ OffloadFile::~OffloadFile() {
   if (thread_.joinable()) thread_.join();
   if (direct_ && fd_ >= 0) ::close(fd_);
   if (fd_buffered_ >= 0) {
+    remove_if_ours();
     ::close(fd_buffered_);
-    ::unlink(path_.c_str());
   }
+}
+
+void OffloadFile::remove_if_ours() const noexcept {
+  // Only the file this object opened and locked: never one put at the name since (a later run's).
+  struct stat now {};
+  if (::lstat(path_.c_str(), &now) == 0 && now.st_ino == ino_ && now.st_dev == dev_) ::unlink(path_.c_str());
 }
 
 void OffloadFile::fail(const std::string& what) const { throw IoError("offload file '" + path_ + "': " + what); }

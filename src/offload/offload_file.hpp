@@ -33,6 +33,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <sys/types.h>
 #include <thread>
 #include <vector>
 
@@ -70,14 +71,17 @@ class OffloadFile {
   /// `n` rounded up to kAlign.
   static std::int64_t aligned(std::int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-  /// Creates `path` (truncating a stale one), reserves the sum of aligned(record_bytes) with
-  /// fallocate, and starts the I/O thread. Local. Throws IoError naming the file when the
-  /// directory is missing or unwritable, another live process holds the file (flock), or the
-  /// space cannot be reserved (ENOSPC: full device; EFBIG: file-size limit -- SIGXFSZ is ignored
-  /// process-wide from here on so that the limit is an error, not a kill).
+  /// Creates `path` (a stale one of a killed run is taken over and emptied once its lock is held),
+  /// reserves the sum of aligned(record_bytes) with fallocate, and starts the I/O thread. Local.
+  /// Throws IoError naming the file, touching nothing, when the directory is missing or
+  /// unwritable, the name is a symbolic link (never followed) or not a regular file (a FIFO,
+  /// device), or another live process holds the file (flock: its content is left as it is); and
+  /// when the space cannot be reserved (ENOSPC: full device; EFBIG: file-size limit -- SIGXFSZ is
+  /// ignored process-wide from here on so that the limit is an error, not a kill).
   /// try_direct = false: buffered I/O from the start (tests of the fallback path).
   OffloadFile(std::string path, const std::vector<std::int64_t>& record_bytes, bool try_direct = true);
-  /// Waits for queued requests, stops the thread, closes and removes the file. Local, no throw.
+  /// Waits for queued requests, stops the thread, closes and removes the file (if the name still
+  /// holds the file this object created). Local, no throw.
   ~OffloadFile();
   OffloadFile(const OffloadFile&) = delete;
   OffloadFile& operator=(const OffloadFile&) = delete;
@@ -119,11 +123,15 @@ class OffloadFile {
   void run();
   void transfer(const Request& r);
   [[noreturn]] void fail(const std::string& what) const;
+  /// Unlinks path_ if it is still the file opened and locked here (same inode and device).
+  void remove_if_ours() const noexcept;
 
   std::string path_;
   std::vector<std::int64_t> offsets_;  // record r at offsets_[r], size offsets_[r+1] - offsets_[r]
   int fd_ = -1;                         // O_DIRECT when direct_, else the same as fd_buffered_
   int fd_buffered_ = -1;
+  ino_t ino_ = 0;  // the file opened and locked here
+  dev_t dev_ = 0;
   bool direct_ = false;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -3,7 +3,8 @@
 // same buffer sees that write (the FIFO that lets two buffers do read-ahead and write-behind), O_DIRECT
 // on a disk file system and the buffered fallback on tmpfs give the same bytes, the space is
 // reserved at creation, and each failure is an IoError naming the file: a missing directory, a
-// file-size limit (EFBIG, the stand-in for a full device that needs no root), a truncated file.
+// file-size limit (EFBIG, the stand-in for a full device that needs no root), a truncated file,
+// a second user of the file (refused, the live file intact), a link or FIFO at the name (untouched).
 #include "core/error.hpp"
 #include "offload/offload_file.hpp"
 #include "test_env.hpp"
@@ -17,6 +18,7 @@
 #include <filesystem>
 #include <string>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <vector>
 
 namespace trident {
@@ -95,6 +97,43 @@ TEST(OffloadFile, MissingDirectoryNamesTheFile) {
   const std::string msg = what_of([&] { OffloadFile f(path, {4096}); });
   EXPECT_NE(msg.find("offload file '" + path + "'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+}
+
+TEST(OffloadFile, ASecondUserOfTheFileIsRefusedAndLeavesItsContentAlone) {
+  // Two runs with the same offload_path and rank: the second is refused by the lock, and the live
+  // file keeps its records (it once truncated the file on open, before it found the lock, and the
+  // first run then read zeros: "truncated: read 0 of ... bytes").
+  const std::string path = test::scratch_dir() + "/trident-offload-shared." + std::to_string(test::runtime().world().rank()) + ".bin";
+  OffloadFile live(path, {4096});
+  AlignedHostBuffer a(4096, MemCategory::other), b(4096, MemCategory::other);
+  fill_pattern(a.data(), 4096, 5);
+  live.wait(live.write_async(0, a.data()));
+  const std::string msg = what_of([&] { OffloadFile second(path, {4096}); });
+  EXPECT_NE(msg.find("another process uses it"), std::string::npos) << msg;
+  EXPECT_EQ(static_cast<std::int64_t>(std::filesystem::file_size(path)), live.file_bytes());
+  live.wait(live.read_async(0, b.data()));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), 4096), 0) << "the live file's record survives the refused open";
+}
+
+TEST(OffloadFile, ALinkOrAFifoAtTheNameIsRefusedAndLeftAlone) {
+  // Never written through a link (it overwrote the link's target, a checkpoint, then removed the
+  // link), never a FIFO or device (removed as if it were a stale file).
+  const std::string dir = test::scratch_dir() + "/offload-special." + std::to_string(test::runtime().world().rank());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string target = dir + "/precious.h5", link = dir + "/trident-offload.0.bin";
+  { std::FILE* f = std::fopen(target.c_str(), "w"); std::fputs("a checkpoint", f); std::fclose(f); }
+  std::filesystem::create_symlink(target, link);
+  std::string msg = what_of([&] { OffloadFile f(link, {4096}); });
+  EXPECT_NE(msg.find("it is a symbolic link"), std::string::npos) << msg;
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(std::filesystem::file_size(target), 12u) << "the link's target is untouched";
+  std::filesystem::remove(link);
+  ASSERT_EQ(::mkfifo(link.c_str(), 0600), 0);
+  msg = what_of([&] { OffloadFile f(link, {4096}); });
+  EXPECT_NE(msg.find("is not a regular file"), std::string::npos) << msg;
+  EXPECT_TRUE(std::filesystem::is_fifo(link)) << "not removed";
+  std::filesystem::remove_all(dir);
 }
 
 TEST(OffloadFile, FileSizeLimitIsAnErrorNotAKill) {
