@@ -6,6 +6,7 @@
 #include "trident_cpu_target.h"
 #include "trident_version.hpp"
 
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
   // resume): `train` records it from before main on (install_early_stop_handlers) and stops after
   // its first step. MPICH's MPI_Init installs its own SIGUSR1 handler, so ours goes back after it.
   trident::Runtime rt(argc, argv);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported with the file's name by
+  // every command (plan --csv, prep, export, checkpoints), instead of a silent kill by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc > 1 && std::strcmp(argv[1], "train") == 0) {
     trident::install_stop_signal_handlers();
     trident::set_stop_signal_quiet(rt.world_rank() != 0);  // Ctrl-C reaches every rank: one message
@@ -102,6 +106,7 @@ int main(int argc, char** argv) {
       return e.exit_code();
     }
     trident::log::error("trident %s: error: %s", cmd.c_str(), e.what());
+    if (rt.world().size() == 1) return e.exit_code();  // no other rank waits: end cleanly, no abort banner
     trident::Runtime::abort(e.exit_code());
   } catch (const std::exception& e) {
     const std::string what = e.what();
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
                           cmd.c_str(), what.c_str());
     else
       trident::log::error("trident %s: internal error: %s", cmd.c_str(), e.what());
+    if (rt.world().size() == 1) return 1;
     trident::Runtime::abort(1);
   }
 }

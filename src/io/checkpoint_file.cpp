@@ -201,6 +201,9 @@ void reserve_space(const std::string& path, std::int64_t bytes) {
   if (err != 0) {
     char size[32];
     std::snprintf(size, sizeof size, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    if (err == EFBIG)
+      throw IoError("a checkpoint of " + std::string(size) + " in '" + dir + "' exceeds a file-size limit (ulimit -f): " +
+                    std::strerror(err));
     throw IoError("not enough space in '" + dir + "' for a checkpoint of " + size + ": " + std::strerror(err));
   }
 }

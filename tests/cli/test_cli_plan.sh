@@ -65,6 +65,13 @@ expect_exit 2 "--zero-stages 0,,1: expected comma-separated integers from 0 to 3
 expect_exit 2 "--csv: the file name is empty" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv ""
 expect_exit 2 "--csv $WORK/no_such_dir/p.csv: '$WORK/no_such_dir' is not an existing directory" -- \
   "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --csv "$WORK/no_such_dir/p.csv"
+# A file-size limit: the write fails with EFBIG, named (exit 1), not a kill by SIGXFSZ (exit 153)
+# nor an MPI abort banner (a rank-local error on a 1-rank job ends cleanly). UCX's shared-memory
+# transport itself needs files larger than the limit, hence sysv.
+expect_exit 1 "cannot write '$WORK/big.csv': File too large" -- bash -c "ulimit -f 16; UCX_TLS=sysv,self \
+  $(printf '%q ' "$TRIDENT" plan --config "$SRC/input/shakespeare_char.ini" --model.vocab_size=65 \
+  --train.global_batch_size=4096 --machine "$SRC/input/machines/dgx-a100-80gb.ini" --ranks 4096 --csv "$WORK/big.csv")"
+check "... and it leaves no file" test ! -e "$WORK/big.csv"
 sed 's|^path = .*|path = /nonexistent/tok.h5|' "$WORK/deck.ini" > "$WORK/nodata.ini"
 expect_exit 2 "give --model.vocab_size=N" -- "$TRIDENT" plan --config "$WORK/nodata.ini" --machine "$WORK/m.ini" --ranks 2
 expect_exit 0 "breakdown of the fastest" -- "$TRIDENT" plan --config "$WORK/nodata.ini" --machine "$WORK/m.ini" --ranks 2 --model.vocab_size=65
