@@ -45,6 +45,8 @@ int cmd_eval(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "", 0, vm, "eval")) return 0;
   if (opt.checkpoint.empty()) throw ConfigError("no --checkpoint given (try `trident eval --help`)");
+  if (vm.count("data") && opt.data.empty())
+    throw ConfigError("--data: the file name is empty (leave --data out to use the checkpoint's [data] path)");
   const EvalRunResult r = evaluate_checkpoint(opt, rt.world());
   log::info("%s loss %.9g | perplexity %.4g | %lld tokens | step %lld of %s | data %s | %s | %.2f s", opt.split.c_str(),
             r.loss, std::exp(r.loss), static_cast<long long>(r.tokens), static_cast<long long>(r.step), r.path.c_str(),

@@ -17,14 +17,20 @@
 #     [storage].
 # Usage: tools/machine_file.sh [--name NAME] [--ranks N] [--max-bytes B] [--build DIR] [--out FILE]
 #                              [--note TEXT] [--min-time S] [--clock wall|cpu] [--reuse]
-#                              [--offload-dir DIR] [--host-gemm LIB] [--alone]
-#   --name NAME      machine name (default: the host name); file input/machines/NAME.ini
-#   --ranks N        ranks per node (default: nproc): collectives over N ranks, bench_kernels on N
-#                    cores at once (unless --alone), memory per device = MemTotal / N
+#                              [--offload-dir DIR] [--host-gemm LIB] [--alone] [--force]
+#   --name NAME      machine name (default: the host name); file input/machines/NAME.ini, raw
+#                    results runs/machine/NAME/: a plain name (letters, digits, '.', '_', '-'; not
+#                    starting with '.')
+#   --ranks N        ranks per node, at least 2 (default: nproc): collectives over N ranks,
+#                    bench_kernels on N cores at once (unless --alone), memory per device = MemTotal / N
 #   --max-bytes B    largest collective message (default 16M; bench_collectives' suffixes)
 #   --build DIR      build directory with bin/bench_kernels and bin/bench_collectives (default build)
-#   --out FILE       output file (default input/machines/NAME.ini)
-#   --note TEXT      provenance line written to [machine] note (the load on the machine, ...)
+#   --out FILE       output file (default input/machines/NAME.ini; relative to the repository root),
+#                    written through a temporary file beside it and renamed. Never a directory, a
+#                    symbolic link or a file tracked by git other than a machine file this tool wrote
+#   --force          replace an existing --out file (without it an existing file is refused)
+#   --note TEXT      provenance line written to [machine] note (the load on the machine, ...): one line,
+#                    no control characters, no '#' or ';' (they start a comment in a machine file)
 #   --min-time S     Google Benchmark's --benchmark_min_time per kernel case (default 0.5)
 #   --clock wall|cpu rates per wall-clock second (default: what a rank gets on this machine as it is,
 #                    load included) or per CPU second (Google Benchmark's counters: the core alone)
@@ -42,12 +48,12 @@ source "$(dirname "$0")/script_help.sh"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-name=$(hostname -s); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0; offload_dir=""
-host_gemm=auto; alone=0
+name=$(hostname -s 2>/dev/null || true); ranks=$(nproc); max_bytes=16M; build=build; out=""; note=""; min_time=0.5; clock=wall; reuse=0; offload_dir=""
+host_gemm=auto; alone=0; force=0; ranks_given=0; name_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --name) name=$(need_value "$@") || exit 2; shift 2 ;;
-    --ranks) ranks=$(need_value "$@") || exit 2; shift 2 ;;
+    --name) name=$(need_value "$@") || exit 2; name_given=1; shift 2 ;;
+    --ranks) ranks=$(need_value "$@") || exit 2; ranks_given=1; shift 2 ;;
     --max-bytes) max_bytes=$(need_value "$@") || exit 2; shift 2 ;;
     --build) build=$(need_value "$@") || exit 2; shift 2 ;;
     --out) out=$(need_value "$@") || exit 2; shift 2 ;;
@@ -58,13 +64,21 @@ while [ $# -gt 0 ]; do
     --offload-dir) offload_dir=$(need_value "$@") || exit 2; shift 2 ;;
     --host-gemm) host_gemm=$(need_value "$@") || exit 2; shift 2 ;;
     --alone) alone=1; shift ;;
+    --force) force=1; shift ;;
     -h|--help) script_help; exit 0 ;;
     *) echo "machine_file.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
-[ -n "$out" ] || out="input/machines/$name.ini"
 # Every value checked before anything runs (usage errors, exit 2).
 bad() { echo "machine_file.sh: $*" >&2; exit 2; }
+# The name makes paths (input/machines/NAME.ini, runs/machine/NAME/) and the file's name = line:
+# one plain file name, ASCII letters spelled out (a locale's ranges may hold more).
+plain='ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789'
+[[ "$name" =~ ^[${plain}_-][${plain}._-]*$ ]] || [ "$name_given" = 1 ] ||
+  bad "the host name '$name' (the default --name) is not a plain name: give --name NAME (letters, digits, '.', '_' and '-')"
+[[ "$name" =~ ^[${plain}_-][${plain}._-]*$ ]] ||
+  bad "--name '$name': expected a plain name (letters, digits, '.', '_' and '-', not starting with '.'): it names input/machines/NAME.ini and runs/machine/NAME/"
+[ -n "$out" ] || out="input/machines/$name.ini"
 [[ "$ranks" =~ ^[0-9]+$ ]] && [ "$((10#$ranks))" -ge 1 ] || bad "--ranks '$ranks': expected a positive whole number of ranks"
 [[ "$max_bytes" =~ ^[0-9]+(\.[0-9]+)?[KkMmGg]?$ ]] && awk -v v="${max_bytes%[KkMmGg]}" 'BEGIN {exit !(v > 0)}' ||
   bad "--max-bytes '$max_bytes': expected a size in bytes (a number, optionally K, M or G: 16M)"
@@ -82,7 +96,36 @@ if [ -n "$offload_dir" ] && [ ! -d "$offload_dir" ]; then
   while [ ! -e "$anc" ] && [ ! -L "$anc" ] && [ "$anc" != / ] && [ "$anc" != . ]; do anc=$(dirname "$anc"); done
   [ -d "$anc" ] || bad "--offload-dir '$offload_dir': '$anc' is not a directory"
 fi
+# The note is the value of one line (note = TEXT): a line break would add lines (keys given twice),
+# and the machine file's reader ends the value at '#' or ';'.
+[[ "$note" != *[[:cntrl:]]* ]] ||
+  bad "--note $(printf '%q' "$note"): expected one line of text (no newlines, carriage returns or other control characters)"
+[[ "$note" != *[\#\;]* ]] ||
+  bad "--note '$note': '#' and ';' start a comment in a machine file, so the note would end there: leave them out"
 [ ! -d "$out" ] || bad "--out '$out' is a directory: give the machine file's name (input/machines/NAME.ini)"
+[ ! -L "$out" ] || bad "--out '$out' is a symbolic link: not followed or replaced (give the machine file's own path)"
+if [ -e "$out" ]; then
+  [ -f "$out" ] || bad "--out '$out' exists and is not a regular file: not replaced"
+  # A file git tracks (the repository's scripts, sources, docs) is never replaced; a tracked machine
+  # file that this tool wrote (input/machines/*.ini) may be refreshed, with --force as any other.
+  out_dir=$(dirname -- "$out")
+  if git -C "$out_dir" ls-files --error-unmatch -- ":(literal)$(basename -- "$out")" >/dev/null 2>&1 &&
+     ! sed -n 2p -- "$out" | grep -q '^# Written by tools/machine_file\.sh '; then
+    bad "--out '$out' is a file tracked by git, not a machine file this tool wrote: not replaced (give a new file: input/machines/NAME.ini)"
+  fi
+  [ "$force" = 1 ] || bad "--out '$out' exists: not replaced (add --force to replace it)"
+else
+  # A new file: its first existing ancestor a directory (mkdir -p makes the rest).
+  anc=$(dirname -- "$out")
+  while [ ! -e "$anc" ] && [ ! -L "$anc" ] && [ "$anc" != / ] && [ "$anc" != . ]; do anc=$(dirname -- "$anc"); done
+  [ -d "$anc" ] || bad "--out '$out': '$anc' is not a directory"
+fi
+# The link is fitted from the collectives between ranks: one rank measures none (checked here, not
+# after the kernel benchmarks).
+if [ "$((10#$ranks))" -lt 2 ]; then
+  [ "$ranks_given" = 1 ] || bad "--ranks: the default is nproc = $ranks on this machine; the collectives need at least 2 ranks: give --ranks 2 (or more)"
+  bad "--ranks '$ranks': the collectives need at least 2 ranks (bench_collectives fits all_reduce between them): give --ranks 2 or more"
+fi
 for b in bench_kernels bench_collectives bench_offload_io; do
   [ -x "$build/bin/$b" ] || { echo "machine_file.sh: $build/bin/$b not built (cmake --build $build --target $b)" >&2; exit 2; }
 done
@@ -261,11 +304,22 @@ if "read" in storage and "write" in storage:
               f"# bench_offload_io: 512 MiB per rank in 16 MiB records (Trident's OffloadFile), {ranks} ranks at once: one rank's share",
               f"read_gbs = {float(storage['read']):.6g}", f"write_gbs = {float(storage['write']):.6g}"]
 lines += [""]
-try:  # through a temporary file: a failed write leaves the earlier machine file as it was
-    with open(out + ".tmp", "w") as f:
+import tempfile
+tmp = None
+try:  # through a new temporary file beside it, renamed: a failed write leaves the earlier file as it was
+    if os.path.islink(out) or (os.path.lexists(out) and not os.path.isfile(out)):
+        raise OSError(0, "not a regular file (any more)")
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(out) or ".", prefix="." + os.path.basename(out) + ".", suffix=".tmp")
+    umask = os.umask(0); os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would make the machine file private
+    with os.fdopen(fd, "w") as f:
         f.write("\n".join(lines))
-    os.replace(out + ".tmp", out)
+    os.replace(tmp, out)
+    tmp = None
 except OSError as e:
     sys.exit(f"machine_file.sh: error: cannot write {out}: {e.strerror or e}")
+finally:
+    if tmp is not None and os.path.lexists(tmp):
+        os.unlink(tmp)
 print(f"wrote {out}")
 PY

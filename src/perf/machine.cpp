@@ -197,9 +197,13 @@ MachineSpec parse_machine_text(const std::string& text, const std::string& sourc
     if (key == "gemm_efficiency" || key == "gemm_backward_efficiency")
       require_config(v > 0 && v <= 1, where + ": " + dotted + " must be in (0, 1]");
     if (key == "overlap_efficiency") require_config(v <= 1, where + ": " + dotted + " must be in [0, 1]");
-    // 2^30 GiB (an exbibyte) per device is beyond any machine; larger values are typos.
+    // Every other value (a latency, an overhead) beyond 1e15 of its unit is a typo, too.
+    require_config(rate || v <= 1e15, where + ": " + dotted + " = " + value + " is above 1e15 (see `trident plan --help` for units)");
+    // From 1 KiB to 2^30 GiB (an exbibyte) per device: beyond either end is a typo that would fit
+    // nothing or everything (1e-300 printed "0 fit in 0 MiB per rank").
     if (key == "memory_per_device_gib")
-      require_config(v > 0 && v <= 1073741824.0, where + ": " + dotted + " = " + value + " must be in (0, 1073741824]");
+      require_config(v >= 1.0 / 1048576 && v <= 1073741824.0,
+                     where + ": " + dotted + " = " + value + " must be from 2^-20 to 2^30 (GiB: 1 KiB to an exbibyte)");
     d->set(m, v);
   }
   for (const auto& k : defs)

@@ -793,6 +793,9 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
   const double fpt = flops_per_token(m);
   log::info("Trident %s (git %s) | %s | %s", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT, grid.describe().c_str(),
             name_of(cfg.train.dtype));
+  if (!cfg.parallel.offload_path.empty() && cfg.parallel.offload_optimizer != OffloadKind::nvme)
+    log::warn("[parallel] offload_path = %s is not used: offload_optimizer = %s (only nvme writes there)",
+              cfg.parallel.offload_path.c_str(), name_of(cfg.parallel.offload_optimizer));
   const std::string family =
       m.arch == ModelArch::gpt2
           ? std::string("gpt2")

@@ -9,6 +9,7 @@
 #include "parallel/device_memory.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <cmath>
@@ -29,9 +30,17 @@ ZeroOptions ZeroOptions::from(const Config& cfg) {
   o.offload_nvme = cfg.parallel.offload_optimizer == OffloadKind::nvme;
   o.offload_host = cfg.parallel.offload_optimizer == OffloadKind::host;
   o.offload_params = o.offload_nvme && o.stage == 3 && cfg.parallel.offload_params == OffloadKind::nvme;
-  // Test hook: smaller chunks, so that tiny models have several per unit.
-  if (const char* c = std::getenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); c != nullptr && std::atoll(c) > 0)
-    o.offload_chunk_bytes = std::atoll(c);
+  // Test hook: smaller chunks, so that tiny models have several per unit. A whole number of bytes
+  // from 64 (a test uses 1000; '1e6' once meant 1-byte chunks and a step of minutes); anything
+  // else is named, not ignored.
+  if (const char* c = std::getenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); c != nullptr && *c != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(c, &end, 10);
+    if (*end != '\0' || errno != 0 || v < 64)
+      throw ConfigError(std::string("TRIDENT_OFFLOAD_CHUNK_BYTES = '") + c + "' is not a whole number of bytes >= 64");
+    o.offload_chunk_bytes = v;
+  }
   return o;
 }
 

@@ -267,6 +267,32 @@ expect_exit 2 "--max-bytes 'abc': expected a size in bytes" -- bash "$mf" --max-
 expect_exit 2 "--min-time '0': expected a positive number of seconds" -- bash "$mf" --min-time 0 --out "$WORK/m.ini"
 expect_exit 2 "--offload-dir '$WORK/afile': not a directory" -- bash "$mf" --offload-dir "$WORK/afile" --out "$WORK/m.ini"
 expect_exit 2 "--out '$WORK' is a directory" -- bash "$mf" --out "$WORK"
+# --ranks 1 (the default on a one-core node) measures no collectives: refused before the kernels run.
+expect_exit 2 "--ranks '1': the collectives need at least 2 ranks" -- bash "$mf" --ranks 1 --out "$WORK/m.ini"
+# The name makes paths: one plain name, never a way out of input/machines/ and runs/machine/.
+expect_exit 2 "--name '../../../escape': expected a plain name \(letters, digits" -- \
+  bash "$mf" --name ../../../escape --ranks 2 --out "$WORK/m.ini"
+expect_exit 2 "--name '': expected a plain name" -- bash "$mf" --name "" --ranks 2 --out "$WORK/m.ini"
+expect_exit 2 "--name '.hidden': expected a plain name" -- bash "$mf" --name .hidden --ranks 2 --out "$WORK/m.ini"
+# The note is one line of the file: a line break would add keys (given twice); '#' and ';' would end it.
+expect_exit 2 "--note .*: expected one line of text \(no newlines, carriage returns" -- \
+  bash "$mf" --ranks 2 --note $'a\n[machine]\ndevices_per_node = 9' --out "$WORK/m.ini"
+expect_exit 2 "--note .*: expected one line of text" -- bash "$mf" --ranks 2 --note $'quiet\r' --out "$WORK/m.ini"
+expect_exit 2 "--note 'quiet; load 1': '#' and ';' start a comment" -- bash "$mf" --ranks 2 --note 'quiet; load 1' --out "$WORK/m.ini"
+check "machine_file.sh wrote nothing for refused options" test ! -e "$WORK/m.ini"
+# --out: an existing file only with --force; never a symbolic link or a file of the repository.
+echo keep > "$WORK/mf_exists.ini"
+expect_exit 2 "--out '$WORK/mf_exists.ini' exists: not replaced \(add --force" -- \
+  bash "$mf" --ranks 2 --out "$WORK/mf_exists.ini"
+check "machine_file.sh left the existing file alone" grep -qx keep "$WORK/mf_exists.ini"
+ln -s "$WORK/mf_exists.ini" "$WORK/mf_link.ini"
+expect_exit 2 "--out '$WORK/mf_link.ini' is a symbolic link" -- bash "$mf" --ranks 2 --out "$WORK/mf_link.ini" --force
+if git -C "$repo" ls-files --error-unmatch tools/machine_file.sh >/dev/null 2>&1; then
+  # --ranks 1 as well: were the check to let it through, the run still stops before writing anything.
+  expect_exit 2 "--out '$mf' is a file tracked by git, not a machine file this tool wrote: not replaced" -- \
+    bash "$mf" --reuse --force --ranks 1 --out "$mf"
+  check "machine_file.sh is still itself and executable" bash -c "test -x '$mf' && head -n 1 '$mf' | grep -q '^#!'"
+fi
 build_dir="$(dirname "$(dirname "$TRIDENT")")"
 if [ -x "$build_dir/bin/bench_kernels" ] && [ -x "$build_dir/bin/bench_collectives" ] && [ -x "$build_dir/bin/bench_offload_io" ]; then
   # A copy of the script, so that its runs/machine/<name>/ lies in $WORK, not in the source tree.
@@ -274,8 +300,25 @@ if [ -x "$build_dir/bin/bench_kernels" ] && [ -x "$build_dir/bin/bench_collectiv
   cp "$mf" "$repo/tools/script_help.sh" "$WORK/mfcopy/tools/"
   printf '{"context": {}, "benchmarks": [{"name": "BM_Lin' > "$WORK/mfcopy/runs/machine/cut/kernels.json"
   expect_exit 1 "kernels.json cannot be read as a benchmark result .*rerun without --reuse" -- \
-    bash "$WORK/mfcopy/tools/machine_file.sh" --name cut --reuse --build "$build_dir" --out "$WORK/cut.ini"
+    bash "$WORK/mfcopy/tools/machine_file.sh" --name cut --ranks 2 --reuse --build "$build_dir" --out "$WORK/cut.ini"
   check "machine_file.sh --reuse wrote no machine file from it" test ! -e "$WORK/cut.ini"
+  # Complete raw results: an existing machine file is replaced with --force only, whole (renamed into place).
+  mkdir -p "$WORK/mfcopy/runs/machine/ok"
+  rate() { printf '{"name": "BM_%s", "%s": 1e9, "cpu_time": 1, "real_time": 1}' "$1" "$2"; }
+  printf '{"context": {}, "benchmarks": [%s, %s, %s, %s, %s]}\n' "$(rate LinearForward/N:384/C:128/OC:384 FLOP/s)" \
+    "$(rate Attention/T:64/fast:1 FLOP/s)" "$(rate LayerNorm/N:384/C:128 bytes/s)" "$(rate Gelu/N:1 elements/s)" \
+    "$(rate AdamW/params:804096 params/s)" > "$WORK/mfcopy/runs/machine/ok/kernels.json"
+  echo '{"fits": [{"op": "all_reduce", "axis": "dp", "backend": "mpi", "alpha_s": 1e-5, "beta_bus_s_per_byte": 1e-10}]}' \
+    > "$WORK/mfcopy/runs/machine/ok/collectives.json"
+  echo keep > "$WORK/ok.ini"
+  expect_exit 2 "--out '$WORK/ok.ini' exists: not replaced" -- \
+    bash "$WORK/mfcopy/tools/machine_file.sh" --name ok --ranks 2 --reuse --build "$build_dir" --out "$WORK/ok.ini"
+  expect_exit 0 "wrote $WORK/ok.ini" -- \
+    bash "$WORK/mfcopy/tools/machine_file.sh" --name ok --ranks 2 --reuse --force --note "quiet, load ~1" \
+      --build "$build_dir" --out "$WORK/ok.ini"
+  check "machine_file.sh --force replaced the file with a machine file" grep -qx "note = quiet, load ~1" "$WORK/ok.ini"
+  check "no temporary file left beside the machine file" bash -c "! ls -A '$WORK' | grep -q 'ok.ini.*tmp'"
+  expect_exit 0 "Ranking" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/ok.ini" --ranks 2
 fi
 # predict_vs_measure.sh: --steps, --machine and --cases checked before anything trains.
 pvm="$repo/tools/predict_vs_measure.sh" mach="$repo/input/machines/devbox-2core.ini"

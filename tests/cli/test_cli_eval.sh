@@ -60,6 +60,7 @@ expect_exit 2 "no --checkpoint given" -- ev 1
 expect_exit 0 "Prints the mean loss .nats per token. and perplexity" -- ev 1 --help
 expect_exit 1 "nope" -- ev 1 --checkpoint "$WORK/nope"
 expect_exit 2 "--split 'test': give val or train" -- ev 1 --checkpoint "$WORK/run" --split test
+expect_exit 2 "--data: the file name is empty" -- ev 1 --checkpoint "$WORK/run" --data ""
 expect_exit 2 "--tp 2 x --pp 1 does not divide the 3 ranks" -- ev 3 --checkpoint "$WORK/run" --tp 2
 expect_exit 2 "--micro-batch must be >= 1" -- ev 1 --checkpoint "$WORK/run" --micro-batch 0
 expect_exit 2 "--tp 65536 x --pp 65536 needs more than the 2 rank\(s\)" -- ev 2 --checkpoint "$WORK/run" --tp 65536 --pp 65536

@@ -120,6 +120,13 @@ expect_exit 1 "offload file '$WORK/nowhere/trident-offload.0.bin': cannot create
   "$MPIEXEC" -n 2 "$TRIDENT" train --config "$WORK/d.ini" --train.out_dir="$WORK/f_missing" --parallel.zero_stage=1 \
   --resume --parallel.offload_optimizer=nvme --parallel.offload_path="$WORK/nowhere"
 intact "$WORK/f_missing"
+# The test hook's chunk size is a whole number (atoll read '1e6' as 1-byte chunks: minutes a step).
+expect_exit 2 "TRIDENT_OFFLOAD_CHUNK_BYTES = '1e6' is not a whole number of bytes >= 64" -- \
+  env TRIDENT_OFFLOAD_CHUNK_BYTES=1e6 "$TRIDENT" train --config "$WORK/d.ini" --train.out_dir="$WORK/f_chunk" \
+  --parallel.zero_stage=1 --parallel.offload_optimizer=nvme --parallel.offload_path="$WORK"
+# An offload_path that offload_optimizer does not use is said to be unused.
+expect_exit 0 "offload_path = $WORK is not used: offload_optimizer = none" -- \
+  "$TRIDENT" train --config "$WORK/d.ini" --train.out_dir="$WORK/f_unused" --train.max_steps=1 --parallel.offload_path="$WORK"
 
 if [ "$(id -u)" != 0 ]; then
   mkdir -p "$WORK/ro" && chmod 500 "$WORK/ro"

@@ -168,6 +168,15 @@ TEST(Machine, RejectsBadFiles) {
   bad = base;
   bad.replace(bad.find("memory_per_device_gib = 1"), 25, "memory_per_device_gib = 1e300");
   EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
+  bad = base;  // ... and less than a KiB (1e-300 once planned "0 fit in 0 MiB per rank")
+  bad.replace(bad.find("memory_per_device_gib = 1"), 25, "memory_per_device_gib = 1e-300");
+  EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
+  // A value that is not a rate beyond 1e15 of its unit (a 300-digit mem_MiB column) is a typo.
+  bad = base;
+  bad.insert(bad.find("memory_per_device_gib = 1") + 25, "\nruntime_overhead_mib = 1e15");
+  EXPECT_NO_THROW(parse_machine_text(bad, "t"));
+  bad.replace(bad.find("runtime_overhead_mib = 1e15"), 27, "runtime_overhead_mib = 1e16");
+  EXPECT_THROW(parse_machine_text(bad, "t"), ConfigError);
   // A rate outside [1e-9, 1e15] in the file's units is a typo (1e-300 printed 300-digit step times).
   for (const char* rate : {"peak_tflops_float = 1e-300", "peak_tflops_float = 1e16"}) {
     bad = base;
