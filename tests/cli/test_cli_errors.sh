@@ -308,7 +308,8 @@ if [ -x "$build_dir/bin/bench_kernels" ] && [ -x "$build_dir/bin/bench_collectiv
   printf '{"context": {}, "benchmarks": [%s, %s, %s, %s, %s]}\n' "$(rate LinearForward/N:384/C:128/OC:384 FLOP/s)" \
     "$(rate Attention/T:64/fast:1 FLOP/s)" "$(rate LayerNorm/N:384/C:128 bytes/s)" "$(rate Gelu/N:1 elements/s)" \
     "$(rate AdamW/params:804096 params/s)" > "$WORK/mfcopy/runs/machine/ok/kernels.json"
-  echo '{"fits": [{"op": "all_reduce", "axis": "dp", "backend": "mpi", "alpha_s": 1e-5, "beta_bus_s_per_byte": 1e-10}]}' \
+  echo '{"fits": [{"op": "all_reduce", "axis": "dp", "backend": "mpi", "alpha_s": 1e-5, "beta_bus_s_per_byte": 1e-10,
+    "points": 9, "max_rel_error": 0.1}]}' \
     > "$WORK/mfcopy/runs/machine/ok/collectives.json"
   echo keep > "$WORK/ok.ini"
   expect_exit 2 "--out '$WORK/ok.ini' exists: not replaced" -- \
@@ -318,7 +319,7 @@ if [ -x "$build_dir/bin/bench_kernels" ] && [ -x "$build_dir/bin/bench_collectiv
       --build "$build_dir" --out "$WORK/ok.ini"
   check "machine_file.sh --force replaced the file with a machine file" grep -qx "note = quiet, load ~1" "$WORK/ok.ini"
   check "no temporary file left beside the machine file" bash -c "! ls -A '$WORK' | grep -q 'ok.ini.*tmp'"
-  expect_exit 0 "Ranking" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/ok.ini" --ranks 2
+  expect_exit 0 "plan for .* on ok \(quiet, load ~1\)" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/ok.ini" --ranks 2
 fi
 # predict_vs_measure.sh: --steps, --machine and --cases checked before anything trains.
 pvm="$repo/tools/predict_vs_measure.sh" mach="$repo/input/machines/devbox-2core.ini"
