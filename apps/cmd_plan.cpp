@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <sstream>
 
 namespace trident::app {
@@ -35,7 +36,8 @@ options:
   --ranks N              total ranks (devices) of the job
   --nodes K              or: K nodes of the machine file's devices_per_node ranks each
   --top K                print the breakdown of the K fastest layouts (default 3)
-  --show K               rows of the ranking table (default 20; 0 = all)
+  --show K               rows of the ranking table, or of the smallest layouts when none fits
+                         (default 20; 0 = all)
   --zero-stages LIST     ZeRO stages to try, comma separated (default 0,1,2,3)
   --tp LIST, --pp LIST   only these tp / pp sizes (default: every divisor of N)
   --fixed-micro-batch    keep the deck's micro_batch_size instead of trying every divisor
@@ -107,10 +109,14 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   std::vector<std::string> overrides;
   int ranks = 0, nodes = 0, top = 3, show = 20;
   bool force = false;
+  std::set<std::string> given;  // options with a value: each at most once
   PlanOptions opt;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value_of = [&](const char* name) { return option_value(args, i, name); };
+    auto value_of = [&](const char* name) {
+      if (!given.insert(name).second) throw ConfigError(std::string(name) + " is given twice");
+      return option_value(args, i, name);
+    };
     auto is = [&](const char* name) { return is_option(a, name); };
     if (a == "-h" || a == "--help") {
       if (rt.world_rank() == 0) std::printf("%s%s", kPlanUsage, machine_file_help().c_str());
@@ -235,7 +241,8 @@ int cmd_plan(Runtime& rt, const std::vector<std::string>& args) {
   }
   if (res.fitting.empty()) {
     std::printf("no valid layout fits in memory; the smallest:\n");
-    for (size_t i = 0; i < res.too_big.size() && i < 5; ++i) print_row(res.too_big[i], static_cast<int>(i + 1), opt.ranks, mach);
+    const size_t rows = show == 0 ? res.too_big.size() : static_cast<size_t>(show);  // --show, as the ranking
+    for (size_t i = 0; i < res.too_big.size() && i < rows; ++i) print_row(res.too_big[i], static_cast<int>(i + 1), opt.ranks, mach);
     return 1;
   }
   std::printf("\n%4s  %-58s %10s %10s %7s %9s %10s\n", "rank", "layout", "step_ms", "tokens/s", "MFU", "TFLOP/s", "mem_MiB");

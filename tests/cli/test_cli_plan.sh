@@ -90,6 +90,10 @@ check "every fitting layout is within 1024 MiB" awk -F, 'NR > 1 && $8 == 1 && $2
 # A machine with 0.1 MiB per device: no layout of this model (about 1 MiB a rank) fits; exit 1 with the smallest listed.
 sed 's/^memory_per_device_gib = 1$/memory_per_device_gib = 0.0001/' "$WORK/m.ini" > "$WORK/small.ini"
 expect_exit 1 "no valid layout fits in memory" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/small.ini" --ranks 2
+# --show bounds that list too (it was always 5 rows); an option given twice is refused, not the last one taken.
+out="$("$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/small.ini" --ranks 2 --show 1 2>&1)"
+check "--show 1: one smallest layout listed" test "$(grep -cE '^ +[0-9]+  dp=' <<<"$out")" -eq 1
+expect_exit 2 "--ranks is given twice" -- "$TRIDENT" plan --config "$WORK/deck.ini" --machine "$WORK/m.ini" --ranks 2 --ranks 4
 
 # The machine file committed for the project's machine parses.
 expect_exit 0 "breakdown of the fastest" -- "$TRIDENT" plan --config "$SRC/input/shakespeare_char.ini" \
