@@ -119,7 +119,11 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
   std::vector<std::uint8_t> tok_model;
   run_agreed(comm, "ckpt import", [&] {
     const fs::path dir(opt.dir);
-    if (!fs::is_directory(dir)) throw ConfigError("'" + opt.dir + "' is not a directory (a Hugging Face model directory)");
+    std::error_code dec;
+    const bool there = fs::exists(dir, dec);
+    if (dec) throw IoError("cannot examine '" + opt.dir + "': " + dec.message());
+    if (!there) throw ConfigError("'" + opt.dir + "' does not exist (a Hugging Face model directory)");
+    if (!fs::is_directory(dir, dec)) throw ConfigError("'" + opt.dir + "' is not a directory (a Hugging Face model directory)");
     const std::string config_path = (dir / "config.json").string();
     if (!fs::exists(config_path)) throw ConfigError("'" + opt.dir + "' has no config.json");
     const std::map<std::string, std::string> c = read_json_object_scalars(config_path);
@@ -153,8 +157,9 @@ HfImportResult import_hf(const HfImportOptions& opt, Communicator& comm) {
                           "' is not empty: import into a new or empty directory, or a *.h5 file");
     }
     bool any_safetensors = false;
-    for (const auto& e : fs::directory_iterator(dir, ec))
-      any_safetensors = any_safetensors || e.path().extension() == ".safetensors";
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+      any_safetensors = any_safetensors || it->path().extension() == ".safetensors";
+    if (ec) throw IoError("cannot list '" + opt.dir + "': " + ec.message());
     if (!any_safetensors) throw ConfigError("'" + opt.dir + "' holds no .safetensors file (a Hugging Face model directory)");
     const ModelFamily* f = family_of_hf(type->second);
     if (f == nullptr)

@@ -153,7 +153,11 @@ done
 
 # ---- bad input ---------------------------------------------------------------------------------
 expect_exit 2 "no --format given" -- "$TRIDENT" ckpt import --output "$WORK/x.h5" "$WORK/llama.hf"
-expect_exit 2 "'$WORK/nope' is not a directory" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/nope"
+expect_exit 2 "'$WORK/nope' does not exist" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/nope"
+expect_exit 2 "'$WORK/tok.h5' is not a directory" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/tok.h5"
+ln -s "$WORK/loop" "$WORK/loop" 2>/dev/null
+expect_exit 1 "cannot examine '$WORK/loop': Too many levels of symbolic links" -- \
+  "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/loop"
 mkdir -p "$WORK/empty"
 expect_exit 2 "has no config.json" -- "$TRIDENT" ckpt import --format hf --output "$WORK/x.h5" "$WORK/empty"
 cp -r "$WORK/llama.hf" "$WORK/bert"; sed -i 's/"model_type": "llama"/"model_type": "bert"/' "$WORK/bert/config.json"
