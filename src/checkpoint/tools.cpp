@@ -74,12 +74,18 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
     std::error_code ec;
     if (!fs::exists(path, ec)) throw CheckpointError("'" + path + "' does not exist");
     std::vector<std::string> names;
-    std::string dir;
-    if (!fs::is_directory(path, ec)) {
-      dir = fs::path(path).parent_path().string();
-      names.push_back(fs::path(path).filename().string());
+    std::string dir, target = path;
+    if (fs::path(path).filename() == "latest" && fs::is_regular_file(path, ec) && fs::file_size(path, ec) < 4096) {
+      // A `latest` pointer means the checkpoint directory it lies in, listed whole with its marker.
+      const fs::path real = fs::canonical(path, ec);
+      target = (ec ? fs::path(path) : real).parent_path().string();
+      if (target.empty()) target = ".";
+    }
+    if (!fs::is_directory(target, ec)) {
+      dir = fs::path(target).parent_path().string();
+      names.push_back(fs::path(target).filename().string());
     } else {
-      dir = fs::is_directory(fs::path(path) / "checkpoints", ec) ? (fs::path(path) / "checkpoints").string() : path;
+      dir = fs::is_directory(fs::path(target) / "checkpoints", ec) ? (fs::path(target) / "checkpoints").string() : target;
       // Committed files exactly as a resume sees them, then the leftovers it ignores.
       for (const auto& [step, file] : CheckpointDir(dir).list()) names.push_back(fs::path(file).filename().string());
       for (const auto& e : fs::directory_iterator(dir, ec)) {

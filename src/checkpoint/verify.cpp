@@ -46,10 +46,14 @@ std::string resolve_checkpoint_path(const std::string& path) {
   std::error_code ec;
   if (fs::path(path).filename() == "latest" && fs::is_regular_file(path, ec) && fs::file_size(path, ec) < 4096 && !ec) {
     // A checkpoint directory's `latest` pointer (one line naming a step_*.h5 beside it), not an
-    // HDF5 file: the checkpoint it names, as for its directory.
-    const fs::path parent = fs::path(path).parent_path();
-    const auto latest = CheckpointDir(parent.empty() ? std::string(".") : parent.string()).latest();
-    if (latest) return *latest;
+    // HDF5 file: the checkpoint it names, as for its directory -- the directory it really lies in
+    // (a link run/latest -> checkpoints/latest names the run's checkpoints), else the one named.
+    for (const fs::path& p : {fs::canonical(path, ec), fs::path(path)}) {
+      if (p.empty()) continue;
+      const fs::path parent = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+      for (const fs::path& d : {parent, parent / "checkpoints"})
+        if (const auto latest = CheckpointDir(d.string()).latest()) return *latest;
+    }
     throw CheckpointError("'" + path + "' is a `latest` pointer, but no checkpoint is beside it");
   }
   if (!fs::is_directory(path, ec)) return path;

@@ -72,6 +72,11 @@ OffloadFile::OffloadFile(std::string path, const std::vector<std::int64_t>& reco
     fd_buffered_ = -1;
     fail("it exists and is not a regular file (a FIFO, device or socket): remove it or choose another offload_path");
   }
+  if (st.st_nlink != 1) {  // a hard link to another file (a checkpoint, say): emptying it would empty that
+    ::close(fd_buffered_);
+    fd_buffered_ = -1;
+    fail("it has other names (a hard link): the offload file is never written through one; remove it");
+  }
   ::fcntl(fd_buffered_, F_SETFL, ::fcntl(fd_buffered_, F_GETFL) & ~O_NONBLOCK);
   if (::flock(fd_buffered_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     ::close(fd_buffered_);
@@ -80,6 +85,14 @@ OffloadFile::OffloadFile(std::string path, const std::vector<std::int64_t>& reco
   }
   ino_ = st.st_ino;
   dev_ = st.st_dev;
+  // The file locked must still be the one at the name: a run that ended between our open and our
+  // lock removed it, and a third run may have created another one there since.
+  struct stat named {};
+  if (::lstat(path_.c_str(), &named) != 0 || named.st_ino != ino_ || named.st_dev != dev_) {
+    ::close(fd_buffered_);
+    fd_buffered_ = -1;
+    fail("it was replaced while being opened (another run ending or starting on the same path): start again");
+  }
   if (::ftruncate(fd_buffered_, 0) != 0) {  // a stale file of a killed run: its content is scratch
     const int e = errno;
     ::close(fd_buffered_);
@@ -102,7 +115,12 @@ OffloadFile::OffloadFile(std::string path, const std::vector<std::int64_t>& reco
   }
 #ifdef O_DIRECT
   if (try_direct) {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
+    fd_ = ::open(path_.c_str(), O_RDWR | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
+    struct stat d {};
+    if (fd_ >= 0 && (::fstat(fd_, &d) != 0 || d.st_ino != ino_ || d.st_dev != dev_)) {
+      ::close(fd_);  // another file at the name since: keep to the one locked, buffered
+      fd_ = -1;
+    }
     direct_ = fd_ >= 0;
   }
 #endif

@@ -60,35 +60,42 @@ std::string superseded_path(const std::string& path) {
 
 std::size_t field_count(const std::string& line) { return static_cast<std::size_t>(std::count(line.begin(), line.end(), ',')) + 1; }
 
-/// True when `line` starts as a row of these tables does: with a step number.
+/// True when `line` starts as a row of these tables does: with a step number (what atoll reads:
+/// after blanks, with a sign).
 bool starts_with_step(const std::string& line) {
-  const size_t d = !line.empty() && line[0] == '-' ? 1 : 0;
-  return line.size() > d && line[d] >= '0' && line[d] <= '9';
+  size_t d = line.find_first_not_of(" \t");
+  if (d != std::string::npos && (line[d] == '-' || line[d] == '+')) ++d;
+  return d < line.size() && line[d] >= '0' && line[d] <= '9';
 }
 
-/// The data rows of `path` (after its header; a first line that starts with a step number is a
-/// row of a file whose header was removed by hand). `junk`, when given, receives the non-empty
-/// lines that are not rows (no step number first: text pasted in, a second header), which the
-/// returned rows then omit. `cut_short`, when given, receives the last row if a kill cut it short
-/// while it was written: no newline at its end and fewer fields than the row before it (or the
-/// header, for the only row); else "".
+/// The data rows of `path` (after its header, the first line that starts with "step" before any
+/// row; a file whose header was removed by hand starts with a row). Lines are taken without a trailing CR (a file
+/// edited on Windows); blank lines are skipped. `junk`, when given, receives the other lines that
+/// are not rows (no step number first: text pasted in, a second header, a note above the header),
+/// which the returned rows then omit. `cut_short`, when given, receives the last row if a kill cut
+/// it short while it was written: no newline at its end and, unless `newline_ends_rows` (a table
+/// whose every row is written with its newline in one piece), fewer fields than the row before it
+/// (or the header, for the only row); else "".
 std::vector<std::string> data_lines(const std::string& path, std::string* cut_short = nullptr,
-                                    std::vector<std::string>* junk = nullptr) {
+                                    std::vector<std::string>* junk = nullptr, bool newline_ends_rows = false) {
   std::vector<std::string> out;
   std::ifstream in(path);
   std::string line, header;
   bool ended = true;
-  for (bool first = true; std::getline(in, line); first = false) {
-    if (first && !starts_with_step(line)) header = line;
-    else if (junk != nullptr && !line.empty() && !starts_with_step(line)) junk->push_back(line);
-    else if (!line.empty()) {
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank
+    if (header.empty() && out.empty() && line.rfind("step", 0) == 0) header = line;
+    else if (junk != nullptr && !starts_with_step(line)) junk->push_back(line);
+    else {
       out.push_back(line);
       ended = !in.eof();  // getline stopped at a newline, not at the end of the file
     }
   }
   if (cut_short != nullptr) {
     cut_short->clear();
-    if (!ended && !out.empty() && (out.size() > 1 || !header.empty())) {
+    if (!ended && newline_ends_rows && !out.empty()) *cut_short = out.back();
+    else if (!ended && !out.empty() && (out.size() > 1 || !header.empty())) {
       const std::string& before = out.size() > 1 ? out[out.size() - 2] : header;
       if (field_count(out.back()) < field_count(before)) *cut_short = out.back();
     }
@@ -224,7 +231,8 @@ MetricsCsv::MetricsCsv(const std::string& path, std::int64_t keep_until_step, co
   // is set aside, like the rows past a resume step.
   std::vector<std::string> lines, dropped, junk;
   std::string cut_short;
-  const std::vector<std::string> rows = data_lines(path_, &cut_short, &junk);
+  // Rows of these tables (samples.csv) are written whole, newline included: one without it was cut.
+  const std::vector<std::string> rows = data_lines(path_, &cut_short, &junk, /*newline_ends_rows=*/true);
   for (size_t i = 0; i < rows.size(); ++i) {
     const std::string& l = rows[i];
     const bool cut = i + 1 == rows.size() && l == cut_short;  // a kill cut it short: never a whole row
@@ -262,7 +270,7 @@ bool MetricsCsv::record_val_loss(std::int64_t step, double loss) {
   std::string header;
   if (!std::getline(in, header)) return false;
   in.close();
-  if (starts_with_step(header)) header = kHeader;  // its header removed by hand during the run
+  if (header.rfind("step", 0) != 0) header = kHeader;  // its header removed or edited by hand during the run
   std::vector<std::string> lines = data_lines(path_);
   for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
     const size_t c1 = it->find(','), c2 = c1 == std::string::npos ? c1 : it->find(',', c1 + 1);

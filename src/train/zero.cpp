@@ -33,7 +33,8 @@ ZeroOptions ZeroOptions::from(const Config& cfg) {
   // Test hook: smaller chunks, so that tiny models have several per unit. A whole number of bytes
   // from 64 (a test uses 1000; '1e6' once meant 1-byte chunks and a step of minutes); anything
   // else is named, not ignored.
-  if (const char* c = std::getenv("TRIDENT_OFFLOAD_CHUNK_BYTES"); c != nullptr && *c != '\0') {
+  const char* c = o.offload_nvme || o.offload_host ? std::getenv("TRIDENT_OFFLOAD_CHUNK_BYTES") : nullptr;
+  if (c != nullptr && *c != '\0') {
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(c, &end, 10);

@@ -61,6 +61,7 @@ expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WOR
 # damaged HDF5 file: "FAILED"); a pointer with no checkpoint beside it says so.
 expect_exit 0 "ok: .*step_00000006.h5 is intact" -- "$TRIDENT" ckpt verify "$WORK/run/checkpoints/latest"
 expect_exit 0 "[0-9]+ tensors, [0-9]+ elements" -- "$TRIDENT" ckpt show "$WORK/run/checkpoints/latest"
+expect_exit 0 "step_00000006.h5 .* ok +<- latest" -- "$TRIDENT" ckpt ls "$WORK/run/checkpoints/latest"
 mkdir -p "$WORK/lonely" && echo step_00000009.h5 > "$WORK/lonely/latest"
 expect_exit 1 "'$WORK/lonely/latest' is a .latest. pointer, but no checkpoint is beside it" -- \
   "$TRIDENT" ckpt show "$WORK/lonely/latest"

@@ -133,6 +133,11 @@ TEST(OffloadFile, ALinkOrAFifoAtTheNameIsRefusedAndLeftAlone) {
   msg = what_of([&] { OffloadFile f(link, {4096}); });
   EXPECT_NE(msg.find("is not a regular file"), std::string::npos) << msg;
   EXPECT_TRUE(std::filesystem::is_fifo(link)) << "not removed";
+  std::filesystem::remove(link);
+  std::filesystem::create_hard_link(target, link);  // O_NOFOLLOW does not see a hard link
+  msg = what_of([&] { OffloadFile f(link, {4096}); });
+  EXPECT_NE(msg.find("has other names (a hard link)"), std::string::npos) << msg;
+  EXPECT_EQ(std::filesystem::file_size(target), 12u) << "the other name's file is untouched";
   std::filesystem::remove_all(dir);
 }
 

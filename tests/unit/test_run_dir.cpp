@@ -332,6 +332,23 @@ TEST(RunDir, HandEditedMetricsKeepEveryRowAndSetAsideWhatIsNotARow) {
   EXPECT_NE(aside.find("\nnote: lr looked high here\n"), std::string::npos) << aside;
   EXPECT_NE(aside.find("\nstep,train_loss,val_loss\n"), std::string::npos) << aside;
   EXPECT_NE(log.find("2 line(s) of " + path + " do not start with a step number"), std::string::npos) << log;
+  // Saved from a spreadsheet on Windows: CRLF endings, a blank line, a row with a leading blank or
+  // '+' (atoll reads them as steps), a note above the header: every row kept, the note set aside.
+  fs::remove(out + "/metrics.superseded.csv");
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << "note: run 7\r\nstep,train_loss\r\n";
+    f << "1" << values << ",aaaaaaaa\r\n\r\n";
+    f << " 2" << values << ",aaaaaaaa\r\n";
+    f << "+3" << values << ",aaaaaaaa\r\n";
+  }
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  { MetricsCsv resumed(path, 3, "aaaaaaaa@0", "cccccccc"); }
+  const std::string log2 = testing::internal::GetCapturedStderr() + testing::internal::GetCapturedStdout();
+  EXPECT_EQ(csv_steps(path), (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(read_file(out + "/metrics.superseded.csv").find("note: run 7\n") != std::string::npos, true);
+  EXPECT_NE(log2.find("1 line(s) of " + path + " do not start with a step number"), std::string::npos) << log2;
 }
 
 TEST(RunDir, ASampleLogRowCutShortByAKillIsSetAside) {
@@ -353,6 +370,19 @@ TEST(RunDir, ASampleLogRowCutShortByAKillIsSetAside) {
   EXPECT_EQ(read_file(out + "/samples.superseded.csv"), "step,sample,offset\n2,3\n");
   EXPECT_NE(log.find("the last row of " + path + " (step 2) was cut short"), std::string::npos) << log;
   EXPECT_EQ(log.find("not in the history"), std::string::npos) << log;
+  // Cut inside its last field ("2,3,30" of "2,3,300"): as many fields, but no newline.
+  fs::remove(out + "/samples.superseded.csv");
+  {
+    std::ofstream f(path);
+    f << "step,sample,offset\n1,0,100\n2,3,30";
+  }
+  testing::internal::CaptureStdout();
+  testing::internal::CaptureStderr();
+  { SampleLogCsv resumed(path, 2); }
+  (void)testing::internal::GetCapturedStderr();
+  (void)testing::internal::GetCapturedStdout();
+  EXPECT_EQ(read_file(path), "step,sample,offset\n1,0,100\n");
+  EXPECT_EQ(read_file(out + "/samples.superseded.csv"), "step,sample,offset\n2,3,30\n");
 }
 
 TEST(RunDir, ClaimFailsOnEveryRankWhenTheDirectoryCannotBeCreated) {
@@ -491,6 +521,11 @@ TEST(Resume, APathIsAFileARunDirectoryACheckpointDirectoryOrALatestPointer) {
   EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, run + "/checkpoints", true, schema()), step_path(run, 2));
   EXPECT_EQ(choose_resume_checkpoint(world(), ckdir, true, run + "/checkpoints/latest", true, schema()),
             step_path(run, 2));
+  // A link to the pointer elsewhere (run/latest -> checkpoints/latest) names the same checkpoint.
+  if (world().rank() == 0) fs::create_symlink("checkpoints/latest", run + "/latest");
+  world().barrier();
+  EXPECT_EQ(fs::canonical(choose_resume_checkpoint(world(), ckdir, true, run + "/latest", true, schema())),
+            fs::canonical(step_path(run, 2)));
   // The run's own checkpoint directory does not matter when a PATH is given.
   const std::string other = fresh_dir("resume_paths_other");
   EXPECT_EQ(choose_resume_checkpoint(world(), CheckpointDir(other + "/checkpoints"), true, run, true, schema()),
