@@ -44,7 +44,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "chain.sh: -n '$jobs' is not a positive number of jobs" >&2; exit 2; }
-# Slurm time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS -> minutes.
+# Slurm time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS -> minutes. Anything else
+# ("1-", "1-2-3", "1-2:3:4:5", "-5") is refused here rather than read as something else.
+[[ "$time" =~ ^([0-9]+-)?[0-9]+(:[0-9]+){0,2}$ ]] ||
+  { echo "chain.sh: -t '$time' is not a Slurm time limit (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)" >&2; exit 2; }
 minutes="$(awk -v t="$time" 'BEGIN {
   d = 0; if (index(t, "-")) { split(t, a, "-"); d = a[1]; t = a[2]; dash = 1 }
   n = split(t, p, ":");

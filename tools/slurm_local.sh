@@ -43,6 +43,11 @@ set -euo pipefail
 
 prog="slurm_local.sh"
 cmd="${1:-}"
+# --help: the whole comment block above (commands, environment knobs), on stdout; a usage error
+# prints its first lines (the commands) on stderr.
+help_text() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; echo "($prog --help also lists the SLURM_LOCAL_* environment knobs)" >&2; }
+case "$cmd" in -h|--help|help) help_text; exit 0 ;; esac
 state="${2:-/tmp/trident-slurm}"
 timeout_s="${SLURM_LOCAL_TIMEOUT:-60}"
 port="${SLURM_LOCAL_PORT:-6817}"
@@ -57,11 +62,8 @@ esac
 say() { echo "$prog: $*" >&2; }
 die() { echo "$prog: error: $*" >&2; exit 1; }
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; }
-
 case "$cmd" in
   start|stop|status) ;;
-  -h|--help|help) usage; exit 0 ;;
   *) [ -n "$cmd" ] && echo "$prog: unknown command '$cmd' (start, stop or status)" >&2; usage; exit 2 ;;
 esac
 

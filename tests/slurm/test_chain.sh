@@ -14,6 +14,7 @@ source "$here/../cli/cli_lib.sh"
 source "$here/slurm_lib.sh"
 slurm_test_setup 's/^max_steps = 6/max_steps = 12000/; s/^interval = 3/interval = 0/; s/^eval_interval = 3/eval_interval = 0/; s/^log_interval = 1/log_interval = 500/'
 expect_exit 2 "-t 'soon' is not a Slurm time limit" -- "$repo/jobscripts/chain.sh" -t soon
+expect_exit 2 "-t '1-' is not a Slurm time limit" -- "$repo/jobscripts/chain.sh" -t 1-
 expect_exit 2 "-n 'x' is not a positive number" -- "$repo/jobscripts/chain.sh" -n x
 expect_exit 0 "dependency=singleton" -- "$repo/jobscripts/chain.sh" --help
 # 8 jobs of at most 5 minutes; each stops ~4 s after it starts (time_limit_min after the "--" wins).
