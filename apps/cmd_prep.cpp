@@ -32,8 +32,10 @@ int verify_token_files(const std::vector<std::string>& paths) {
       Progress progress("prep --verify " + path, rd.size("train") + rd.size("val"), ProgressUnit::tokens);
       const TokenFileReader::Contents c = rd.verify([&progress](std::int64_t n) { progress.update(n); });
       progress.finish();
-      std::string problem;
-      if (c.tokens > 0 && (c.min_id < 0 || c.max_id >= info.vocab_size))
+      std::string problem = token_file_tokenizer_problem(info);
+      if (!problem.empty())
+        problem = "its tokenizer is not what prep writes: " + problem;
+      else if (c.tokens > 0 && (c.min_id < 0 || c.max_id >= info.vocab_size))
         problem = "token ids " + std::to_string(c.min_id) + ".." + std::to_string(c.max_id) + " leave the vocabulary of " +
                   std::to_string(info.vocab_size);
       else if (!info.content_hash.empty() && c.hash != info.content_hash)
@@ -71,7 +73,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
                                       std::to_string(Tokenizer::kBpeMaxVocab) +
                                       ", at most what the text supports; e.g. 4096 for a few MB of text)";
   po::options_description desc(
-      "usage: trident prep [--tokenizer char|byte|bpe [--vocab-size N]] [--binary] [--val-fraction F] --output FILE.h5 INPUT...\n"
+      "usage: trident prep [--tokenizer char|byte|bpe [--vocab-size N]] [--binary] [--val-fraction F] [--force] --output FILE.h5 INPUT...\n"
       "       trident prep --verify TOKEN_FILE...\n\n"
       "Tokenises text files (or reads llm.c token shards) into an HDF5 token file: the first 90% of\n"
       "the tokens for training, the rest for validation. llm.c shards: GPT-2 (magic 20240520,\n"
@@ -83,7 +85,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
       "decodes with it. Runs on rank 0 only.\n\n"
       "--verify reads every token of each token file and checks them against what prep recorded: the\n"
       "content hash (XXH64 of the tokens; a flipped bit or an edit since prep shows) and the\n"
-      "vocabulary (every id below vocab_size). Exit 0 when every file is intact, 1 when one is not.\n\noptions");
+      "vocabulary (every id below vocab_size; the tokenizer's vocabulary, model and vocab_size agree).\nExit 0 when every file is intact, 1 when one is not.\n\noptions");
   desc.add_options()("help,h", "this text")(
       "tokenizer", po::value<std::string>(&opt.tokenizer)->default_value("", "char for text"),
       "char: the sorted distinct characters of the text (nanoGPT's shakespeare_char); byte: the 256 byte "
@@ -92,7 +94,10 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
       "vocab-size", po::value<std::int64_t>(), vocab_size_help.c_str())(
       "binary", po::bool_switch(&opt.binary),
       "with --tokenizer byte: read every input's raw bytes, whatever it holds (binary data, even a shard)")(
-      "output,o", po::value<std::string>(&opt.output), "the token file to write (HDF5)")(
+      "output,o", po::value<std::string>(&opt.output),
+      "the token file to write (HDF5; written beside it under a temporary name, then moved there)")(
+      "force", po::bool_switch(&opt.force),
+      "replace a token file already at --output (never another kind of file); a run reading the old one keeps it")(
       "val-fraction", po::value<double>(&opt.val_fraction)->default_value(0.1, "0.1"),
       "fraction of the tokens (at the end) kept for validation")(
       "verify", po::bool_switch(),
@@ -102,9 +107,9 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
   if (!parse_options(rt, args, desc, "input", -1, vm, "prep")) return 0;
   if (vm["verify"].as<bool>()) {
     if (!opt.output.empty() || vm.count("vocab-size") || !vm["tokenizer"].defaulted() || opt.binary ||
-        !vm["val-fraction"].defaulted())
-      throw ConfigError("--verify takes token files only (no --output, --tokenizer, --vocab-size, --binary or "
-                        "--val-fraction)");
+        !vm["val-fraction"].defaulted() || opt.force)
+      throw ConfigError("--verify takes token files only (no --output, --force, --tokenizer, --vocab-size, --binary "
+                        "or --val-fraction)");
     if (opt.inputs.empty()) throw ConfigError("--verify needs a token file (try `trident prep --help`)");
     int bad = 0;
     run_agreed(rt.world(), "", [&] {
@@ -113,6 +118,7 @@ int cmd_prep(Runtime& rt, const std::vector<std::string>& args) {
     return bad > 0 ? 1 : 0;
   }
   if (vm.count("vocab-size")) opt.vocab_size = vm["vocab-size"].as<std::int64_t>();
+  opt.val_fraction_given = !vm["val-fraction"].defaulted();
   PrepResult r;
   run_agreed(rt.world(), "", [&] {
     if (rt.world_rank() == 0) r = prep_token_file(opt);

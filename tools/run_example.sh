@@ -18,7 +18,7 @@ tools/build.sh
 mkdir -p data
 # Tokenise again when a text is given explicitly (it may differ from the one the file came from).
 if [ ! -f data/shakespeare_char.h5 ] || [ $# -ge 1 ]; then
-  build/bin/trident prep --tokenizer char --output data/shakespeare_char.h5 "$text"
+  build/bin/trident prep --force --tokenizer char --output data/shakespeare_char.h5 "$text"
 fi
 # shellcheck disable=SC2086
 mpiexec -n "$ranks" build/bin/trident train --config input/shakespeare_char.ini --resume ${TRIDENT_ARGS:-}

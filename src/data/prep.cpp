@@ -4,6 +4,7 @@
 #include "core/log.hpp"
 #include "core/progress.hpp"
 #include "data/tokenizer.hpp"
+#include "io/output_file.hpp"
 #include "io/token_file.hpp"
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <string_view>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace trident {
 
@@ -207,6 +209,17 @@ std::string lower(std::string s) {
   return s;
 }
 
+/// The offset of the first NUL byte within the first MiB of `path`; -1 when there is none (or the
+/// file cannot be read: reading it later says why).
+std::int64_t first_nul_byte(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string buf(std::size_t{1} << 20, '\0');
+  in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+  buf.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  const auto at = buf.find('\0');
+  return at == std::string::npos ? -1 : static_cast<std::int64_t>(at);
+}
+
 /// What prep reads, and how to take a file's bytes anyway.
 std::string binary_advice() {
   std::string shards;
@@ -216,6 +229,46 @@ std::string binary_advice() {
               std::to_string(f[i].version) + ")";
   return "prep reads text files and llm.c " + shards +
          " token shards; to train on a file's raw bytes, use --tokenizer byte --binary";
+}
+
+/// What --output may be, checked before any input is read (tokenizing gigabytes, then failing on
+/// the output, would waste the time): a file name (not a directory, not ending in '/'); nothing
+/// there, or a Trident token file with --force (never anything else: a checkpoint, a text, a
+/// deck); its parent an existing directory, or creatable (its nearest existing ancestor a
+/// directory we may write in). Warns of temporary files an interrupted prep left beside it.
+void check_prep_output(const PrepOptions& opt) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string& out = opt.output;
+  const std::string name = "--output '" + out + "'";
+  if (out.back() == '/' || fs::is_directory(out, ec))
+    throw ConfigError(name + " is a directory: give a file name (e.g. " + (fs::path(out) / "tokens.h5").string() +
+                      ")");
+  const fs::file_status st = fs::symlink_status(out, ec);
+  if (fs::exists(st) || fs::is_symlink(st)) {
+    bool token_file = false;
+    try {
+      TokenFileReader probe(out);
+      token_file = true;
+    } catch (const Error&) {
+    }
+    if (!token_file)
+      throw ConfigError("refusing to overwrite '" + out +
+                        "', which is not a Trident token file; remove it or choose another --output");
+    if (!opt.force)
+      throw ConfigError(name + " already exists (a token file): choose a new file, or add --force to replace it (a "
+                        "run reading it keeps its tokens; a resume on the new ones is refused by their content hash)");
+  }
+  // The nearest existing ancestor of the output: a directory this process may create entries in.
+  fs::path dir = fs::path(out).parent_path();
+  if (dir.empty()) dir = ".";
+  while (!fs::exists(fs::symlink_status(dir, ec)) && dir.has_parent_path() && dir.parent_path() != dir)
+    dir = dir.parent_path();
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw ConfigError(name + ": '" + dir.string() + "' is not a directory");
+  if (fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw ConfigError(name + ": cannot write in directory '" + dir.string() + "' (" + std::strerror(errno) + ")");
+  warn_leftover_temporaries(leftover_temporaries(out), "prep");
 }
 }  // namespace
 
@@ -292,21 +345,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     if (std::filesystem::exists(opt.output, ec) && std::filesystem::equivalent(p, opt.output, ec))
       throw ConfigError("--output '" + opt.output + "' is also an input; write the token file elsewhere");
   }
-  if (std::filesystem::exists(opt.output, ec)) {
-    // Overwrite an earlier token file, never anything else (a checkpoint, a text, a deck).
-    bool token_file = false;
-    try {
-      TokenFileReader probe(opt.output);
-      token_file = true;
-    } catch (const Error&) {
-    }
-    if (!token_file && std::filesystem::is_directory(opt.output, ec))
-      throw ConfigError("--output '" + opt.output + "' is a directory: give a file name (e.g. " +
-                        (std::filesystem::path(opt.output) / "tokens.h5").string() + ")");
-    if (!token_file)
-      throw ConfigError("refusing to overwrite '" + opt.output +
-                        "', which is not a Trident token file; remove it or choose another --output");
-  }
+  check_prep_output(opt);
   // The one place --tokenizer is interpreted (core/tokenizer_kind.hpp).
   const bool tokenizer_given = !opt.tokenizer.empty();
   const std::string tokenizer_name = tokenizer_given ? opt.tokenizer : std::string("char");
@@ -346,9 +385,16 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     }
     formats.push_back(std::move(f));
   }
-  if (shard_format != nullptr && !text_example.empty())
+  if (shard_format != nullptr && !text_example.empty()) {
+    // A file without a known header is text only if it holds no NUL byte: a damaged shard or
+    // other binary data beside the shards is named as what it is.
+    if (const std::int64_t nul = first_nul_byte(text_example); nul >= 0)
+      throw ConfigError("'" + text_example + "' is a binary file without an llm.c shard header (a NUL byte at offset " +
+                        std::to_string(nul) + "), given with the llm.c token shards ('" + shard_example +
+                        "'): a damaged or cut shard? " + binary_advice());
     throw ConfigError("inputs mix llm.c token shards ('" + shard_example + "') and text files ('" + text_example +
                       "'); give one kind only");
+  }
   const bool shards = shard_format != nullptr;
 
   // Progress over the bytes of every input (rank 0 only: prep runs there).
@@ -364,6 +410,11 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   std::string source;
   for (const auto& p : opt.inputs) source += (source.empty() ? "" : " ") + name_of_path(p);
   info.source = source;
+  if (!shards && kind && !tokenizer_info(*kind).from_text)
+    throw ConfigError("--tokenizer " + tokenizer_name + " does not tokenise text: " + tokenizer_name +
+                      " tokens come already tokenised in llm.c shards (Trident has no " + tokenizer_name +
+                      " encoder), and '" + text_example + "' is text; for text use " +
+                      tokenizer_kind_names(&TokenizerKindInfo::from_text));
   if (!shards && !(kind && tokenizer_info(*kind).from_text))
     throw ConfigError("unknown --tokenizer '" + tokenizer_name + "' (expected " +
                       tokenizer_kind_names(&TokenizerKindInfo::from_text) + ")");
@@ -378,11 +429,21 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     throw ConfigError("--tokenizer " + tokenizer_name + " needs --vocab-size N, the number of tokens to learn (" +
                       std::to_string(Tokenizer::kBpeMinVocab) + " .. " + std::to_string(Tokenizer::kBpeMaxVocab) +
                       "; e.g. 4096 for a few MB of text)");
+  if (trained && (*opt.vocab_size < Tokenizer::kBpeMinVocab || *opt.vocab_size > Tokenizer::kBpeMaxVocab))
+    throw ConfigError("--vocab-size " + std::to_string(*opt.vocab_size) + " is outside " +
+                      std::to_string(Tokenizer::kBpeMinVocab) + " .. " + std::to_string(Tokenizer::kBpeMaxVocab) +
+                      " (a bpe model holds <unk> and 256 byte pieces before the pieces it learns)");
   if (!trained && opt.vocab_size)
     throw ConfigError("--vocab-size applies to --tokenizer " + tokenizer_kind_names(&TokenizerKindInfo::stores_model) +
                       " only: the " + (shards ? std::string(name_of(shard_format->tokenizer)) : tokenizer_name) +
                       " vocabulary is set by the input");
   PrepResult r;
+  if (shards && opt.val_fraction_given)
+    for (const std::string& p : opt.inputs)
+      if (shard_split_by_name(p) == "val")
+        throw ConfigError("--val-fraction does not apply: '" + p + "' is named as a validation shard, so /val is the "
+                          "shards named so; leave --val-fraction out (or give no validation shard to split the "
+                          "training tokens' tail)");
   if (shards) {
     bool any_val = false;
     log::info("inputs (llm.c shards: a word 'val', 'valid' or 'validation' in the name means validation, as llm.c "
@@ -481,6 +542,10 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     throw ConfigError("the input gives a training split of " + std::to_string(train.size()) +
                       " token(s): a run needs at least [model] block_size + 1 (65 for input/shakespeare_char.ini); "
                       "give more text or a smaller --val-fraction");
+  if (val.size() < 2 && opt.val_fraction_given)
+    throw ConfigError("--val-fraction " + log::format("%g", opt.val_fraction) + " leaves " +
+                      std::to_string(val.size()) + " of the " + std::to_string(train.size() + val.size()) +
+                      " tokens for validation: a validation loss needs at least 2; give a larger fraction");
   if (val.size() < 2)
     log::warn("the validation split holds %zu token(s): runs on this file report no validation loss", val.size());
   // Like `trident train` with its out_dir, create the output's directory (data/ in a fresh clone).
@@ -492,7 +557,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   {
     Progress writing("prep: writing " + opt.output, static_cast<std::int64_t>(train.size() + val.size()),
                      ProgressUnit::tokens);
-    write_token_file(opt.output, info, train, val, [&](std::int64_t done) { writing.update(done); });
+    write_token_file(opt.output, info, train, val, [&](std::int64_t done) { writing.update(done); }, opt.force);
     writing.finish();
   }
   r.tokenizer = info.tokenizer;
@@ -500,6 +565,39 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   r.n_train = static_cast<std::int64_t>(train.size());
   r.n_val = static_cast<std::int64_t>(val.size());
   return r;
+}
+
+std::string token_file_tokenizer_problem(const TokenFileInfo& info) {
+  const std::optional<TokenizerKind> kind = parse_tokenizer_kind(info.tokenizer);
+  if (!kind) return "unknown tokenizer '" + info.tokenizer + "'";
+  const TokenizerKindInfo& k = tokenizer_info(*kind);
+  const std::string name = "the " + info.tokenizer + " tokenizer";
+  std::int64_t pieces = 0;
+  try {
+    pieces = Tokenizer(*kind, info.vocab, info.vocab_size, info.model).model_pieces();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const auto n_vocab = static_cast<std::int64_t>(info.vocab.size());
+  if (k.fixed_vocab > 0 && info.vocab_size != k.fixed_vocab)
+    return name + " has vocab_size " + std::to_string(info.vocab_size) + ", not its fixed " +
+           std::to_string(k.fixed_vocab);
+  if (k.stores_vocab && n_vocab != info.vocab_size)
+    return name + "'s vocabulary has " + std::to_string(n_vocab) + " entries, but vocab_size is " +
+           std::to_string(info.vocab_size);
+  if (*kind == TokenizerKind::byte)
+    for (std::int64_t i = 0; i < n_vocab; ++i)
+      if (info.vocab[static_cast<size_t>(i)] != i)
+        return name + "'s vocabulary entry " + std::to_string(i) + " is " +
+               std::to_string(info.vocab[static_cast<size_t>(i)]) + ", not the byte value " + std::to_string(i);
+  if (!k.stores_vocab && n_vocab > 0)
+    return name + " stores no vocabulary, but the file has one of " + std::to_string(n_vocab) + " entries";
+  if (!k.stores_model && !info.model.empty())
+    return name + " has no model, but the file holds one of " + std::to_string(info.model.size()) + " bytes";
+  if (k.stores_model && pieces != info.vocab_size)
+    return name + "'s model has " + std::to_string(pieces) + " pieces, but vocab_size is " +
+           std::to_string(info.vocab_size) + " (prep trains exactly vocab_size)";
+  return "";
 }
 
 }  // namespace trident

@@ -19,6 +19,8 @@
 
 #include "core/tokenizer_kind.hpp"
 
+#include "io/token_file.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,7 +36,11 @@ struct PrepOptions {
   bool binary = false;  ///< byte only: take every input's raw bytes, whatever format it is in
   std::vector<std::string> inputs;
   std::string output;
+  bool force = false;  ///< replace a token file at `output` (never another file); else an existing one is refused
   double val_fraction = 0.1;
+  /// --val-fraction was given (not the default): refused with validation shards, and a split it
+  /// leaves under 2 tokens is an error rather than a warning
+  bool val_fraction_given = false;
 };
 
 /// One input of a prep run: what it was read as and where its tokens went.
@@ -97,5 +103,13 @@ InputFormat detect_input_format(const std::string& path);
 /// "train" when a word is "train", "" when neither. Local, pure. Throws ConfigError naming the file
 /// when its name has both.
 std::string shard_split_by_name(const std::string& path);
+
+/// Why the tokenizer a token file records (TokenFileInfo: kind, vocab_size, vocab, model) is not
+/// what prep writes, "" when it is: the Tokenizer does not load from it (an entry that is no code
+/// point or byte, a char vocabulary not sorted and distinct, a bpe model that does not load), or
+/// its parts disagree (char: vocab_size = the vocabulary's length; byte: the 256 byte values in
+/// order; gpt2, llama3: the kind's fixed vocab_size and no vocabulary; bpe: a model of exactly
+/// vocab_size pieces; a model only for bpe). `trident prep --verify`. Local, pure.
+std::string token_file_tokenizer_problem(const TokenFileInfo& info);
 
 }  // namespace trident

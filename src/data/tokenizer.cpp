@@ -38,6 +38,20 @@ void for_each_code_point(const std::string& s, const std::string& what, Fn&& fn)
                           "; use --tokenizer byte for binary or non-UTF-8 text");
       cp = (cp << 6) | (p[i + k] & 0x3F);
     }
+    // Well-formed UTF-8 (RFC 3629 section 3, Unicode 15 table 3-7): the shortest form only, no
+    // UTF-16 surrogates, nothing beyond U+10FFFF. Decoders differ on the others (an overlong '/'
+    // is the classic path-traversal trick), so a text holding them is not taken as text.
+    static constexpr std::int32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    const char* bad = cp < kMin[len]                   ? "an overlong (non-shortest) encoding"
+                      : cp >= 0xD800 && cp <= 0xDFFF ? "a UTF-16 surrogate, not a character"
+                      : cp > 0x10FFFF                 ? "beyond U+10FFFF, the last code point"
+                                                      : nullptr;
+    if (bad != nullptr) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "U+%04X", static_cast<unsigned>(cp));
+      throw ConfigError(what + ": invalid UTF-8 at byte " + std::to_string(i) + " (" + hex + " as " +
+                        std::to_string(len) + " bytes: " + bad + "); use --tokenizer byte for binary or non-UTF-8 text");
+    }
     fn(cp);
     i += static_cast<std::size_t>(len);
   }
@@ -215,9 +229,21 @@ Tokenizer Tokenizer::train_bpe(const std::string& text, std::int64_t vocab_size)
   LineIterator lines(text);
   std::string serialized;
   const sentencepiece::util::Status st = sentencepiece::SentencePieceTrainer::Train(spec, &lines, &serialized);
-  if (!st.ok())
-    throw ConfigError("SentencePiece cannot train a bpe model of --vocab-size " + std::to_string(vocab_size) +
-                      " on this text: " + sentencepiece_message(st));
+  if (!st.ok()) {
+    const std::string why = sentencepiece_message(st);
+    const std::string head = "SentencePiece cannot train a bpe model of --vocab-size " + std::to_string(vocab_size) +
+                             " on this text: ";
+    // The two failures a user can act on, in prep's words (SentencePiece names its own options).
+    long long a = 0, b = 0;
+    if (std::sscanf(why.c_str(), "Vocabulary size is smaller than required_chars. %lld vs %lld", &a, &b) == 2)
+      throw ConfigError(head + "the model needs <unk>, the 256 byte pieces and the text's " + std::to_string(b - 257) +
+                        " characters (all but the rarest 0.05%) before any piece it learns, " + std::to_string(b) +
+                        " in all; give --vocab-size " + std::to_string(b) + " or more");
+    if (why.find("sentences_.empty()") != std::string::npos)
+      throw ConfigError(head + "it holds no line with a character to learn from (empty lines, or only newlines); "
+                        "give more text, or use --tokenizer char or byte");
+    throw ConfigError(head + why);
+  }
   return Tokenizer(TokenizerKind::bpe, {}, vocab_size, std::vector<std::uint8_t>(serialized.begin(), serialized.end()));
 }
 
@@ -228,6 +254,8 @@ Tokenizer Tokenizer::build_char(const std::string& text) {
   const auto n = static_cast<std::int64_t>(vocab.size());
   return Tokenizer(TokenizerKind::character, std::move(vocab), n);
 }
+
+std::int64_t Tokenizer::model_pieces() const { return bpe_ ? bpe_->pieces : 0; }
 
 Tokenizer Tokenizer::byte_level() {
   std::vector<std::int32_t> vocab(256);

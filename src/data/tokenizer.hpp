@@ -60,6 +60,9 @@ class Tokenizer {
   /// for the other kinds.
   const std::vector<std::uint8_t>& model() const { return model_; }
   bool can_decode() const { return tokenizer_info(kind_).codes_text; }
+  /// The pieces of the loaded model (bpe: SentencePiece's GetPieceSize(), at most vocab_size; prep
+  /// trains exactly vocab_size); 0 for kinds without a model.
+  std::int64_t model_pieces() const;
 
   /// Called with the work done so far in bytes of the text (0 .. size; char counts its UTF-8
   /// check and its lookup as one half each), about every MiB and once at the end.

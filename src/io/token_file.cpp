@@ -3,6 +3,7 @@
 #include "io/input_file.hpp"
 #include "core/tokenizer_kind.hpp"
 #include "io/hdf5.hpp"
+#include "io/output_file.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -59,32 +60,40 @@ std::string content_hash(const std::vector<std::int32_t>& train, const std::vect
 }  // namespace
 
 void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
-                      const std::vector<std::int32_t>& val, const std::function<void(std::int64_t)>& progress) {
+                      const std::vector<std::int32_t>& val, const std::function<void(std::int64_t)>& progress,
+                      bool replace) {
   h5::quiet_errors();
-  h5::File f = h5::create_serial_file(path, "cannot create token file");
-  h5::write_attr(f, "format", std::string("trident-tokens"));
-  h5::write_attr(f, "format_version", kTokenFormatVersion);
-  h5::write_attr(f, "tokenizer", info.tokenizer);
-  h5::write_attr(f, "vocab_size", info.vocab_size);
-  h5::write_attr(f, "source", info.source);
-  h5::write_attr(f, "content_xxh64", content_hash(train, val));
-  const bool narrow = info.vocab_size <= 65536;
-  write_tokens(f, "train", train, narrow, path, progress, 0);
-  write_tokens(f, "val", val, narrow, path, progress, static_cast<std::int64_t>(train.size()));
-  if (!info.vocab.empty()) {
-    hsize_t n = info.vocab.size();
-    h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
-    h5::Dataset d(H5Dcreate2(f, "vocab", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "creating /vocab");
-    h5::write_all(d, H5T_NATIVE_INT32, info.vocab.data(), "/vocab to " + path);
+  // A new temporary file beside `path`, moved there at the end (io/output_file.hpp): an
+  // interrupted write leaves the file that was there, and a run reading it keeps its tokens.
+  AtomicFile out(path);
+  {
+    h5::File f = h5::create_serial_file(out.temp_path(), "cannot create token file '" + path + "' as its temporary file");
+    h5::write_attr(f, "format", std::string("trident-tokens"));
+    h5::write_attr(f, "format_version", kTokenFormatVersion);
+    h5::write_attr(f, "tokenizer", info.tokenizer);
+    h5::write_attr(f, "vocab_size", info.vocab_size);
+    h5::write_attr(f, "source", info.source);
+    h5::write_attr(f, "content_xxh64", content_hash(train, val));
+    const bool narrow = info.vocab_size <= 65536;
+    write_tokens(f, "train", train, narrow, path, progress, 0);
+    write_tokens(f, "val", val, narrow, path, progress, static_cast<std::int64_t>(train.size()));
+    if (!info.vocab.empty()) {
+      hsize_t n = info.vocab.size();
+      h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
+      h5::Dataset d(H5Dcreate2(f, "vocab", H5T_STD_I32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                    "creating /vocab");
+      h5::write_all(d, H5T_NATIVE_INT32, info.vocab.data(), "/vocab to " + path);
+    }
+    if (!info.model.empty()) {
+      hsize_t n = info.model.size();
+      h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
+      h5::Dataset d(H5Dcreate2(f, kModelDataset, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                    "creating /" + std::string(kModelDataset) + " in " + path);
+      h5::write_all(d, H5T_NATIVE_UINT8, info.model.data(), "/" + std::string(kModelDataset) + " to " + path);
+    }
+    f.close("closing token file '" + path + "'");
   }
-  if (!info.model.empty()) {
-    hsize_t n = info.model.size();
-    h5::Space sp(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
-    h5::Dataset d(H5Dcreate2(f, kModelDataset, H5T_STD_U8LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                  "creating /" + std::string(kModelDataset) + " in " + path);
-    h5::write_all(d, H5T_NATIVE_UINT8, info.model.data(), "/" + std::string(kModelDataset) + " to " + path);
-  }
-  f.close("closing token file '" + path + "'");
+  out.commit(replace);  // fsync (through its own descriptor of the same file), then the rename
 }
 
 struct TokenFileReader::Impl {
@@ -139,6 +148,17 @@ TokenFileReader::TokenFileReader(const std::string& path) : impl_(std::make_uniq
     if (!h5::exists(f, split)) throw IoError("token file '" + path + "' has no /" + std::string(split) + " dataset");
   impl_->train = h5::Dataset(H5Dopen2(f, "train", H5P_DEFAULT), "opening /train in " + path);
   impl_->val = h5::Dataset(H5Dopen2(f, "val", H5P_DEFAULT), "opening /val in " + path);
+  // Token ids are integers: a float dataset would be converted (and rounded) silently on read.
+  for (const char* split : {"train", "val"}) {
+    const hid_t d = std::string(split) == "train" ? impl_->train.id() : impl_->val.id();
+    const hid_t t = H5Dget_type(d);
+    const H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    if (t >= 0) H5Tclose(t);
+    if (cls != H5T_INTEGER)
+      throw IoError("token file '" + path + "': /" + split + " holds " +
+                    (cls == H5T_FLOAT ? std::string("floating-point values") : std::string("values of a non-integer type")) +
+                    ", not integer token ids; write it with `trident prep`");
+  }
   info_.n_train = h5::extent_1d(impl_->train, "/train in " + path);
   info_.n_val = h5::extent_1d(impl_->val, "/val in " + path);
   if (h5::exists(f, "vocab")) {

@@ -35,12 +35,16 @@ struct TokenFileInfo {
   std::string content_hash;
 };
 
-/// Writes a token file (overwrites `path`). `progress`, when given, is called with the tokens
-/// written so far (of train.size() + val.size()) after each piece of at most 16M tokens. Local.
-/// Throws IoError on any failure, naming the path.
+/// Writes a token file at `path`: into a new temporary file beside it (io/output_file.hpp
+/// AtomicFile), flushed to disk, then moved to `path`, replacing a file there when `replace`, else
+/// only where nothing is (ConfigError "already exists" if a file appeared meanwhile). An
+/// interrupted or failed write leaves `path` as it was; a process reading the old file keeps its
+/// tokens. `progress`, when given, is called with the tokens written so far (of train.size() +
+/// val.size()) after each piece of at most 16M tokens. Local. Throws IoError on any failure,
+/// naming the path.
 void write_token_file(const std::string& path, const TokenFileInfo& info, const std::vector<std::int32_t>& train,
                       const std::vector<std::int32_t>& val,
-                      const std::function<void(std::int64_t)>& progress = {});
+                      const std::function<void(std::int64_t)>& progress = {}, bool replace = true);
 
 /// Read access to a token file. Local; open one per rank.
 class TokenFileReader {

@@ -112,7 +112,7 @@ expect_exit 2 "is a directory" -- "$TRIDENT" prep --output "$WORK/x.h5" "$WORK"
 expect_exit 0 "" -- "$TRIDENT" prep --output "$WORK/new/data/tok.h5" "$WORK/text.txt"
 check "prep creates the output's directory (data/ in a fresh clone)" test -f "$WORK/new/data/tok.h5"
 touch "$WORK/afile"
-expect_exit 1 "cannot create directory .*afile" -- "$TRIDENT" prep --output "$WORK/afile/tok.h5" "$WORK/text.txt"
+expect_exit 2 "--output '$WORK/afile/tok.h5': '$WORK/afile' is not a directory" -- "$TRIDENT" prep --output "$WORK/afile/tok.h5" "$WORK/text.txt"
 expect_exit 2 "Kokkos rejected its options --kokkos-threads=abc" -- "$TRIDENT" --kokkos-threads=abc train --config "$WORK/deck.ini"
 expect_exit 2 "deck '$WORK' is not a file" -- "$TRIDENT" train --config "$WORK"
 expect_exit 2 "'abc' is not a token id" -- "$TRIDENT" sample --checkpoint "$ck" --prompt-ids 1,abc

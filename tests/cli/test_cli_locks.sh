@@ -83,10 +83,11 @@ check "NFS without locks: no MPI_Abort" bash -c "! grep -q 'MPI_Abort\|ADIOI_GEN
 expect_no_work "$WORK/nfs" "$WORK/c.log"
 
 # ---- HDF5's own file locking: files written by one process (trident prep) ----------------------
-expect_exit 1 "cannot create token file '$WORK/tok2.h5': .*No locks available.*set HDF5_USE_FILE_LOCKING=FALSE" -- \
+expect_exit 1 "cannot create token file '$WORK/tok2.h5' as its temporary file '$WORK/\.tok2\.h5\.[A-Za-z0-9]{6}': .*No locks available.*set HDF5_USE_FILE_LOCKING=FALSE" -- \
   env LD_PRELOAD="$SHIM" "$TRIDENT" prep --output "$WORK/tok2.h5" "$WORK/text.txt"
-check "prep: the refused create leaves no empty file (a retry would refuse to overwrite it)" test ! -e "$WORK/tok2.h5"
-expect_exit 0 "" -- env LD_PRELOAD="$SHIM" HDF5_USE_FILE_LOCKING=FALSE "$TRIDENT" prep --output "$WORK/tok2.h5" "$WORK/text.txt"
+check "prep: the refused create leaves no file, nor its temporary one (a retry would refuse to overwrite it)" \
+  test ! -e "$WORK/tok2.h5" -a -z "$(ls -A "$WORK" | grep '^\.tok2\.h5\.')"
+expect_exit 0 "" -- env LD_PRELOAD="$SHIM" HDF5_USE_FILE_LOCKING=FALSE "$TRIDENT" prep --force --output "$WORK/tok2.h5" "$WORK/text.txt"
 
 # ---- a busy run directory (item 7): refused before the checkpoint is verified or loaded ----------
 "$TRIDENT" train --config "$WORK/deck.ini" --resume --train.max_steps=100000 --train.allow_changed=max_steps --checkpoint.interval=0 \

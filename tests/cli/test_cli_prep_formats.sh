@@ -27,7 +27,7 @@ write_shard "$WORK/tiny_shakespeare_train.bin" 20240801 7 uint32 $(many 2000 5)
 expect_exit 0 "tiny_shakespeare_val.bin: llm.c llama-3 token shard \(version 7\), 200 tokens -> val \('val' \(or 'valid', 'validation'\) in its name\)" -- \
   "$TRIDENT" prep --output "$WORK/l3.h5" "$WORK/tiny_shakespeare_val.bin" "$WORK/tiny_shakespeare_train.bin"
 expect_exit 0 "tiny_shakespeare_train.bin: llm.c llama-3 token shard \(version 7\), 2000 tokens -> train" -- \
-  "$TRIDENT" prep --output "$WORK/l3.h5" "$WORK/tiny_shakespeare_val.bin" "$WORK/tiny_shakespeare_train.bin"
+  "$TRIDENT" prep --force --output "$WORK/l3.h5" "$WORK/tiny_shakespeare_val.bin" "$WORK/tiny_shakespeare_train.bin"
 check "the llama-3 token file holds int32 ids, vocab 128256, the val shard as /val" /usr/bin/python3 - "$WORK/l3.h5" <<'EOF'
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r") as f:
@@ -41,7 +41,7 @@ expect_exit 2 "is an llm.c llama-3 token shard, already llama3-tokenised: --toke
   "$TRIDENT" prep --tokenizer byte --output "$WORK/bytes.h5" "$WORK/tiny_shakespeare_train.bin"
 check "a refused prep writes no token file" test ! -e "$WORK/bytes.h5"
 expect_exit 0 "--binary reads its raw bytes" -- \
-  "$TRIDENT" prep --tokenizer byte --binary --output "$WORK/bytes.h5" "$WORK/tiny_shakespeare_train.bin"
+  "$TRIDENT" prep --tokenizer byte --binary --force --output "$WORK/bytes.h5" "$WORK/tiny_shakespeare_train.bin"
 expect_exit 2 "--binary reads every input's raw bytes: it needs --tokenizer byte" -- \
   "$TRIDENT" prep --binary --output "$WORK/bytes2.h5" "$WORK/tiny_shakespeare_train.bin"
 # The llama-3 file trains: a vocabulary of 128256 through the int32 path.
@@ -92,7 +92,7 @@ expect_exit 0 "text.txt: text, [0-9]+ bytes -> train\+val" -- "$TRIDENT" prep --
 expect_exit 2 "'$WORK/empty_train.bin' is empty \(0 bytes\): not an llm.c token shard" -- \
   "$TRIDENT" prep --output "$WORK/e2.h5" "$WORK/empty_train.bin"
 expect_exit 2 "'$WORK/empty_train.bin' is empty \(0 bytes\): not an llm.c token shard" -- \
-  "$TRIDENT" prep --output "$WORK/e2.h5" "$WORK/fineweb_val_000000.bin" "$WORK/empty_train.bin"
+  "$TRIDENT" prep --force --output "$WORK/e2.h5" "$WORK/fineweb_val_000000.bin" "$WORK/empty_train.bin"
 expect_exit 0 "'$WORK/empty.txt' is empty \(0 bytes\): it adds no tokens" -- \
   "$TRIDENT" prep --output "$WORK/e3.h5" "$WORK/text.txt" "$WORK/empty.txt"
 expect_exit 2 "'$WORK/empty.txt' is empty \(0 bytes\): nothing to tokenise" -- \
@@ -100,6 +100,64 @@ expect_exit 2 "'$WORK/empty.txt' is empty \(0 bytes\): nothing to tokenise" -- \
 printf 'ab\xe9cd\n' > "$WORK/latin1.txt"
 expect_exit 2 "'$WORK/latin1.txt': invalid UTF-8 at byte 3" -- \
   "$TRIDENT" prep --output "$WORK/e5.h5" "$WORK/text.txt" "$WORK/latin1.txt"
+# Ill-formed UTF-8 that a lax decoder takes (RFC 3629 section 3): an overlong '/', a UTF-16
+# surrogate, a code point beyond U+10FFFF (a valid 4-byte pattern, lead F4 90). Each named by file,
+# byte and why; exit 2 and no token file.
+printf 'ab\xc0\xafcd\n' > "$WORK/overlong.txt"
+expect_exit 2 "'$WORK/overlong.txt': invalid UTF-8 at byte 2 \(U\+002F as 2 bytes: an overlong \(non-shortest\) encoding\)" -- \
+  "$TRIDENT" prep --output "$WORK/u1.h5" "$WORK/overlong.txt"
+printf 'abc\xed\xa0\x80\n' > "$WORK/surrogate.txt"
+expect_exit 2 "'$WORK/surrogate.txt': invalid UTF-8 at byte 3 \(U\+D800 as 3 bytes: a UTF-16 surrogate" -- \
+  "$TRIDENT" prep --tokenizer bpe --vocab-size 300 --output "$WORK/u2.h5" "$WORK/surrogate.txt"
+printf 'a\xf4\x90\x80\x80\n' > "$WORK/beyond.txt"
+expect_exit 2 "'$WORK/beyond.txt': invalid UTF-8 at byte 1 \(U\+110000 as 4 bytes: beyond U\+10FFFF" -- \
+  "$TRIDENT" prep --output "$WORK/u3.h5" "$WORK/beyond.txt"
+check "... and none wrote a token file" test ! -e "$WORK/u1.h5" -a ! -e "$WORK/u2.h5" -a ! -e "$WORK/u3.h5"
+printf 'a\xf0\x9f\x99\x82 \xe2\x82\xac \xf4\x8f\xbf\xbf\n' > "$WORK/edges.txt"   # U+1F642, U+20AC, U+10FFFF: valid
+expect_exit 0 "wrote $WORK/u4.h5: char tokenizer, vocab 6" -- "$TRIDENT" prep --output "$WORK/u4.h5" "$WORK/edges.txt"
+
+# --output: an existing token file is replaced only with --force, through a temporary file and a
+# rename, so a failed write (here: the file size limit, EFBIG) leaves the old file as it was.
+cp "$WORK/t.h5" "$WORK/keep.h5"
+expect_exit 2 "--output '$WORK/t.h5' already exists \(a token file\): choose a new file, or add --force to replace it" -- \
+  "$TRIDENT" prep --output "$WORK/t.h5" "$WORK/text.txt"
+check "... and the token file is untouched" cmp -s "$WORK/t.h5" "$WORK/keep.h5"
+head -c 300000 /dev/urandom | base64 > "$WORK/big.txt"
+( ulimit -f 64; UCX_TLS=sysv,self "$TRIDENT" prep --force --output "$WORK/t.h5" "$WORK/big.txt" ) > "$WORK/efbig.log" 2>&1
+rc=$?
+check "a prep --force that cannot write fails (exit $rc)" test "$rc" -ne 0
+check "... and the token file it would replace is as it was" cmp -s "$WORK/t.h5" "$WORK/keep.h5"
+check "... and no temporary file is left" test -z "$(ls -A "$WORK" | grep '^\.t\.h5\.')"
+expect_exit 0 "wrote $WORK/t.h5: char tokenizer" -- "$TRIDENT" prep --force --output "$WORK/t.h5" "$WORK/edges.txt"
+check "--force replaced it" test "$(h5dump -a vocab_size "$WORK/t.h5" | sed -n 's/^ *(0): *\([0-9]*\).*/\1/p')" = 6
+cp "$WORK/keep.h5" "$WORK/t.h5"
+# Output paths that cannot work are named before any input is read (a missing input is never reached).
+expect_exit 2 "--output '$WORK/newdir/' is a directory: give a file name" -- \
+  "$TRIDENT" prep --output "$WORK/newdir/" "$WORK/none.txt"
+check "... and no directory was created" test ! -e "$WORK/newdir"
+expect_exit 2 "--output '$WORK/text.txt/sub/tok.h5': '$WORK/text.txt' is not a directory" -- \
+  "$TRIDENT" prep --output "$WORK/text.txt/sub/tok.h5" "$WORK/none.txt"
+# A vocabulary too small for the text's characters, and a text without a line to learn from: said
+# in prep's words, with the size that works (SentencePiece's own message names its options).
+expect_exit 2 "the model needs <unk>, the 256 byte pieces and the text's 3 characters \(all but the rarest 0.05%\) before any piece it learns, 260 in all; give --vocab-size 260 or more" -- \
+  "$TRIDENT" prep --tokenizer bpe --vocab-size 257 --output "$WORK/b.h5" <(printf 'abc\n%.0s' $(seq 50))
+printf '\n\n\n' > "$WORK/newlines.txt"
+expect_exit 2 "it holds no line with a character to learn from \(empty lines, or only newlines\)" -- \
+  "$TRIDENT" prep --tokenizer bpe --vocab-size 300 --output "$WORK/b.h5" "$WORK/newlines.txt"
+expect_exit 2 "--vocab-size 100 is outside 257 \.\. 1048576" -- \
+  "$TRIDENT" prep --tokenizer bpe --vocab-size 100 --output "$WORK/b.h5" "$WORK/text.txt"
+# --val-fraction: refused where it does not apply (named validation shards), and where it leaves
+# no validation loss; the kinds that come only as shards are named as such for text.
+expect_exit 2 "--val-fraction does not apply: '$WORK/fineweb_val_000000.bin' is named as a validation shard" -- \
+  "$TRIDENT" prep --val-fraction 0.2 --output "$WORK/vf.h5" "$WORK/fineweb_val_000000.bin" "$WORK/fineweb_train_000001.bin"
+expect_exit 2 "--val-fraction 1e-300 leaves 0 of the [0-9]+ tokens for validation: a validation loss needs at least 2" -- \
+  "$TRIDENT" prep --val-fraction 1e-300 --output "$WORK/vf.h5" "$WORK/text.txt"
+expect_exit 2 "--tokenizer gpt2 does not tokenise text: gpt2 tokens come already tokenised in llm.c shards" -- \
+  "$TRIDENT" prep --tokenizer gpt2 --output "$WORK/vf.h5" "$WORK/text.txt"
+# Binary data without a shard header beside shards is named as binary, not as text.
+head -c 4096 /dev/zero > "$WORK/damaged_train_000002.bin"; printf 'x' | dd of="$WORK/damaged_train_000002.bin" conv=notrunc 2>/dev/null
+expect_exit 2 "'$WORK/damaged_train_000002.bin' is a binary file without an llm.c shard header \(a NUL byte at offset 1\)" -- \
+  "$TRIDENT" prep --output "$WORK/vf.h5" "$WORK/fineweb_train_000001.bin" "$WORK/damaged_train_000002.bin"
 
 # prep --verify: the whole file against what prep recorded. Oracles: an untouched file (ok), one
 # token changed in place to another valid id (the hash differs), 16 bytes of garbage in /train
@@ -118,6 +176,32 @@ cp "$WORK/t.h5" "$WORK/garbage.h5"
 corrupt_dataset "$WORK/garbage.h5" train
 expect_exit 1 "BAD: $WORK/garbage.h5: token ids [0-9]+\.\.[0-9]+ leave the vocabulary of" -- "$TRIDENT" prep --verify "$WORK/garbage.h5"
 expect_exit 1 "BAD: $WORK/text.txt: token file .* is not an HDF5 file" -- "$TRIDENT" prep --verify "$WORK/text.txt"
+# A tokenizer record prep never writes: vocab_size beyond the char vocabulary (the tokens are fine
+# and the hash matches), a bpe model cut short; and float token datasets (refused by every reader).
+cp "$WORK/t.h5" "$WORK/vs.h5"
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: f.attrs['vocab_size'] = int(f.attrs['vocab_size']) + 1
+" "$WORK/vs.h5"
+expect_exit 1 "BAD: $WORK/vs.h5: its tokenizer is not what prep writes: the char tokenizer's vocabulary has [0-9]+ entries, but vocab_size is [0-9]+" -- \
+  "$TRIDENT" prep --verify "$WORK/vs.h5"
+seq 1 3000 | awk '{ print "the quick brown fox jumps over " $1 " lazy dogs" }' > "$WORK/fox.txt"
+"$TRIDENT" prep --tokenizer bpe --vocab-size 300 --output "$WORK/bpe.h5" "$WORK/fox.txt" >/dev/null 2>&1 || echo "FAIL bpe prep"
+expect_exit 0 "ok: $WORK/bpe.h5" -- "$TRIDENT" prep --verify "$WORK/bpe.h5"
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: f.attrs['vocab_size'] = 400
+" "$WORK/bpe.h5"
+expect_exit 1 "BAD: $WORK/bpe.h5: its tokenizer is not what prep writes: the bpe tokenizer's model has 300 pieces, but vocab_size is 400" -- \
+  "$TRIDENT" prep --verify "$WORK/bpe.h5"
+/usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r') as f, h5py.File(sys.argv[2], 'w') as g:
+    for k, v in f.attrs.items(): g.attrs[k] = v
+    for k in f: g[k] = f[k][...].astype('float32') if k in ('train', 'val') else f[k][...]
+" "$WORK/t.h5" "$WORK/float.h5"
+expect_exit 1 "BAD: $WORK/float.h5: token file '$WORK/float.h5': /train holds floating-point values, not integer token ids" -- \
+  "$TRIDENT" prep --verify "$WORK/float.h5"
 expect_exit 2 "--verify takes token files only" -- "$TRIDENT" prep --verify --output "$WORK/x.h5" "$WORK/t.h5"
 
 echo "$FAILED failed"

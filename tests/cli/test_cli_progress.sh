@@ -39,8 +39,8 @@ check "progress does not change the token file" h5diff -q "$WORK/big.h5" "$WORK/
 # Defaults (interval 10 s, nothing before 2 s): a small prep looks as it did before.
 "$TRIDENT" prep --output "$WORK/small.h5" "$WORK/small.txt" > "$WORK/small.log" 2>&1
 check "a short prep prints no progress by default" bash -c "! grep -q '^prep: ' '$WORK/small.log'"
-expect_exit 0 "TRIDENT_PROGRESS='maybe' is not one of" -- env TRIDENT_PROGRESS=maybe "$TRIDENT" prep --output "$WORK/small.h5" "$WORK/small.txt"
-expect_exit 0 "TRIDENT_PROGRESS_INTERVAL='soon' is not a number" -- env TRIDENT_PROGRESS_INTERVAL=soon "$TRIDENT" prep --output "$WORK/small.h5" "$WORK/small.txt"
+expect_exit 0 "TRIDENT_PROGRESS='maybe' is not one of" -- env TRIDENT_PROGRESS=maybe "$TRIDENT" prep --force --output "$WORK/small.h5" "$WORK/small.txt"
+expect_exit 0 "TRIDENT_PROGRESS_INTERVAL='soon' is not a number" -- env TRIDENT_PROGRESS_INTERVAL=soon "$TRIDENT" prep --force --output "$WORK/small.h5" "$WORK/small.txt"
 
 # ---- on a terminal: redrawn in place -----------------------------------------------------------
 if script -qc true /dev/null >/dev/null 2>&1; then
@@ -48,7 +48,7 @@ if script -qc true /dev/null >/dev/null 2>&1; then
   check "terminal: lines redrawn with \\r and cleared to the end" grep -q $'\r''prep: reading: .*'$'\x1b''\[K' "$WORK/tty.log"
   check "terminal: the final line ends the redrawn one" grep -qE 'prep: tokenizing: 100% .*done in' "$WORK/tty.log"
   # TRIDENT_PROGRESS=line forces whole lines on a terminal.
-  TRIDENT_PROGRESS=line TRIDENT_PROGRESS_INTERVAL=0 script -qec "'$TRIDENT' prep --output '$WORK/tty.h5' '$WORK/big.txt'" "$WORK/line.log" >/dev/null 2>&1
+  TRIDENT_PROGRESS=line TRIDENT_PROGRESS_INTERVAL=0 script -qec "'$TRIDENT' prep --force --output '$WORK/tty.h5' '$WORK/big.txt'" "$WORK/line.log" >/dev/null 2>&1
   check "TRIDENT_PROGRESS=line: no redraws on a terminal" bash -c "! grep -q \$'\\rprep: ' '$WORK/line.log'"
 else
   echo "skip terminal checks: script(1) cannot run here"

@@ -263,6 +263,26 @@ std::vector<std::int32_t> read_split(const std::string& path, const std::string&
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+TEST(Prep, ReplacesATokenFileOnlyWithForce) {
+  const std::string txt = scratch("force.txt"), out = scratch("force.h5");
+  std::ofstream(txt) << "hello world, hello prep\n";
+  PrepOptions o;
+  o.inputs = {txt};
+  o.output = out;
+  ASSERT_EQ(prep_error<ConfigError>(o), "");
+  const std::string before = TokenFileReader(out).info().content_hash;
+  std::ofstream(txt) << "another text entirely\n";
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "already exists (a token file)")) << prep_error<ConfigError>(o);
+  EXPECT_EQ(TokenFileReader(out).info().content_hash, before);  // refused: the file is as it was
+  o.force = true;
+  ASSERT_EQ(prep_error<ConfigError>(o), "");
+  EXPECT_NE(TokenFileReader(out).info().content_hash, before);
+  // Never another kind of file, even with --force.
+  std::ofstream(scratch("notes.txt")) << "mine";
+  o.output = scratch("notes.txt");
+  EXPECT_TRUE(has(prep_error<ConfigError>(o), "which is not a Trident token file")) << prep_error<ConfigError>(o);
+}
+
 TEST(Prep, LlmcShards) {
   const std::string tr = scratch("fw_train_000001.bin"), va = scratch("fw_val_000000.bin"), out = scratch("fw.h5");
   write_shard(tr, {1, 2, 50256, 7}, 4);
@@ -270,6 +290,7 @@ TEST(Prep, LlmcShards) {
   PrepOptions o;
   o.inputs = {tr, va};
   o.output = out;
+  o.force = true;  // prepped again below over the same output
   PrepResult r = prep_token_file(o);
   EXPECT_EQ(r.tokenizer, "gpt2");
   EXPECT_EQ(r.vocab_size, 50257);
@@ -300,6 +321,7 @@ TEST(Prep, Llama3ShardsKeepTheirIdsInAnInt32File) {
   PrepOptions o;
   o.inputs = {tr, va};
   o.output = out;
+  o.force = true;  // prepped again below over the same output
   const PrepResult r = prep_token_file(o);
   EXPECT_EQ(r.tokenizer, "llama3");
   EXPECT_EQ(r.vocab_size, 128256);
@@ -374,6 +396,7 @@ TEST(Prep, ShardSplitFollowsLlmcNaming) {
   PrepOptions o;
   o.inputs = {va, tr};  // the order llm.c writes them in
   o.output = out;
+  o.force = true;  // prepped again below over the same output
   const PrepResult r = prep_token_file(o);
   EXPECT_EQ(read_split(out, "val"), (std::vector<std::int32_t>{5, 6, 7}));
   EXPECT_EQ(read_split(out, "train"), (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 7, 8}));
