@@ -133,6 +133,7 @@ void CheckpointMeta::write_to(CheckpointWrite& w) const {
   w.string_attrs["param_dtype"] = param_dtype;
   if (!run.lineage.empty()) w.string_attrs["lineage"] = run.lineage;
   if (!run.data_hash.empty()) w.string_attrs["data_xxh64"] = run.data_hash;
+  if (run.data_train_tokens >= 0) w.int_attrs["data_train_tokens"] = run.data_train_tokens;
   if (run.val_loss_step >= 0) {
     w.double_attrs["val_loss"] = run.val_loss;
     w.int_attrs["val_loss_step"] = run.val_loss_step;
@@ -171,6 +172,7 @@ CheckpointMeta CheckpointMeta::read(const CheckpointReader& rd) {
   get_string("tokenizer", m.run.tokenizer);
   get_string("lineage", m.run.lineage);
   get_string("data_xxh64", m.run.data_hash);
+  get_int("data_train_tokens", m.run.data_train_tokens);
   if (rd.has_attr("val_loss") && rd.has_attr("val_loss_step")) {
     m.run.val_loss = rd.attr_double("val_loss");
     m.run.val_loss_step = rd.attr_int("val_loss_step");

@@ -37,6 +37,10 @@ struct RunState {
   /// The token file's content hash (TokenFileInfo::content_hash) the run trained on; "" when
   /// unknown (a token file or checkpoint of an older version). Attribute data_xxh64.
   std::string data_hash;
+  /// The train split's size in tokens of that file; -1 when unknown (older versions). The hash
+  /// covers train then val as one stream, so a re-prep with another --val-fraction keeps it: the
+  /// split size tells those apart. Attribute data_train_tokens.
+  std::int64_t data_train_tokens = -1;
   double val_loss = 0.0;              ///< the last validation loss of the run, at val_loss_step
   std::int64_t val_loss_step = -1;    ///< the step val_loss was measured after; -1: none yet
   // The numerics policy (train/numerics.hpp). Absent in files of older versions: zeros, empty.

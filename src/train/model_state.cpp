@@ -440,7 +440,7 @@ RunState ModelState<T>::load(const std::string& path) {
       log::warn("checkpoint '%s': its deck cannot be compared with this run's (%s)", path.c_str(), e.what());
     }
     if (stored && resume_deck_check_) {
-      const bool same_data = !data_hash_.empty() && data_hash_ == meta.run.data_hash;
+      const bool same_data = same_training_data(meta.run, data_);
       const ResumeChanges changes =
           compare_resume_decks(*stored, cfg_, meta.run.step, meta.run.consumed_samples, same_data);
       changes.require_allowed();

@@ -14,6 +14,7 @@
 
 #include "checkpoint/model_schema.hpp"
 #include "core/config.hpp"
+#include "io/token_file.hpp"
 #include "model/gpt.hpp"
 #include "parallel/process_grid.hpp"
 #include "train/zero.hpp"
@@ -97,14 +98,17 @@ class ModelState final : public CheckpointState {
   /// refuses). On by default; `trident eval` turns it off, as it reads a model, not a run to
   /// continue (the model's shape is checked either way). Local.
   void set_resume_deck_check(bool on) { resume_deck_check_ = on; }
-  /// The content hash of the token file this run reads (TokenFileInfo::content_hash; "" unknown):
-  /// load() then takes a [data] path spelled otherwise, or a copy, with the checkpoint's hash as
-  /// the same data, not a change to refuse. Local.
-  void set_data_hash(std::string hash) { data_hash_ = std::move(hash); }
+  /// What this run reads (TokenFileInfo: content_hash, "" unknown, and n_train): load() then takes
+  /// a [data] path spelled otherwise, or a copy, with the checkpoint's hash and train split size
+  /// (same_training_data) as the same data, not a change to refuse. Local.
+  void set_data_identity(const TokenFileInfo& data) {
+    data_.content_hash = data.content_hash;
+    data_.n_train = data.n_train;
+  }
 
  private:
   bool resume_deck_check_ = true;
-  std::string data_hash_;
+  TokenFileInfo data_;  ///< only content_hash and n_train (set_data_identity)
   Config cfg_;
   const ProcessGrid& grid_;
   ParamLayout layout_;

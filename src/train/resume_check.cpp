@@ -73,13 +73,27 @@ std::string tokenizer_mismatch(const RunState& checkpoint, const TokenFileInfo& 
          "trained on)";
 }
 
-void check_resume_data(const std::string& checkpoint_hash, const std::string& now_hash, const std::string& path,
+bool same_training_data(const RunState& checkpoint, const TokenFileInfo& now) {
+  if (checkpoint.data_hash.empty() || checkpoint.data_hash != now.content_hash) return false;
+  return checkpoint.data_train_tokens < 0 || checkpoint.data_train_tokens == now.n_train;
+}
+
+void check_resume_data(const RunState& checkpoint, const TokenFileInfo& now, const std::string& path,
                        const TrainConfig& train, std::int64_t consumed) {
-  if (checkpoint_hash.empty() || now_hash.empty() || checkpoint_hash == now_hash) return;
+  if (checkpoint.data_hash.empty() || now.content_hash.empty()) return;
+  std::string what;
+  if (checkpoint.data_hash != now.content_hash) {
+    what = "token file '" + path + "' holds other tokens than the file the checkpoint was trained on (content hash " +
+           now.content_hash + ", the checkpoint's " + checkpoint.data_hash + ")";
+  } else if (checkpoint.data_train_tokens >= 0 && checkpoint.data_train_tokens != now.n_train) {
+    what = "token file '" + path + "' holds the same tokens as the file the checkpoint was trained on, split " +
+           "otherwise: its train split has " + std::to_string(now.n_train) + " tokens, the checkpoint's " +
+           std::to_string(checkpoint.data_train_tokens) + " (prepped again with another --val-fraction?)";
+  } else {
+    return;
+  }
+  what += ": consumed_samples (" + std::to_string(consumed) + ") would index other data";
   const std::vector<std::string> allowed = allowed_changes(train);
-  const std::string what = "token file '" + path + "' holds other tokens than the file the checkpoint was trained on " +
-                           "(content hash " + now_hash + ", the checkpoint's " + checkpoint_hash +
-                           "): consumed_samples (" + std::to_string(consumed) + ") would index other data";
   if (std::find(allowed.begin(), allowed.end(), "data.path") != allowed.end()) {
     log::warn("%s; continuing as [train] allow_changed names data.path", what.c_str());
     return;

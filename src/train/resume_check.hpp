@@ -80,12 +80,19 @@ ResumeChanges compare_resume_decks(const Config& checkpoint, const Config& run, 
 /// tokenizer (files of older versions). Local.
 std::string tokenizer_mismatch(const RunState& checkpoint, const TokenFileInfo& data);
 
-/// The data check of a resume: `checkpoint_hash` (the content hash of the token file the run
-/// trained on, RunState::data_hash) against `now_hash` (TokenFileInfo::content_hash of the file at
-/// `path` now). Equal, or either unknown (files of older versions): nothing. Different: the same
-/// path holds other tokens, so consumed_samples `consumed` would index other data; ConfigError
-/// naming the file, unless `train`'s allow_changed names data.path (then a warning). Local.
-void check_resume_data(const std::string& checkpoint_hash, const std::string& now_hash, const std::string& path,
+/// Whether the token file described by `now` holds the data the checkpoint's run trained on
+/// (`checkpoint`: RunState::data_hash and data_train_tokens): the same content hash and, where
+/// both are known, the same train split size. Unknown hashes (files of older versions) are never
+/// the same data. Local.
+bool same_training_data(const RunState& checkpoint, const TokenFileInfo& now);
+
+/// The data check of a resume: the checkpoint's record of the token file the run trained on
+/// (RunState::data_hash, data_train_tokens) against `now` (the file at `path` now). Equal, or
+/// unknown (files of older versions): nothing. Another hash (the same path holds other tokens) or
+/// another train split size (the same tokens prepped with another --val-fraction): consumed_samples
+/// `consumed` would index other data; ConfigError naming the file, unless `train`'s allow_changed
+/// names data.path (then a warning). Local.
+void check_resume_data(const RunState& checkpoint, const TokenFileInfo& now, const std::string& path,
                        const TrainConfig& train, std::int64_t consumed);
 
 }  // namespace trident

@@ -83,7 +83,7 @@ Trainer<T>::Trainer(const Config& cfg, const ProcessGrid& grid, const TokenDatas
       scaler_(cfg.train),
       timers_(cfg.train.timers) {
   // A resume compares the checkpoint's [data] path with this run's; equal contents are the same data.
-  state_.set_data_hash(data.info().content_hash);
+  state_.set_data_identity(data.info());
   for (Communicator* c : {&grid.dp_comm(), &grid.tp_comm(), &grid.pp_comm(), &grid.mp_comm(), &grid.world_comm()})
     timers_.watch(*c);
   for (Communicator* c : state_.own_comms()) timers_.watch(*c);
@@ -441,6 +441,7 @@ RunState Trainer<T>::run_state() const {
   r.tokenizer_model = data_.info().model;
   r.lineage = lineage_;
   r.data_hash = data_.info().content_hash;
+  r.data_train_tokens = data_.info().n_train;
   r.val_loss = val_loss_;
   r.val_loss_step = val_loss_step_;
   r.skipped_steps = nonfinite_.skipped_total();
@@ -737,7 +738,7 @@ int train_loop(const Config& cfg, const ProcessGrid& grid, const TokenDataset& d
     // (and the next checkpoint would record the file's tokenizer for this model).
     if (const std::string why = tokenizer_mismatch(trainer.loaded_run_state(), data.info()); !why.empty())
       throw ConfigError("cannot resume from " + resume_from + " on token file '" + cfg.data.path + "': " + why);
-    check_resume_data(trainer.loaded_run_state().data_hash, data.info().content_hash, cfg.data.path, cfg.train,
+    check_resume_data(trainer.loaded_run_state(), data.info(), cfg.data.path, cfg.train,
                       trainer.consumed_samples());
     log::info("resumed from %s at step %lld (%lld samples consumed; loaded in %.2f s)", resume_from.c_str(),
               static_cast<long long>(trainer.step()), static_cast<long long>(trainer.consumed_samples()), t.seconds());

@@ -92,7 +92,7 @@ check "... and warns of nothing" test -z "$(grep -E "warning|refused" <<<"$out")
 # vocabulary) prepped over the token file. The checkpoint records the file's content hash.
 cp "$WORK/tok.h5" "$WORK/tok_orig.h5"
 tac "$WORK/text.txt" > "$WORK/text_rev.txt"
-"$TRIDENT" prep --output "$WORK/tok.h5" "$WORK/text_rev.txt" >/dev/null || echo "FAIL prep of the reversed text"
+"$TRIDENT" prep --force --output "$WORK/tok.h5" "$WORK/text_rev.txt" >/dev/null || echo "FAIL prep of the reversed text"
 check "the reversed text has the same char vocabulary (the case this check is for)" \
   cmp -s <(h5dump -d /vocab "$WORK/tok.h5" 2>/dev/null | grep -v HDF5) <(h5dump -d /vocab "$WORK/tok_orig.h5" 2>/dev/null | grep -v HDF5)
 expect_exit 2 "token file '$WORK/tok.h5' holds other tokens than the file the checkpoint was trained on \(content hash [0-9a-f]{16}, the checkpoint's [0-9a-f]{16}\): consumed_samples \([0-9]+\) would index other data.*--train.allow_changed=data.path" -- \
@@ -100,6 +100,13 @@ expect_exit 2 "token file '$WORK/tok.h5' holds other tokens than the file the ch
 check "... and nothing was written" test ! -e "$WORK/r_other_tokens/checkpoints/step_00000004.h5"
 expect_exit 0 "holds other tokens .*continuing as \[train\] allow_changed names data.path" -- \
   resume_from other_tokens_allowed --train.allow_changed=data.path
+# The same tokens split otherwise (prepped again with another --val-fraction): the content hash
+# covers train then val as one stream, so the checkpoint's train split size tells them apart.
+"$TRIDENT" prep --force --val-fraction 0.2 --output "$WORK/tok.h5" "$WORK/text.txt" >/dev/null || echo "FAIL prep at 0.2"
+check "the re-split file has the original's content hash (the case this check is for)" \
+  test "$(h5dump -a content_xxh64 "$WORK/tok.h5" | grep '(0)')" = "$(h5dump -a content_xxh64 "$WORK/tok_orig.h5" | grep '(0)')"
+expect_exit 2 "token file '$WORK/tok.h5' holds the same tokens as the file the checkpoint was trained on, split otherwise: its train split has [0-9]+ tokens, the checkpoint's [0-9]+ \(prepped again with another --val-fraction\?\): consumed_samples \([0-9]+\) would index other data" -- \
+  resume_from resplit
 cp "$WORK/tok_orig.h5" "$WORK/tok.h5"
 expect_exit 0 "resumed from" -- resume_from orig_tokens_again
 
