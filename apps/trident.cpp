@@ -2,6 +2,7 @@
 #include "apps/commands.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "io/output_file.hpp"
 #include "train/signals.hpp"
 #include "trident_cpu_target.h"
 #include "trident_version.hpp"
@@ -72,6 +73,10 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "train") == 0) {
     trident::install_stop_signal_handlers();
     trident::set_stop_signal_quiet(rt.world_rank() != 0);  // Ctrl-C reaches every rank: one message
+  } else {
+    // prep, ckpt export/import/reshard, --npy, plan --csv write through temporary files: a Ctrl-C
+    // or a job's SIGTERM mid-write removes them before the process ends (io/output_file.hpp).
+    trident::remove_temporaries_on_signal();
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {

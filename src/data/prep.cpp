@@ -234,33 +234,48 @@ std::string binary_advice() {
 /// What --output may be, checked before any input is read (tokenizing gigabytes, then failing on
 /// the output, would waste the time): a file name (not a directory, not ending in '/'); nothing
 /// there, or a Trident token file with --force (never anything else: a checkpoint, a text, a
-/// deck); its parent an existing directory, or creatable (its nearest existing ancestor a
-/// directory we may write in). Warns of temporary files an interrupted prep left beside it.
-void check_prep_output(const PrepOptions& opt) {
+/// deck, a link to nothing); its parent an existing directory, or creatable (its nearest existing
+/// ancestor a directory we may write in); a name short enough for its temporary file. Returns the
+/// path to write: --output, or the file a symbolic link there points to (the link stays and names
+/// the new file, as an in-place write would have). Warns of temporary files an interrupted prep
+/// left beside it.
+std::string check_prep_output(const PrepOptions& opt) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string& out = opt.output;
   const std::string name = "--output '" + out + "'";
   if (out.back() == '/' || fs::is_directory(out, ec))
-    throw ConfigError(name + " is a directory: give a file name (e.g. " + (fs::path(out) / "tokens.h5").string() +
-                      ")");
+    throw ConfigError(name + (out.back() == '/' ? " ends in '/'" : " is a directory") + ": give a file name (e.g. " +
+                      (fs::path(out) / "tokens.h5").string() + ")");
+  std::string target = out;
   const fs::file_status st = fs::symlink_status(out, ec);
+  if (fs::is_symlink(st)) {
+    const fs::path to = fs::read_symlink(out, ec);
+    if (!fs::exists(out, ec))
+      throw ConfigError(name + " is a symbolic link to nothing ('" + to.string() +
+                        "'): remove it, or give the file it should name");
+    target = fs::canonical(out, ec).string();
+    if (ec) throw IoError("cannot resolve the symbolic link " + name + ": " + ec.message());
+  }
   if (fs::exists(st) || fs::is_symlink(st)) {
+    warn_leftover_temporaries(leftover_temporaries(target), "prep");
     bool token_file = false;
     try {
-      TokenFileReader probe(out);
+      TokenFileReader probe(target);
       token_file = true;
     } catch (const Error&) {
     }
     if (!token_file)
-      throw ConfigError("refusing to overwrite '" + out +
-                        "', which is not a Trident token file; remove it or choose another --output");
+      throw ConfigError("refusing to overwrite '" + out + "'" + (target != out ? " (a link to '" + target + "')" : "") +
+                        ", which is not a Trident token file; remove it or choose another --output");
     if (!opt.force)
       throw ConfigError(name + " already exists (a token file): choose a new file, or add --force to replace it (a "
                         "run reading it keeps its tokens; a resume on the new ones is refused by their content hash)");
+    if (target != out) log::info("prep: --output '%s' is a symbolic link: replacing the token file it names, '%s'",
+                                 out.c_str(), target.c_str());
   }
   // The nearest existing ancestor of the output: a directory this process may create entries in.
-  fs::path dir = fs::path(out).parent_path();
+  fs::path dir = fs::path(target).parent_path();
   if (dir.empty()) dir = ".";
   while (!fs::exists(fs::symlink_status(dir, ec)) && dir.has_parent_path() && dir.parent_path() != dir)
     dir = dir.parent_path();
@@ -268,7 +283,15 @@ void check_prep_output(const PrepOptions& opt) {
     throw ConfigError(name + ": '" + dir.string() + "' is not a directory");
   if (fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK | X_OK) != 0)
     throw ConfigError(name + ": cannot write in directory '" + dir.string() + "' (" + std::strerror(errno) + ")");
-  warn_leftover_temporaries(leftover_temporaries(out), "prep");
+  // The temporary file beside it is ".NAME.XXXXXX": 8 bytes longer than the name.
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  const std::size_t len = fs::path(target).filename().string().size();
+  if (name_max > 8 && len + 8 > static_cast<std::size_t>(name_max))
+    throw ConfigError(name + ": the file name is " + std::to_string(len) + " bytes; its temporary file ('.' + name + " +
+                      "'.XXXXXX') must fit this file system's " + std::to_string(name_max) + ", so give at most " +
+                      std::to_string(name_max - 8));
+  if (!fs::exists(st) && !fs::is_symlink(st)) warn_leftover_temporaries(leftover_temporaries(target), "prep");
+  return target;
 }
 }  // namespace
 
@@ -345,7 +368,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     if (std::filesystem::exists(opt.output, ec) && std::filesystem::equivalent(p, opt.output, ec))
       throw ConfigError("--output '" + opt.output + "' is also an input; write the token file elsewhere");
   }
-  check_prep_output(opt);
+  const std::string write_path = check_prep_output(opt);
   // The one place --tokenizer is interpreted (core/tokenizer_kind.hpp).
   const bool tokenizer_given = !opt.tokenizer.empty();
   const std::string tokenizer_name = tokenizer_given ? opt.tokenizer : std::string("char");
@@ -549,7 +572,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   if (val.size() < 2)
     log::warn("the validation split holds %zu token(s): runs on this file report no validation loss", val.size());
   // Like `trident train` with its out_dir, create the output's directory (data/ in a fresh clone).
-  const std::filesystem::path parent = std::filesystem::path(opt.output).parent_path();
+  const std::filesystem::path parent = std::filesystem::path(write_path).parent_path();
   if (!parent.empty()) {
     std::filesystem::create_directories(parent, ec);
     if (ec) throw IoError("cannot create directory '" + parent.string() + "' for --output: " + ec.message());
@@ -557,7 +580,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
   {
     Progress writing("prep: writing " + opt.output, static_cast<std::int64_t>(train.size() + val.size()),
                      ProgressUnit::tokens);
-    write_token_file(opt.output, info, train, val, [&](std::int64_t done) { writing.update(done); }, opt.force);
+    write_token_file(write_path, info, train, val, [&](std::int64_t done) { writing.update(done); }, opt.force);
     writing.finish();
   }
   r.tokenizer = info.tokenizer;

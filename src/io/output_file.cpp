@@ -6,6 +6,7 @@
 #include "io/hdf5.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +28,42 @@ namespace trident {
 namespace fs = std::filesystem;
 
 namespace {
+
+// The temporary files of live AtomicFiles, for the signal handler of remove_temporaries_on_signal.
+// A slot is 0 (free), 2 (being filled) or 1 (holds a path); lock-free atomics are
+// async-signal-safe to read in a handler.
+constexpr int kTempSlots = 16;
+constexpr std::size_t kTempPathMax = 4096;
+struct TempSlot {
+  std::atomic<int> state{0};
+  char path[kTempPathMax];
+};
+TempSlot g_temp_slots[kTempSlots];
+
+int register_temporary(const std::string& path) {
+  if (path.size() >= kTempPathMax) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int free_state = 0;
+    if (g_temp_slots[i].state.compare_exchange_strong(free_state, 2)) {
+      std::memcpy(g_temp_slots[i].path, path.c_str(), path.size() + 1);
+      g_temp_slots[i].state.store(1);
+      return i;
+    }
+  }
+  return -1;  // more than kTempSlots at once: this one is left on a signal (and warned of later)
+}
+
+void unregister_temporary(int slot) {
+  if (slot >= 0) g_temp_slots[slot].state.store(0);
+}
+
+extern "C" void remove_temporaries_and_die(int sig) {
+  for (TempSlot& s : g_temp_slots)
+    if (s.state.load() == 1) ::unlink(s.path);
+  // SA_RESETHAND made the disposition the default again: the signal, blocked in this handler,
+  // is delivered once it returns and ends the process as it would have without us.
+  ::raise(sig);
+}
 
 bool hdf5_signature(const std::string& path) {
   // HDF5's superblock signature at offset 0, or after a user block at 512, 1024, 2048, ... (the
@@ -188,9 +226,24 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
               .string();
   fd_ = ::mkstemp(temp_.data());  // O_CREAT | O_EXCL: a new file, no link followed
   if (fd_ < 0) throw IoError("cannot create a temporary file beside '" + path_ + "': " + std::strerror(errno));
+  slot_ = register_temporary(temp_);
+}
+
+void remove_temporaries_on_signal() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL)
+      continue;
+    struct sigaction sa {};
+    sa.sa_handler = remove_temporaries_and_die;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 AtomicFile::~AtomicFile() {
+  unregister_temporary(slot_);
   if (committed_) return;
   if (fd_ >= 0) ::close(fd_);
   ::unlink(temp_.c_str());

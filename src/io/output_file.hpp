@@ -100,8 +100,19 @@ class AtomicFile {
  private:
   std::string path_, temp_;
   int fd_ = -1;
+  int slot_ = -1;  ///< its entry in the list remove_temporaries_on_signal() removes; -1: none
   bool closed_ = false, committed_ = false;
 };
+
+/// From now on SIGINT, SIGTERM and SIGHUP first remove the temporary files of the AtomicFiles
+/// alive at that moment (unlink(2), async-signal-safe; at most 16 at a time are tracked, paths
+/// under 4 KiB), then end the process as the signal would have (the handler is reset to the
+/// default and the signal delivered again). A signal whose disposition is not the default (e.g.
+/// SIGHUP ignored under nohup, or `train`'s own stop handlers) is left alone. For commands that
+/// write through AtomicFile and have no signal handling of their own (prep, ckpt export, import,
+/// reshard): a Ctrl-C mid-write leaves neither the new file nor a hidden temporary one of its
+/// size. Local; call once, early.
+void remove_temporaries_on_signal();
 
 /// The temporary files that AtomicFile wrote in `dir` for outputs whose file name `is_output`
 /// accepts and that are still there: regular files named "." + that name + "." and 6 letters or

@@ -132,11 +132,36 @@ expect_exit 0 "wrote $WORK/t.h5: char tokenizer" -- "$TRIDENT" prep --force --ou
 check "--force replaced it" test "$(h5dump -a vocab_size "$WORK/t.h5" | sed -n 's/^ *(0): *\([0-9]*\).*/\1/p')" = 6
 cp "$WORK/keep.h5" "$WORK/t.h5"
 # Output paths that cannot work are named before any input is read (a missing input is never reached).
-expect_exit 2 "--output '$WORK/newdir/' is a directory: give a file name" -- \
+expect_exit 2 "--output '$WORK/newdir/' ends in '/': give a file name" -- \
   "$TRIDENT" prep --output "$WORK/newdir/" "$WORK/none.txt"
 check "... and no directory was created" test ! -e "$WORK/newdir"
 expect_exit 2 "--output '$WORK/text.txt/sub/tok.h5': '$WORK/text.txt' is not a directory" -- \
   "$TRIDENT" prep --output "$WORK/text.txt/sub/tok.h5" "$WORK/none.txt"
+long="$(printf 'x%.0s' $(seq 250)).h5"
+expect_exit 2 "the file name is 253 bytes; its temporary file .* must fit this file system's 255, so give at most 247" -- \
+  "$TRIDENT" prep --output "$WORK/$long" "$WORK/none.txt"
+ln -s "$WORK/nowhere.h5" "$WORK/dangling.h5"
+expect_exit 2 "--output '$WORK/dangling.h5' is a symbolic link to nothing \('$WORK/nowhere.h5'\)" -- \
+  "$TRIDENT" prep --force --output "$WORK/dangling.h5" "$WORK/text.txt"
+# A link to a token file: --force replaces the file it names (beside it), and the link stays.
+mkdir -p "$WORK/store"; cp "$WORK/keep.h5" "$WORK/store/real.h5"; ln -s "$WORK/store/real.h5" "$WORK/link.h5"
+expect_exit 0 "--output '$WORK/link.h5' is a symbolic link: replacing the token file it names, '$WORK/store/real.h5'" -- \
+  "$TRIDENT" prep --force --output "$WORK/link.h5" "$WORK/edges.txt"
+check "... the link is still a link to it" test -L "$WORK/link.h5" -a "$(readlink "$WORK/link.h5")" = "$WORK/store/real.h5"
+check "... and the file it names holds the new tokens" \
+  test "$(h5dump -a vocab_size "$WORK/store/real.h5" | sed -n 's/^ *(0): *\([0-9]*\).*/\1/p')" = 6
+# A SIGTERM (a job's end, a Ctrl-C's kin) during the write removes the temporary file, and the
+# file it would replace stays. The write of 40 MB of tokens takes long enough to be caught.
+head -c 30000000 /dev/urandom | base64 -w 100 > "$WORK/huge.txt"
+"$TRIDENT" prep --force --output "$WORK/t.h5" "$WORK/huge.txt" > "$WORK/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 6000); do ls -A "$WORK" | grep -q '^\.t\.h5\.' && break; sleep 0.01; done
+check "the temporary file of a running prep is there (.t.h5.XXXXXX)" bash -c "ls -A '$WORK' | grep -q '^\.t\.h5\.'"
+kill -TERM "$pid"; wait "$pid"; rc=$?
+check "a SIGTERM mid-write ends prep by the signal (exit $rc)" test "$rc" -eq 143
+check "... leaves no temporary file" test -z "$(ls -A "$WORK" | grep '^\.t\.h5\.')"
+check "... and the token file as it was" cmp -s "$WORK/t.h5" "$WORK/keep.h5"
+rm -f "$WORK/huge.txt"
 # A vocabulary too small for the text's characters, and a text without a line to learn from: said
 # in prep's words, with the size that works (SentencePiece's own message names its options).
 expect_exit 2 "the model needs <unk>, the 256 byte pieces and the text's 3 characters \(all but the rarest 0.05%\) before any piece it learns, 260 in all; give --vocab-size 260 or more" -- \
