@@ -79,6 +79,8 @@ int ckpt_ls(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "path", -1, vm, "ckpt ls")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt ls takes one PATH (try `trident ckpt ls --help`)");
+  for (const std::string& p : paths)
+    if (p.empty()) throw ConfigError("ckpt ls: a path is empty");
   const CheckpointListing l = list_checkpoints(paths[0], rt.world(), vm.count("verify") > 0);
   print0(rt, format_listing(l));
   return l.ok() ? 0 : 1;
@@ -107,10 +109,15 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
   if (!parse_options(rt, args, desc, "path", -1, vm, "ckpt show")) return 0;
   if (paths.empty() || paths.size() > 2)
     throw ConfigError("ckpt show takes PATH and optionally one TENSOR (try `trident ckpt show --help`)");
+  if (paths[0].empty()) throw ConfigError("ckpt show: the checkpoint path is empty");
+  if (paths.size() == 2 && paths[1].empty())
+    throw ConfigError("ckpt show: the tensor name is empty (leave it out to list every tensor)");
   if (vm.count("npy") > 0 && npy.empty()) throw ConfigError("--npy: the file name is empty");
   if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
   if (npy.empty() && vm.count("force") > 0) throw ConfigError("--force only applies to --npy");
   if (paths.size() < 2 && !vm["kind"].defaulted()) throw ConfigError("--kind needs a TENSOR to show");
+  if (kind != "param" && kind != "exp_avg" && kind != "exp_avg_sq")
+    throw ConfigError("--kind '" + kind + "' is not param, exp_avg or exp_avg_sq");
   // --npy: checked before the tensor is read (it may be large), by rank 0 alone inside
   // run_agreed (nodes may see different local files: all ranks must take the same exit). Never the
   // checkpoint read, an existing file only with --force (a typo must not replace a deck), never a
@@ -161,6 +168,8 @@ int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt verify")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt verify takes one FILE (try `trident ckpt verify --help`)");
+  for (const std::string& p : paths)
+    if (p.empty()) throw ConfigError("ckpt verify: a path is empty");
   const VerifyResult r = verify_checkpoint(paths[0], rt.world(), model_schema());
   std::string out;
   for (const auto& p : r.problems) out += "problem: " + p + "\n";
@@ -192,6 +201,8 @@ int ckpt_diff(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "files", -1, vm, "ckpt diff")) return 0;
   if (paths.size() != 2) throw ConfigError("ckpt diff takes two checkpoints A B (try `trident ckpt diff --help`)");
+  for (const std::string& p : paths)
+    if (p.empty()) throw ConfigError("ckpt diff: a path is empty");
   if (!(opt.tolerance >= 0)) throw ConfigError("--tolerance must be >= 0");
   if (kinds != "all") {
     opt.kinds.clear();
@@ -247,6 +258,8 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt export")) return 0;
   opt.force = vm.count("force") > 0;
   if (paths.size() != 1) throw ConfigError("ckpt export takes one FILE (try `trident ckpt export --help`)");
+  for (const std::string& p : paths)
+    if (p.empty()) throw ConfigError("ckpt export: a path is empty");
   if (format.empty()) throw ConfigError("no --format given; use --format hf");
   if (format != "safetensors" && format != "hf")
     throw ConfigError("--format '" + format + "' is not supported; use --format hf");
@@ -291,6 +304,8 @@ int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "dir", -1, vm, "ckpt import")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt import takes one DIR (try `trident ckpt import --help`)");
+  for (const std::string& p : paths)
+    if (p.empty()) throw ConfigError("ckpt import: a path is empty");
   if (format.empty()) throw ConfigError("no --format given; use --format hf");
   if (format != "hf" && format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format hf");
   if (opt.output.empty()) throw ConfigError("no --output given");
@@ -335,6 +350,8 @@ int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt reshard")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt reshard takes one FILE (try `trident ckpt reshard --help`)");
+  for (const std::string& p : paths)
+    if (p.empty()) throw ConfigError("ckpt reshard: a path is empty");
   if (opt.output.empty()) throw ConfigError("no --output given (a file *.h5 or a checkpoint directory)");
   if (opt.dp < 0 || opt.tp < 0 || opt.pp < 0 || opt.shard_group_size < 0)
     throw ConfigError("--dp, --tp, --pp and --shard-group-size must be >= 0 (0: default)");

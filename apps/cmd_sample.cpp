@@ -12,7 +12,9 @@
 #include <charconv>
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -28,7 +30,9 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
       "usage: trident sample --checkpoint PATH [--prompt TEXT | --prompt-ids IDS] [--tokens N] [--temperature T]\n"
       "                      [--top-k K] [--seed S]\n\n"
       "Generates text from a trained model. PATH is a checkpoint file, a checkpoint directory or a\n"
-      "run directory (its latest checkpoint is used). Prints the prompt followed by the new text.\n\noptions");
+      "run directory (its latest checkpoint is used). Prints the prompt followed by the new text.\n"
+      "Exit status: 0 sampled, 1 a damaged or missing checkpoint or an I/O error (also standard output\n"
+      "that cannot be written), 2 bad usage.\n\noptions");
   desc.add_options()("help,h", "this text")("checkpoint", po::value<std::string>(&checkpoint),
                                             "checkpoint file, or a run / checkpoints directory")(
       "prompt", po::value<std::string>(&prompt)->default_value("\n", "newline"), "text to continue")(
@@ -98,15 +102,18 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
       m.block_size, static_cast<std::int64_t>(ids.size()) + std::max(opt.max_new_tokens, 1)));
   Gpt<float> gpt(m, layout, 1, mg.block_size);
   FlatProvider<float> params(layout, cm.store->params().data(), cm.store->grads().data());
-  // The prompt, then each token as it is drawn: long samples show progress.
-  std::fputs(tok.decode(ids).c_str(), stdout);
-  std::fflush(stdout);
+  // The prompt, then each token as it is drawn: long samples show progress. A write that fails
+  // (a full disk, a closed pipe or stdout) stops the generation at once, named, exit 1.
+  auto emit = [](const std::string& piece) {
+    errno = 0;
+    if (std::fputs(piece.c_str(), stdout) < 0 || std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw IoError(std::string("cannot write the sample to standard output: ") +
+                    (errno != 0 ? std::strerror(errno) : "write error"));
+  };
+  emit(tok.decode(ids));
   DecodeStream text(tok);
-  generate(gpt, params, mg, ids, opt, [&text](std::int32_t id) {
-    std::fputs(text.push(id).c_str(), stdout);
-    std::fflush(stdout);
-  });
-  std::fputs((text.finish() + "\n").c_str(), stdout);
+  generate(gpt, params, mg, ids, opt, [&text, &emit](std::int32_t id) { emit(text.push(id)); });
+  emit(text.finish() + "\n");
   return 0;
 }
 

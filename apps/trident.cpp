@@ -7,9 +7,15 @@
 #include "trident_cpu_target.h"
 #include "trident_version.hpp"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 namespace {
 
@@ -53,6 +59,47 @@ under a file lock), then read back by later runs and resumes.
                                 ~/.cache/trident/gemm_peak.tsv); off: measure in every run
 )";
 
+// Standard output closed when trident started (`trident ... >&-`): fd 1 held by /dev/null so that
+// no file trident opens (a checkpoint, a token file) becomes fd 1 and receives the log; reported
+// at the end (finish_stdout).
+bool g_stdout_closed_at_start = false;
+
+// Runs before main (and before MPI opens anything): every closed standard descriptor gets
+// /dev/null, in order, so the lowest free descriptor is the one being filled.
+__attribute__((constructor)) void hold_standard_streams() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    errno = 0;
+    if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int got = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got >= 0 && got != fd) {
+      ::dup2(got, fd);
+      ::close(got);
+    }
+    if (fd == 1) g_stdout_closed_at_start = true;
+  }
+}
+
+// The end of a command: standard output flushed and checked. A command whose output is what the
+// user asked for (sample's text, eval's loss, ckpt's listings, plan's table, prep's summary) fails
+// with exit 1 when it could not be written (a full disk, stdout closed); `train`, whose products
+// are its files, only warns that its log is incomplete.
+int finish_stdout(const std::string& cmd, int rc) {
+  if (rc != 0) return rc;  // the command failed and said why: a lost output is the lesser news
+  errno = 0;
+  const bool flush_failed = std::fflush(stdout) != 0;
+  const int err = errno;
+  if (!g_stdout_closed_at_start && !flush_failed && !std::ferror(stdout)) return rc;
+  const std::string why = g_stdout_closed_at_start ? std::string("it was closed when trident started")
+                          : err != 0               ? std::string(std::strerror(err))
+                                                   : std::string("a write failed (a full disk, or a closed pipe?)");
+  if (cmd == "train") {
+    std::fprintf(stderr, "warning: trident train: its log on standard output is incomplete: %s\n", why.c_str());
+    return rc;
+  }
+  std::fprintf(stderr, "trident %s: error: cannot write standard output: %s\n", cmd.c_str(), why.c_str());
+  return 1;
+}
+
 // glibc runs an executable's constructors with (argc, argv, envp) after the shared libraries are
 // loaded and before main: the earliest point where `train` can start recording a stop signal.
 __attribute__((constructor)) void install_early_stop_handlers(int argc, char** argv, char**) {
@@ -62,35 +109,10 @@ __attribute__((constructor)) void install_early_stop_handlers(int argc, char** a
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // A preemption signal may arrive while a job starts (MPI and Kokkos initialisation, a long
-  // resume): `train` records it from before main on (install_early_stop_handlers) and stops after
-  // its first step. MPICH's MPI_Init installs its own SIGUSR1 handler, so ours goes back after it.
-  trident::Runtime rt(argc, argv);
-  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported with the file's name by
-  // every command (plan --csv, prep, export, checkpoints), instead of a silent kill by SIGXFSZ.
-  std::signal(SIGXFSZ, SIG_IGN);
-  if (argc > 1 && std::strcmp(argv[1], "train") == 0) {
-    trident::install_stop_signal_handlers();
-    trident::set_stop_signal_quiet(rt.world_rank() != 0);  // Ctrl-C reaches every rank: one message
-  } else {
-    // prep, ckpt export/import/reshard, --npy, plan --csv write through temporary files: a Ctrl-C
-    // or a job's SIGTERM mid-write removes them before the process ends (io/output_file.hpp).
-    trident::remove_temporaries_on_signal();
-  }
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-    if (rt.world_rank() == 0) std::fputs(kUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
-  }
-  if (args[0] == "--version") {
-    trident::log::info("trident %s (git %s)", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT);
-    trident::log::info("CPU target: %s (%s); instruction sets: %s", TRIDENT_CPU_TARGET,
-                       TRIDENT_CPU_FLAGS, TRIDENT_CPU_FEATURES);
-    return 0;
-  }
-  const std::string cmd = args[0];
-  args.erase(args.begin());
+// Runs subcommand `cmd` with `args` and returns its exit status. A collective trident::Error is
+// reported once (rank 0) and returned; a rank-local one is reported and aborts the job when other
+// ranks would wait (returned on 1 rank); other exceptions are internal errors (exit 1).
+static int run_command(trident::Runtime& rt, const std::string& cmd, const std::vector<std::string>& args) {
   try {
     if (cmd == "prep") return trident::app::cmd_prep(rt, args);
     if (cmd == "train") return trident::app::cmd_train(rt, args);
@@ -124,4 +146,36 @@ int main(int argc, char** argv) {
     if (rt.world().size() == 1) return 1;
     trident::Runtime::abort(1);
   }
+}
+
+int main(int argc, char** argv) {
+  // A preemption signal may arrive while a job starts (MPI and Kokkos initialisation, a long
+  // resume): `train` records it from before main on (install_early_stop_handlers) and stops after
+  // its first step. MPICH's MPI_Init installs its own SIGUSR1 handler, so ours goes back after it.
+  trident::Runtime rt(argc, argv);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported with the file's name by
+  // every command (plan --csv, prep, export, checkpoints), instead of a silent kill by SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
+  if (argc > 1 && std::strcmp(argv[1], "train") == 0) {
+    trident::install_stop_signal_handlers();
+    trident::set_stop_signal_quiet(rt.world_rank() != 0);  // Ctrl-C reaches every rank: one message
+  } else {
+    // prep, ckpt export/import/reshard, --npy, plan --csv write through temporary files: a Ctrl-C
+    // or a job's SIGTERM mid-write removes them before the process ends (io/output_file.hpp).
+    trident::remove_temporaries_on_signal();
+  }
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    if (rt.world_rank() == 0) std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    trident::log::info("trident %s (git %s)", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT);
+    trident::log::info("CPU target: %s (%s); instruction sets: %s", TRIDENT_CPU_TARGET,
+                       TRIDENT_CPU_FLAGS, TRIDENT_CPU_FEATURES);
+    return 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  return finish_stdout(cmd, run_command(rt, cmd, args));
 }

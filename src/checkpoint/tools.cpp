@@ -193,7 +193,10 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
     else if (usable != out.latest_name)
       out.latest_note = "'latest' names " + out.latest_name + ", but " + would;
   } else if (!out.entries.empty() && fs::is_directory(path)) {
-    out.latest_note = "there is no 'latest' pointer (" + would + ")";
+    std::error_code ec;
+    out.latest_note = (fs::exists(fs::path(out.dir) / "latest", ec) ? std::string("the 'latest' pointer is empty (")
+                                                                     : std::string("there is no 'latest' pointer (")) +
+                      would + ")";
   }
   return out;
 }

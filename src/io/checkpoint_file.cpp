@@ -604,7 +604,21 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
     h5::Plist fapl(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
     h5::check(H5Pset_fapl_mpio(fapl, native_mpi_comm(comm), MPI_INFO_NULL), "H5Pset_fapl_mpio");
     H5Pset_file_locking(fapl, false, true);  // read-only: no lock needed
-    impl_->file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open checkpoint '" + path + "'");
+    try {
+      impl_->file = h5::File(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "cannot open checkpoint '" + path + "'");
+    } catch (const IoError& e) {
+      // HDF5 says "truncated file: eof = N, sblock->base_addr = 0, stored_eof = M": in words.
+      const std::string m = e.what();
+      long long eof = -1, stored = -1;
+      const auto at = m.find("truncated file: eof = ");
+      if (at == std::string::npos ||
+          std::sscanf(m.c_str() + at, "truncated file: eof = %lld, sblock->base_addr = %*d, stored_eof = %lld", &eof,
+                      &stored) != 2)
+        throw;
+      throw IoError("checkpoint '" + path + "' is truncated: " + std::to_string(eof) + " of its " +
+                    std::to_string(stored) + " bytes are there (a copy cut short, or a full disk while it was " +
+                    "written elsewhere); use another checkpoint (`trident ckpt ls` lists them)");
+    }
   });
   agree_or_throw(comm, fail, "cannot open checkpoint");
   fail.run([&] {

@@ -28,6 +28,9 @@ expect_exit 0 "--shard-size-mb" -- "$TRIDENT" ckpt export --help
 expect_exit 2 "takes two checkpoints" -- "$TRIDENT" ckpt diff "$c2"
 expect_exit 2 "--kind 'grad' is not param" -- "$TRIDENT" ckpt diff --kind grad "$c2" "$c4"
 expect_exit 2 "--kind needs a TENSOR to show" -- "$TRIDENT" ckpt show "$c2" --kind foo
+expect_exit 2 "--kind 'foo' is not param, exp_avg or exp_avg_sq" -- "$TRIDENT" ckpt show "$c2" wte --kind foo
+expect_exit 2 "ckpt show: the tensor name is empty" -- "$TRIDENT" ckpt show "$c2" ""
+for sub in ls verify; do expect_exit 2 "ckpt $sub: a path is empty" -- "$TRIDENT" ckpt "$sub" ""; done
 expect_exit 2 "--format 'onnx' is not supported" -- "$TRIDENT" ckpt export --format onnx --output "$WORK/x" "$c6"
 expect_exit 2 "no --output" -- "$TRIDENT" ckpt export --format safetensors "$c6"
 expect_exit 2 "--dtype 'float16' is not float32 or bfloat16" -- \
@@ -53,6 +56,9 @@ expect_exit 0 "'latest' names step_00000004.x00junk, which does not exist \\(a r
 mkdir -p "$WORK/tmponly/checkpoints" && cp "$c4" "$WORK/tmponly/checkpoints/step_00000004.h5.tmp"
 expect_exit 0 "there is no 'latest' pointer \\(a resume would start a new run at step 0\\)" -- \
   "$TRIDENT" ckpt ls --verify "$WORK/tmponly"
+mkdir -p "$WORK/emptylatest/checkpoints"
+cp "$c4" "$WORK/emptylatest/checkpoints/step_00000004.h5.tmp" && : > "$WORK/emptylatest/checkpoints/latest"
+expect_exit 0 "the 'latest' pointer is empty \\(a resume would" -- "$TRIDENT" ckpt ls "$WORK/emptylatest"
 
 # ---- verify -----------------------------------------------------------------------------------
 expect_exit 0 "ok: .*step_00000004.h5 is intact" -- "$MPIEXEC" -n 2 "$TRIDENT" ckpt verify "$c4"

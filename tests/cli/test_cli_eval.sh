@@ -81,4 +81,25 @@ expect_exit 2 "the checkpoint's char vocabulary differs from the token file's .*
 cp "$WORK/run/checkpoints/step_00000006.h5" "$WORK/damaged.h5"
 corrupt_dataset "$WORK/damaged.h5" shards/param/pp0_dp0_tp0
 expect_exit 1 "trident ckpt verify" -- ev 1 --checkpoint "$WORK/damaged.h5"
+
+# Standard output that cannot be written (a full disk: /dev/full; closed: >&-) is an error, exit 1,
+# for the commands whose output is the product; the sample stops at its first failed write rather
+# than generating into a full disk. A closed stdout is held by /dev/null, so no file trident opens
+# becomes fd 1. `train` only warns: its products are its files.
+if [ -w /dev/full ]; then
+  expect_exit 1 "trident sample: error: cannot write the sample to standard output: No space left on device" -- \
+    bash -c '"$0" sample --checkpoint "$1" --tokens 100000 > /dev/full' "$TRIDENT" "$WORK/run"
+  expect_exit 1 "trident eval: error: cannot write standard output" -- \
+    bash -c '"$0" eval --checkpoint "$1" > /dev/full' "$TRIDENT" "$WORK/run"
+  expect_exit 1 "trident ckpt: error: cannot write standard output" -- \
+    bash -c '"$0" ckpt ls "$1" > /dev/full' "$TRIDENT" "$WORK/run"
+fi
+expect_exit 1 "trident ckpt: error: cannot write standard output: it was closed when trident started" -- \
+  bash -c '"$0" ckpt verify "$1" >&-' "$TRIDENT" "$WORK/run"
+cp -r "$WORK/run" "$WORK/run_closed"
+expect_exit 0 "warning: trident train: its log on standard output is incomplete: it was closed when trident started" -- \
+  bash -c '"$0" train --config "$1" --train.out_dir="$2" --resume --train.max_steps=7 --train.allow_changed=max_steps >&-' \
+  "$TRIDENT" "$WORK/deck.ini" "$WORK/run_closed"
+check "... and its checkpoint is a checkpoint (fd 1 was never one of its files)" \
+  "$TRIDENT" ckpt verify "$WORK/run_closed/checkpoints/step_00000007.h5"
 exit "$FAILED"
