@@ -110,10 +110,18 @@ int cmd_sample(Runtime& rt, const std::vector<std::string>& args) {
       throw IoError(std::string("cannot write the sample to standard output: ") +
                     (errno != 0 ? std::strerror(errno) : "write error"));
   };
-  emit(tok.decode(ids));
-  DecodeStream text(tok);
-  generate(gpt, params, mg, ids, opt, [&text, &emit](std::int32_t id) { emit(text.push(id)); });
-  emit(text.finish() + "\n");
+  // Rank 0 alone is here (the others returned above): an error ends it with exit 1, no abort.
+  try {
+    if (stdout_closed_at_start())
+      throw IoError("standard output is closed (>&-): nothing to write the sample to; redirect it to a file");
+    emit(tok.decode(ids));
+    DecodeStream text(tok);
+    generate(gpt, params, mg, ids, opt, [&text, &emit](std::int32_t id) { emit(text.push(id)); });
+    emit(text.finish() + "\n");
+  } catch (const IoError& e) {
+    std::fprintf(stderr, "trident sample: error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }
 

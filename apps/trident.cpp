@@ -64,8 +64,9 @@ under a file lock), then read back by later runs and resumes.
 // at the end (finish_stdout).
 bool g_stdout_closed_at_start = false;
 
-// Runs before main (and before MPI opens anything): every closed standard descriptor gets
-// /dev/null, in order, so the lowest free descriptor is the one being filled.
+// Runs before main (and before MPI opens anything or installs handlers): every closed standard
+// descriptor gets /dev/null, in order, so the lowest free descriptor is the one being filled; and
+// the signals whose disposition is the default now are recorded for remove_temporaries_on_signal.
 __attribute__((constructor)) void hold_standard_streams() {
   for (int fd = 0; fd <= 2; ++fd) {
     errno = 0;
@@ -77,14 +78,22 @@ __attribute__((constructor)) void hold_standard_streams() {
     }
     if (fd == 1) g_stdout_closed_at_start = true;
   }
+  trident::record_default_signals();
 }
 
-// The end of a command: standard output flushed and checked. A command whose output is what the
-// user asked for (sample's text, eval's loss, ckpt's listings, plan's table, prep's summary) fails
-// with exit 1 when it could not be written (a full disk, stdout closed); `train`, whose products
-// are its files, only warns that its log is incomplete.
-int finish_stdout(const std::string& cmd, int rc) {
-  if (rc != 0) return rc;  // the command failed and said why: a lost output is the lesser news
+// Whether standard output is what `cmd` (with its first argument `sub`) was run for: sample's
+// text, eval's loss, plan's table, ckpt ls/show/verify/diff, --help and --version. The commands
+// whose products are files (train, prep, ckpt export/import/reshard) only print a log.
+bool output_is_the_product(const std::string& cmd, const std::string& sub) {
+  if (cmd == "sample" || cmd == "eval" || cmd == "plan" || cmd == "--help" || cmd == "--version") return true;
+  return cmd == "ckpt" && sub != "export" && sub != "import" && sub != "reshard";
+}
+
+// The end of a command on rank 0 (the rank that prints): standard output flushed and checked.
+// Where the output is the product (output_is_the_product) and it could not be written (a full
+// disk, stdout closed), exit 1 naming it; elsewhere a warning that the log is incomplete.
+int finish_stdout(const trident::Runtime& rt, const std::string& cmd, const std::string& sub, int rc) {
+  if (rc != 0 || rt.world_rank() != 0) return rc;  // a failed command said why; other ranks print nothing
   errno = 0;
   const bool flush_failed = std::fflush(stdout) != 0;
   const int err = errno;
@@ -92,11 +101,13 @@ int finish_stdout(const std::string& cmd, int rc) {
   const std::string why = g_stdout_closed_at_start ? std::string("it was closed when trident started")
                           : err != 0               ? std::string(std::strerror(err))
                                                    : std::string("a write failed (a full disk, or a closed pipe?)");
-  if (cmd == "train") {
-    std::fprintf(stderr, "warning: trident train: its log on standard output is incomplete: %s\n", why.c_str());
+  const std::string name = cmd.rfind("--", 0) == 0 ? cmd : cmd + (cmd == "ckpt" && !sub.empty() ? " " + sub : "");
+  if (!output_is_the_product(cmd, sub)) {
+    std::fprintf(stderr, "warning: trident %s: its log on standard output is incomplete: %s\n", name.c_str(),
+                 why.c_str());
     return rc;
   }
-  std::fprintf(stderr, "trident %s: error: cannot write standard output: %s\n", cmd.c_str(), why.c_str());
+  std::fprintf(stderr, "trident %s: error: cannot write standard output: %s\n", name.c_str(), why.c_str());
   return 1;
 }
 
@@ -112,6 +123,8 @@ __attribute__((constructor)) void install_early_stop_handlers(int argc, char** a
 // Runs subcommand `cmd` with `args` and returns its exit status. A collective trident::Error is
 // reported once (rank 0) and returned; a rank-local one is reported and aborts the job when other
 // ranks would wait (returned on 1 rank); other exceptions are internal errors (exit 1).
+bool trident::app::stdout_closed_at_start() { return g_stdout_closed_at_start; }
+
 static int run_command(trident::Runtime& rt, const std::string& cmd, const std::vector<std::string>& args) {
   try {
     if (cmd == "prep") return trident::app::cmd_prep(rt, args);
@@ -167,15 +180,16 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     if (rt.world_rank() == 0) std::fputs(kUsage, args.empty() ? stderr : stdout);
-    return args.empty() ? 2 : 0;
+    return args.empty() ? 2 : finish_stdout(rt, "--help", "", 0);
   }
   if (args[0] == "--version") {
     trident::log::info("trident %s (git %s)", TRIDENT_VERSION_STRING, TRIDENT_GIT_COMMIT);
     trident::log::info("CPU target: %s (%s); instruction sets: %s", TRIDENT_CPU_TARGET,
                        TRIDENT_CPU_FLAGS, TRIDENT_CPU_FEATURES);
-    return 0;
+    return finish_stdout(rt, "--version", "", 0);
   }
   const std::string cmd = args[0];
   args.erase(args.begin());
-  return finish_stdout(cmd, run_command(rt, cmd, args));
+  const std::string sub = args.empty() ? "" : args[0];
+  return finish_stdout(rt, cmd, sub, run_command(rt, cmd, args));
 }

@@ -1,4 +1,5 @@
 #include "checkpoint/commit.hpp"
+#include "io/output_file.hpp"
 
 #include "checkpoint/metadata.hpp"
 #include "checkpoint/verify.hpp"
@@ -145,6 +146,7 @@ void commit_file(const std::string& final_path, Communicator& comm,
   }
   agree_or_throw(comm, err, "");
 
+  const RemoveOnSignal remove_tmp(tmp);  // a Ctrl-C of `ckpt reshard`/`import` leaves no .tmp
   try {
     write(tmp);  // collective; throws on every rank on failure
   } catch (const Error&) {

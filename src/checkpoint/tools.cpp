@@ -194,8 +194,11 @@ CheckpointListing list_checkpoints(const std::string& path, Communicator& comm, 
       out.latest_note = "'latest' names " + out.latest_name + ", but " + would;
   } else if (!out.entries.empty() && fs::is_directory(path)) {
     std::error_code ec;
-    out.latest_note = (fs::exists(fs::path(out.dir) / "latest", ec) ? std::string("the 'latest' pointer is empty (")
-                                                                     : std::string("there is no 'latest' pointer (")) +
+    const fs::path latest = fs::path(out.dir) / "latest";
+    const fs::file_status st = fs::symlink_status(latest, ec);
+    out.latest_note = (!fs::exists(st)                                           ? std::string("there is no 'latest' pointer (")
+                       : fs::is_regular_file(st) && fs::file_size(latest, ec) == 0 ? std::string("the 'latest' pointer is empty (")
+                                                                               : std::string("'latest' is not a readable pointer file (")) +
                       would + ")";
   }
   return out;

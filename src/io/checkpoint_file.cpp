@@ -1,4 +1,5 @@
 #include "io/checkpoint_file.hpp"
+#include "io/output_file.hpp"
 
 #include "io/input_file.hpp"
 #include "core/fault.hpp"
@@ -543,6 +544,7 @@ void probe_checkpoint_dir(const std::string& dir, Communicator& comm, bool file_
   // Layer 2: a small checkpoint written and read back by every rank exactly as a save writes one
   // (write_file with the same access list, hints, transfer calls and collective metadata flush).
   const std::string path = dir + "/.trident_probe.h5";
+  const RemoveOnSignal remove_probe(path);
   const int R = comm.size(), me = comm.rank();
   constexpr std::int64_t n = 1024;
   std::vector<float> mine(static_cast<size_t>(n));
@@ -615,7 +617,7 @@ CheckpointReader::CheckpointReader(const std::string& path, Communicator& comm)
           std::sscanf(m.c_str() + at, "truncated file: eof = %lld, sblock->base_addr = %*d, stored_eof = %lld", &eof,
                       &stored) != 2)
         throw;
-      throw IoError("checkpoint '" + path + "' is truncated: " + std::to_string(eof) + " of its " +
+      throw IoError("'" + path + "' is truncated: " + std::to_string(eof) + " of its " +
                     std::to_string(stored) + " bytes are there (a copy cut short, or a full disk while it was " +
                     "written elsewhere); use another checkpoint (`trident ckpt ls` lists them)");
     }

@@ -32,7 +32,7 @@ namespace {
 // The temporary files of live AtomicFiles, for the signal handler of remove_temporaries_on_signal.
 // A slot is 0 (free), 2 (being filled) or 1 (holds a path); lock-free atomics are
 // async-signal-safe to read in a handler.
-constexpr int kTempSlots = 16;
+constexpr int kTempSlots = 256;  // an export of a 70B model in 5 GB shards holds 28 at once
 constexpr std::size_t kTempPathMax = 4096;
 struct TempSlot {
   std::atomic<int> state{0};
@@ -55,6 +55,18 @@ int register_temporary(const std::string& path) {
 
 void unregister_temporary(int slot) {
   if (slot >= 0) g_temp_slots[slot].state.store(0);
+}
+
+// The signals that were ignored (SIG_IGN: nohup's SIGHUP, a background job's SIGINT) when
+// record_default_signals() ran, before MPI; -1: not recorded. Those stay ignored; any other
+// disposition (the default, or a library's handler such as UCX's debug handler on SIGHUP,
+// installed when its library loads or in MPI_Init) is replaced.
+int g_ignored_at_start = -1;
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+bool is_ignored(int sig) {
+  struct sigaction old {};
+  return ::sigaction(sig, nullptr, &old) == 0 && (old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler == SIG_IGN;
 }
 
 extern "C" void remove_temporaries_and_die(int sig) {
@@ -229,11 +241,20 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   slot_ = register_temporary(temp_);
 }
 
+void record_default_signals() {
+  int mask = 0;
+  for (int i = 0; i < 3; ++i)
+    if (is_ignored(kCleanupSignals[i])) mask |= 1 << i;
+  g_ignored_at_start = mask;
+}
+
+RemoveOnSignal::RemoveOnSignal(const std::string& path) : slot_(register_temporary(path)) {}
+RemoveOnSignal::~RemoveOnSignal() { unregister_temporary(slot_); }
+
 void remove_temporaries_on_signal() {
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-    struct sigaction old {};
-    if (::sigaction(sig, nullptr, &old) != 0 || (old.sa_flags & SA_SIGINFO) != 0 || old.sa_handler != SIG_DFL)
-      continue;
+  for (int i = 0; i < 3; ++i) {
+    const int sig = kCleanupSignals[i];
+    if ((g_ignored_at_start >= 0 && (g_ignored_at_start & (1 << i)) != 0) || is_ignored(sig)) continue;
     struct sigaction sa {};
     sa.sa_handler = remove_temporaries_and_die;
     sigemptyset(&sa.sa_mask);
@@ -243,10 +264,11 @@ void remove_temporaries_on_signal() {
 }
 
 AtomicFile::~AtomicFile() {
-  unregister_temporary(slot_);
-  if (committed_) return;
-  if (fd_ >= 0) ::close(fd_);
-  ::unlink(temp_.c_str());
+  if (!committed_) {
+    if (fd_ >= 0) ::close(fd_);
+    ::unlink(temp_.c_str());
+  }
+  unregister_temporary(slot_);  // after the unlink: a signal in between finds the name gone, harmlessly
 }
 
 void AtomicFile::write(const void* data, std::size_t n) {

@@ -105,14 +105,33 @@ class AtomicFile {
 };
 
 /// From now on SIGINT, SIGTERM and SIGHUP first remove the temporary files of the AtomicFiles
-/// alive at that moment (unlink(2), async-signal-safe; at most 16 at a time are tracked, paths
-/// under 4 KiB), then end the process as the signal would have (the handler is reset to the
-/// default and the signal delivered again). A signal whose disposition is not the default (e.g.
-/// SIGHUP ignored under nohup, or `train`'s own stop handlers) is left alone. For commands that
-/// write through AtomicFile and have no signal handling of their own (prep, ckpt export, import,
-/// reshard): a Ctrl-C mid-write leaves neither the new file nor a hidden temporary one of its
-/// size. Local; call once, early.
+/// (and RemoveOnSignal paths) alive at that moment (unlink(2), async-signal-safe; at most 256 at a
+/// time are tracked, paths under 4 KiB), then end the process as the signal would have (the
+/// handler is reset to the default and the signal delivered again). A signal ignored now or at
+/// record_default_signals() stays ignored (SIGHUP under nohup, SIGINT in a background job);
+/// any other handler is replaced (UCX installs a debug handler on SIGHUP that would swallow it).
+/// `train` never calls this: its own stop handlers stay. For commands
+/// that write files and have no signal handling of their own (prep, ckpt export/import/reshard,
+/// show --npy, plan --csv): a Ctrl-C mid-write leaves neither the new file nor a temporary one of
+/// its size. Local; call once, after MPI_Init (which may install handlers of its own).
 void remove_temporaries_on_signal();
+
+/// Records which of SIGINT, SIGTERM and SIGHUP are ignored now: called before main, before
+/// MPI_Init and its libraries change dispositions. Local.
+void record_default_signals();
+
+/// A path (a temporary file written by other means, e.g. a checkpoint's ".tmp" that MPI-IO
+/// writes) removed by remove_temporaries_on_signal's handler while this object lives. Local.
+class RemoveOnSignal {
+ public:
+  explicit RemoveOnSignal(const std::string& path);
+  ~RemoveOnSignal();
+  RemoveOnSignal(const RemoveOnSignal&) = delete;
+  RemoveOnSignal& operator=(const RemoveOnSignal&) = delete;
+
+ private:
+  int slot_ = -1;
+};
 
 /// The temporary files that AtomicFile wrote in `dir` for outputs whose file name `is_output`
 /// accepts and that are still there: regular files named "." + that name + "." and 6 letters or

@@ -82,7 +82,7 @@ expect_exit 2 "another model: \[model\] n_embd = 32 in the checkpoint, 64 in thi
 expect_exit 1 "checkpoint '$WORK/absent.h5' does not exist" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --resume "$WORK/absent.h5"
 head -c 5000 "$ck" > "$WORK/truncated.h5"
-expect_exit 1 "checkpoint '$WORK/truncated.h5' is truncated: 5000 of its [0-9]+ bytes are there \(a copy cut short" -- \
+expect_exit 1 "cannot open checkpoint: '$WORK/truncated.h5' is truncated: 5000 of its [0-9]+ bytes are there \(a copy cut short" -- \
   "$TRIDENT" train --config "$WORK/deck.ini" --resume "$WORK/truncated.h5"
 expect_exit 1 "no checkpoint found" -- "$TRIDENT" sample --checkpoint "$WORK"
 expect_exit 2 "not in the vocabulary" -- "$TRIDENT" sample --checkpoint "$ck" --prompt $'\x01'

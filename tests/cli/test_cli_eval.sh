@@ -91,11 +91,18 @@ if [ -w /dev/full ]; then
     bash -c '"$0" sample --checkpoint "$1" --tokens 100000 > /dev/full' "$TRIDENT" "$WORK/run"
   expect_exit 1 "trident eval: error: cannot write standard output" -- \
     bash -c '"$0" eval --checkpoint "$1" > /dev/full' "$TRIDENT" "$WORK/run"
-  expect_exit 1 "trident ckpt: error: cannot write standard output" -- \
+  expect_exit 1 "trident ckpt ls: error: cannot write standard output" -- \
     bash -c '"$0" ckpt ls "$1" > /dev/full' "$TRIDENT" "$WORK/run"
+  expect_exit 1 "trident --help: error: cannot write standard output" -- bash -c '"$0" --help > /dev/full' "$TRIDENT"
 fi
-expect_exit 1 "trident ckpt: error: cannot write standard output: it was closed when trident started" -- \
+expect_exit 1 "trident ckpt verify: error: cannot write standard output: it was closed when trident started" -- \
   bash -c '"$0" ckpt verify "$1" >&-' "$TRIDENT" "$WORK/run"
+expect_exit 1 "trident sample: error: standard output is closed \(>&-\): nothing to write the sample to" -- \
+  bash -c '"$0" sample --checkpoint "$1" --tokens 100000 >&-' "$TRIDENT" "$WORK/run"
+# A command whose product is a file only warns: the file is written, and a retry is not refused.
+expect_exit 0 "warning: trident prep: its log on standard output is incomplete: it was closed when trident started" -- \
+  bash -c '"$0" prep --output "$1" "$2" >&-' "$TRIDENT" "$WORK/tok_closed.h5" "$WORK/text.txt"
+check "... and the token file is there" "$TRIDENT" prep --verify "$WORK/tok_closed.h5"
 cp -r "$WORK/run" "$WORK/run_closed"
 expect_exit 0 "warning: trident train: its log on standard output is incomplete: it was closed when trident started" -- \
   bash -c '"$0" train --config "$1" --train.out_dir="$2" --resume --train.max_steps=7 --train.allow_changed=max_steps >&-' \
