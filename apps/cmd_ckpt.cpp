@@ -10,6 +10,7 @@
 #include "io/output_file.hpp"
 #include "parallel/agree.hpp"
 #include "checkpoint/export.hpp"
+#include "checkpoint/metadata.hpp"
 #include "train/hf_import.hpp"
 #include "checkpoint/reshard.hpp"
 #include "checkpoint/tools.hpp"
@@ -57,6 +58,23 @@ Exit status: 0 fine, 1 a problem or difference found (or a runtime error), 2 bad
 
 /// Parses `args` with `desc` and one or more positional arguments named `positional`.
 
+/// Throws ConfigError "ckpt <sub>: a path is empty" when a path argument is "" (an unset shell
+/// variable, say), before anything is opened.
+void require_nonempty_paths(const std::vector<std::string>& paths, const std::string& sub) {
+  for (const std::string& p : paths)
+    if (p.empty()) throw ConfigError("ckpt " + sub + ": a path is empty");
+}
+
+/// Throws ConfigError "--kind 'K' is not param, exp_avg or exp_avg_sq" unless `kind` is one of
+/// checkpoint_kinds() (the array kinds a checkpoint holds).
+void require_array_kind(const std::string& kind) {
+  const std::vector<std::string>& kinds = checkpoint_kinds();
+  if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) return;
+  std::string names;
+  for (size_t i = 0; i < kinds.size(); ++i) names += (i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + kinds[i];
+  throw ConfigError("--kind '" + kind + "' is not " + names);
+}
+
 void print0(Runtime& rt, const std::string& s) {
   if (rt.world_rank() != 0) return;
   std::fputs(s.c_str(), stdout);
@@ -79,8 +97,7 @@ int ckpt_ls(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "path", -1, vm, "ckpt ls")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt ls takes one PATH (try `trident ckpt ls --help`)");
-  for (const std::string& p : paths)
-    if (p.empty()) throw ConfigError("ckpt ls: a path is empty");
+  require_nonempty_paths(paths, "ls");
   const CheckpointListing l = list_checkpoints(paths[0], rt.world(), vm.count("verify") > 0);
   print0(rt, format_listing(l));
   return l.ok() ? 0 : 1;
@@ -116,8 +133,7 @@ int ckpt_show(Runtime& rt, const std::vector<std::string>& args) {
   if (!npy.empty() && paths.size() < 2) throw ConfigError("--npy needs a TENSOR to write");
   if (npy.empty() && vm.count("force") > 0) throw ConfigError("--force only applies to --npy");
   if (paths.size() < 2 && !vm["kind"].defaulted()) throw ConfigError("--kind needs a TENSOR to show");
-  if (kind != "param" && kind != "exp_avg" && kind != "exp_avg_sq")
-    throw ConfigError("--kind '" + kind + "' is not param, exp_avg or exp_avg_sq");
+  require_array_kind(kind);
   // --npy: checked before the tensor is read (it may be large), by rank 0 alone inside
   // run_agreed (nodes may see different local files: all ranks must take the same exit). Never the
   // checkpoint read, an existing file only with --force (a typo must not replace a deck), never a
@@ -168,8 +184,7 @@ int ckpt_verify(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt verify")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt verify takes one FILE (try `trident ckpt verify --help`)");
-  for (const std::string& p : paths)
-    if (p.empty()) throw ConfigError("ckpt verify: a path is empty");
+  require_nonempty_paths(paths, "verify");
   const VerifyResult r = verify_checkpoint(paths[0], rt.world(), model_schema());
   std::string out;
   for (const auto& p : r.problems) out += "problem: " + p + "\n";
@@ -201,16 +216,14 @@ int ckpt_diff(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "files", -1, vm, "ckpt diff")) return 0;
   if (paths.size() != 2) throw ConfigError("ckpt diff takes two checkpoints A B (try `trident ckpt diff --help`)");
-  for (const std::string& p : paths)
-    if (p.empty()) throw ConfigError("ckpt diff: a path is empty");
+  require_nonempty_paths(paths, "diff");
   if (!(opt.tolerance >= 0)) throw ConfigError("--tolerance must be >= 0");
   if (kinds != "all") {
     opt.kinds.clear();
     std::stringstream ss(kinds);
     std::string k;
     while (std::getline(ss, k, ',')) {
-      if (k != "param" && k != "exp_avg" && k != "exp_avg_sq")
-        throw ConfigError("--kind '" + k + "' is not param, exp_avg or exp_avg_sq");
+      require_array_kind(k);
       if (std::find(opt.kinds.begin(), opt.kinds.end(), k) == opt.kinds.end()) opt.kinds.push_back(k);
     }
     if (opt.kinds.empty()) throw ConfigError("--kind names no array kind");
@@ -258,8 +271,7 @@ int ckpt_export(Runtime& rt, const std::vector<std::string>& args) {
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt export")) return 0;
   opt.force = vm.count("force") > 0;
   if (paths.size() != 1) throw ConfigError("ckpt export takes one FILE (try `trident ckpt export --help`)");
-  for (const std::string& p : paths)
-    if (p.empty()) throw ConfigError("ckpt export: a path is empty");
+  require_nonempty_paths(paths, "export");
   if (format.empty()) throw ConfigError("no --format given; use --format hf");
   if (format != "safetensors" && format != "hf")
     throw ConfigError("--format '" + format + "' is not supported; use --format hf");
@@ -304,8 +316,7 @@ int ckpt_import(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "dir", -1, vm, "ckpt import")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt import takes one DIR (try `trident ckpt import --help`)");
-  for (const std::string& p : paths)
-    if (p.empty()) throw ConfigError("ckpt import: a path is empty");
+  require_nonempty_paths(paths, "import");
   if (format.empty()) throw ConfigError("no --format given; use --format hf");
   if (format != "hf" && format != "safetensors") throw ConfigError("--format '" + format + "' is not supported; use --format hf");
   if (opt.output.empty()) throw ConfigError("no --output given");
@@ -350,8 +361,7 @@ int ckpt_reshard(Runtime& rt, const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options(rt, args, desc, "file", -1, vm, "ckpt reshard")) return 0;
   if (paths.size() != 1) throw ConfigError("ckpt reshard takes one FILE (try `trident ckpt reshard --help`)");
-  for (const std::string& p : paths)
-    if (p.empty()) throw ConfigError("ckpt reshard: a path is empty");
+  require_nonempty_paths(paths, "reshard");
   if (opt.output.empty()) throw ConfigError("no --output given (a file *.h5 or a checkpoint directory)");
   if (opt.dp < 0 || opt.tp < 0 || opt.pp < 0 || opt.shard_group_size < 0)
     throw ConfigError("--dp, --tp, --pp and --shard-group-size must be >= 0 (0: default)");

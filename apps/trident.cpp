@@ -66,7 +66,7 @@ bool g_stdout_closed_at_start = false;
 
 // Runs before main (and before MPI opens anything or installs handlers): every closed standard
 // descriptor gets /dev/null, in order, so the lowest free descriptor is the one being filled; and
-// the signals whose disposition is the default now are recorded for remove_temporaries_on_signal.
+// the signals ignored now are recorded: remove_temporaries_on_signal leaves them ignored.
 __attribute__((constructor)) void hold_standard_streams() {
   for (int fd = 0; fd <= 2; ++fd) {
     errno = 0;
@@ -78,7 +78,7 @@ __attribute__((constructor)) void hold_standard_streams() {
     }
     if (fd == 1) g_stdout_closed_at_start = true;
   }
-  trident::record_default_signals();
+  trident::record_ignored_signals();
 }
 
 // Whether standard output is what `cmd` (with its first argument `sub`) was run for: sample's
@@ -120,11 +120,11 @@ __attribute__((constructor)) void install_early_stop_handlers(int argc, char** a
 
 }  // namespace
 
+bool trident::app::stdout_closed_at_start() { return g_stdout_closed_at_start; }
+
 // Runs subcommand `cmd` with `args` and returns its exit status. A collective trident::Error is
 // reported once (rank 0) and returned; a rank-local one is reported and aborts the job when other
 // ranks would wait (returned on 1 rank); other exceptions are internal errors (exit 1).
-bool trident::app::stdout_closed_at_start() { return g_stdout_closed_at_start; }
-
 static int run_command(trident::Runtime& rt, const std::string& cmd, const std::vector<std::string>& args) {
   try {
     if (cmd == "prep") return trident::app::cmd_prep(rt, args);

@@ -257,8 +257,8 @@ std::string check_prep_output(const PrepOptions& opt) {
     target = fs::canonical(out, ec).string();
     if (ec) throw IoError("cannot resolve the symbolic link " + name + ": " + ec.message());
   }
+  warn_leftover_temporaries(leftover_temporaries(target), "prep");  // also when refused below
   if (fs::exists(st) || fs::is_symlink(st)) {
-    warn_leftover_temporaries(leftover_temporaries(target), "prep");
     bool token_file = false;
     try {
       TokenFileReader probe(target);
@@ -290,7 +290,6 @@ std::string check_prep_output(const PrepOptions& opt) {
     throw ConfigError(name + ": the file name is " + std::to_string(len) + " bytes; its temporary file ('.' + name + " +
                       "'.XXXXXX') must fit this file system's " + std::to_string(name_max) + ", so give at most " +
                       std::to_string(name_max - 8));
-  if (!fs::exists(st) && !fs::is_symlink(st)) warn_leftover_temporaries(leftover_temporaries(target), "prep");
   return target;
 }
 }  // namespace
@@ -452,10 +451,7 @@ PrepResult prep_token_file(const PrepOptions& opt) {
     throw ConfigError("--tokenizer " + tokenizer_name + " needs --vocab-size N, the number of tokens to learn (" +
                       std::to_string(Tokenizer::kBpeMinVocab) + " .. " + std::to_string(Tokenizer::kBpeMaxVocab) +
                       "; e.g. 4096 for a few MB of text)");
-  if (trained && (*opt.vocab_size < Tokenizer::kBpeMinVocab || *opt.vocab_size > Tokenizer::kBpeMaxVocab))
-    throw ConfigError("--vocab-size " + std::to_string(*opt.vocab_size) + " is outside " +
-                      std::to_string(Tokenizer::kBpeMinVocab) + " .. " + std::to_string(Tokenizer::kBpeMaxVocab) +
-                      " (a bpe model holds <unk> and 256 byte pieces before the pieces it learns)");
+  if (trained) Tokenizer::check_bpe_vocab_size(*opt.vocab_size);  // before the text is read
   if (!trained && opt.vocab_size)
     throw ConfigError("--vocab-size applies to --tokenizer " + tokenizer_kind_names(&TokenizerKindInfo::stores_model) +
                       " only: the " + (shards ? std::string(name_of(shard_format->tokenizer)) : tokenizer_name) +

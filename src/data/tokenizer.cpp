@@ -200,11 +200,15 @@ Tokenizer::Tokenizer(TokenizerKind kind, std::vector<std::int32_t> vocab, std::i
   }
 }
 
-Tokenizer Tokenizer::train_bpe(const std::string& text, std::int64_t vocab_size) {
+void Tokenizer::check_bpe_vocab_size(std::int64_t vocab_size) {
   if (vocab_size < kBpeMinVocab || vocab_size > kBpeMaxVocab)
     throw ConfigError("--vocab-size " + std::to_string(vocab_size) + " is outside " + std::to_string(kBpeMinVocab) +
                       " .. " + std::to_string(kBpeMaxVocab) +
                       " (a bpe model holds <unk> and 256 byte pieces before the pieces it learns)");
+}
+
+Tokenizer Tokenizer::train_bpe(const std::string& text, std::int64_t vocab_size) {
+  check_bpe_vocab_size(vocab_size);
   // SentencePiece would turn malformed bytes into U+FFFD, and decode would not give the text back.
   for_each_code_point(text, "input text", [](std::int32_t) {});
   // The trainer's settings (SentencePiece's TrainerSpec and NormalizerSpec fields); see the header

@@ -50,6 +50,10 @@ class Tokenizer {
   /// SentencePiece cannot train it on this text (its message passed on, e.g. "Vocabulary size too
   /// high (5000). Please set it to a value <= 3210."), Error on invalid UTF-8.
   static Tokenizer train_bpe(const std::string& text, std::int64_t vocab_size);
+  /// Throws ConfigError "--vocab-size N is outside kBpeMinVocab .. kBpeMaxVocab" unless
+  /// `vocab_size` is a bpe model's possible size (train_bpe's check; prep makes it before it
+  /// reads the text). Local, pure.
+  static void check_bpe_vocab_size(std::int64_t vocab_size);
 
   /// The kind's name ("char", "byte", "gpt2", "bpe", "llama3").
   std::string kind() const { return name_of(kind_); }

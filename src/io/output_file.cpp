@@ -58,7 +58,7 @@ void unregister_temporary(int slot) {
 }
 
 // The signals that were ignored (SIG_IGN: nohup's SIGHUP, a background job's SIGINT) when
-// record_default_signals() ran, before MPI; -1: not recorded. Those stay ignored; any other
+// record_ignored_signals() ran, before MPI; -1: not recorded. Those stay ignored; any other
 // disposition (the default, or a library's handler such as UCX's debug handler on SIGHUP,
 // installed when its library loads or in MPI_Init) is replaced.
 int g_ignored_at_start = -1;
@@ -241,7 +241,7 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   slot_ = register_temporary(temp_);
 }
 
-void record_default_signals() {
+void record_ignored_signals() {
   int mask = 0;
   for (int i = 0; i < 3; ++i)
     if (is_ignored(kCleanupSignals[i])) mask |= 1 << i;

@@ -108,7 +108,7 @@ class AtomicFile {
 /// (and RemoveOnSignal paths) alive at that moment (unlink(2), async-signal-safe; at most 256 at a
 /// time are tracked, paths under 4 KiB), then end the process as the signal would have (the
 /// handler is reset to the default and the signal delivered again). A signal ignored now or at
-/// record_default_signals() stays ignored (SIGHUP under nohup, SIGINT in a background job);
+/// record_ignored_signals() stays ignored (SIGHUP under nohup, SIGINT in a background job);
 /// any other handler is replaced (UCX installs a debug handler on SIGHUP that would swallow it).
 /// `train` never calls this: its own stop handlers stay. For commands
 /// that write files and have no signal handling of their own (prep, ckpt export/import/reshard,
@@ -118,7 +118,7 @@ void remove_temporaries_on_signal();
 
 /// Records which of SIGINT, SIGTERM and SIGHUP are ignored now: called before main, before
 /// MPI_Init and its libraries change dispositions. Local.
-void record_default_signals();
+void record_ignored_signals();
 
 /// A path (a temporary file written by other means, e.g. a checkpoint's ".tmp" that MPI-IO
 /// writes) removed by remove_temporaries_on_signal's handler while this object lives. Local.
